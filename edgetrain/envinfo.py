@@ -1,0 +1,66 @@
+"""Environment report: the versions and hardware facts users paste into bug reports."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from typing import Any
+
+import edgetrain
+
+
+def _mem_total_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment_report() -> dict[str, Any]:
+    """Collect versions of python, torch, torchvision, pyzmq/libzmq, numpy and edgetrain."""
+    import numpy
+    import torch
+    import torchvision
+    import zmq
+
+    cuda = torch.cuda.is_available()
+    report: dict[str, Any] = {
+        "edgetrain": edgetrain.__version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "numpy": numpy.__version__,
+        "pyzmq": zmq.__version__,
+        "libzmq": zmq.zmq_version(),
+        "curve_available": bool(zmq.has("curve")),
+        "cpu_model": _cpu_model(),
+        "cores": os.cpu_count(),
+        "memory_bytes": _mem_total_bytes(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda_available": cuda,
+        "cuda_version": torch.version.cuda,
+        "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        if cuda
+        else [],
+    }
+    return report
