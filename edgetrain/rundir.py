@@ -25,6 +25,12 @@ from typing import Any
 from edgetrain.errors import EdgetrainError
 
 MANIFEST = "manifest.json"
+COORDINATOR_STEM = "coordinator"
+
+
+def worker_stem(worker_id: int) -> str:
+    """File stem of a worker's metrics and log files: ``worker-<id>``."""
+    return f"worker-{worker_id}"
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -6,12 +6,15 @@ import os
 import sys
 from typing import Annotated
 
-import click
 import typer
 
 import edgetrain
 from edgetrain.cli import data_cmd, env_cmd, launch_cmd, models_cmd, report_cmd, worker_cmd
 from edgetrain.errors import EdgetrainError
+
+# Click's UsageError and ClickException, whether typer vendors click (>= 0.26) or depends on it.
+UsageError: type[Exception] = typer.BadParameter.__mro__[1]
+ClickException: type[Exception] = UsageError.__mro__[1]
 
 app = typer.Typer(
     name="edgetrain",
@@ -61,16 +64,17 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     try:
         rv = app(args=args, standalone_mode=False, prog_name="edgetrain")
-    except click.exceptions.UsageError as exc:
-        cmd = exc.ctx.command_path if exc.ctx is not None else "edgetrain"
-        _fail(f"{exc.format_message()} (see '{cmd} --help')", 2)
-    except click.exceptions.Exit as exc:
+    except UsageError as exc:
+        ctx = getattr(exc, "ctx", None)
+        cmd = ctx.command_path if ctx is not None else "edgetrain"
+        _fail(f"{exc.format_message()} (see '{cmd} --help')", 2)  # type: ignore[attr-defined]
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except (typer.Abort, KeyboardInterrupt):
         sys.stderr.write("interrupted\n")
         sys.exit(130)
-    except click.exceptions.ClickException as exc:
-        _fail(exc.format_message(), 2)
+    except ClickException as exc:
+        _fail(exc.format_message(), 2)  # type: ignore[attr-defined]
     except EdgetrainError as exc:
         _fail(str(exc), exc.exit_code)
     except Exception as exc:  # noqa: BLE001 - the last line of defence: no tracebacks for users

@@ -1,0 +1,1 @@
+"""Transport: wire format, sockets with counters, and the coordinator's rendezvous protocol."""

@@ -1,0 +1,251 @@
+"""Wire format: a JSON header frame plus raw tensor frames of at most 16 MiB, validated on receipt.
+
+Frame 0 is a UTF-8 JSON object::
+
+    {"v": 1, "type": "gossip", "sender": "w2", "run": "<run id>", "step": 120, "epoch": 3,
+     "meta": {...small JSON...},
+     "tensors": [{"name": "fc.weight", "dtype": "float32", "shape": [10, 64],
+                  "nbytes": 2560, "frames": 1}, ...]}
+
+Each tensor's bytes follow in ``frames`` consecutive frames; every frame but a tensor's last
+holds exactly :data:`MAX_FRAME_BYTES`. Nothing is ever unpickled: a receiver checks the version,
+run id, type, sender, dtype allow-list, shapes, byte counts and frame lengths, and raises
+:class:`WireError` with a short machine-readable ``reason`` for anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+PROTOCOL_VERSION = 1
+MAX_FRAME_BYTES = 16 * 2**20
+MAX_HEADER_BYTES = 256 * 2**10
+MAX_TENSORS = 4096
+MAX_DIMS = 8
+MAX_NAME_CHARS = 256
+DEFAULT_MAX_MESSAGE_BYTES = 2 * 2**30
+
+DTYPES: dict[str, np.dtype[Any]] = {
+    name: np.dtype(name)
+    for name in (
+        "float32",
+        "float64",
+        "float16",
+        "int64",
+        "int32",
+        "int16",
+        "int8",
+        "uint8",
+        "bool",
+    )
+}
+
+
+class WireError(Exception):
+    """A malformed or unexpected message; ``reason`` is a short counter key."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+@dataclass
+class Message:
+    """One decoded (or to-be-encoded) message."""
+
+    type: str
+    sender: str
+    run_id: str
+    step: int = 0
+    epoch: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+    tensors: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def tensor_bytes(self) -> int:
+        return sum(int(a.nbytes) for a in self.tensors.values())
+
+
+def _chunks(nbytes: int) -> int:
+    return max(1, math.ceil(nbytes / MAX_FRAME_BYTES))
+
+
+def _contiguous(arr: Any) -> np.ndarray:
+    """A C-contiguous array; unlike ``np.ascontiguousarray`` it keeps 0-d arrays 0-d."""
+    a = np.asarray(arr)
+    return a if a.flags.c_contiguous else a.copy(order="C")
+
+
+def encode(msg: Message) -> list[bytes | memoryview]:
+    """Encode to frames. Tensor frames are memoryviews of the arrays: no copy is made."""
+    specs: list[dict[str, Any]] = []
+    frames: list[bytes | memoryview] = []
+    for name, arr in msg.tensors.items():
+        a = _contiguous(arr)
+        dname = a.dtype.name
+        if dname not in DTYPES:
+            raise WireError("bad_dtype", f"cannot send dtype {dname} for tensor {name!r}")
+        view = memoryview(a.reshape(-1).view(np.uint8)) if a.size else memoryview(b"")
+        n = _chunks(a.nbytes)
+        specs.append(
+            {
+                "name": name,
+                "dtype": dname,
+                "shape": list(a.shape),
+                "nbytes": int(a.nbytes),
+                "frames": n,
+            }
+        )
+        for i in range(n):
+            frames.append(view[i * MAX_FRAME_BYTES : (i + 1) * MAX_FRAME_BYTES])
+    header = {
+        "v": PROTOCOL_VERSION,
+        "type": msg.type,
+        "sender": msg.sender,
+        "run": msg.run_id,
+        "step": int(msg.step),
+        "epoch": int(msg.epoch),
+        "meta": msg.meta,
+        "tensors": specs,
+    }
+    head = json.dumps(header, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    if len(head) > MAX_HEADER_BYTES:
+        raise WireError("header_too_large", f"{len(head)} bytes")
+    return [head, *frames]
+
+
+def _buf(frame: Any) -> memoryview:
+    """A memoryview of a received frame (zmq.Frame, bytes or memoryview)."""
+    b = getattr(frame, "buffer", None)
+    return memoryview(b if b is not None else frame)
+
+
+def _nonneg_int(value: Any, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise WireError("bad_header", f"{what} must be a non-negative integer")
+    return value
+
+
+def decode_header(frame: Any) -> dict[str, Any]:
+    """Parse and check the header frame's structure (not yet its run id or type)."""
+    raw = _buf(frame)
+    if len(raw) > MAX_HEADER_BYTES:
+        raise WireError("header_too_large", f"{len(raw)} bytes")
+    try:
+        header = json.loads(bytes(raw).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise WireError("bad_json", str(exc)[:80]) from None
+    if not isinstance(header, dict):
+        raise WireError("bad_header", "header is not a JSON object")
+    if header.get("v") != PROTOCOL_VERSION:
+        raise WireError("bad_version", f"protocol version {header.get('v')!r}")
+    for key in ("type", "sender", "run"):
+        val = header.get(key)
+        if not isinstance(val, str) or not val or len(val) > MAX_NAME_CHARS:
+            raise WireError("bad_header", f"{key} must be a short string")
+    _nonneg_int(header.get("step"), "step")
+    _nonneg_int(header.get("epoch"), "epoch")
+    if not isinstance(header.get("meta"), dict):
+        raise WireError("bad_header", "meta must be an object")
+    if not isinstance(header.get("tensors"), list) or len(header["tensors"]) > MAX_TENSORS:
+        raise WireError("bad_header", "tensors must be a list of at most 4096 entries")
+    return header
+
+
+def decode(
+    frames: Sequence[Any],
+    run_id: str | None,
+    allowed_types: Iterable[str] | None = None,
+    max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+) -> Message:
+    """Validate and decode frames into a :class:`Message`.
+
+    Single-frame tensors are zero-copy, read-only views of the received frame; tensors that
+    span several frames are joined into one new array.
+    """
+    if not frames:
+        raise WireError("empty", "no frames")
+    header = decode_header(frames[0])
+    if run_id is not None and header["run"] != run_id:
+        raise WireError("wrong_run", f"run id {header['run'][:40]!r}")
+    if allowed_types is not None and header["type"] not in set(allowed_types):
+        raise WireError("bad_type", f"type {header['type'][:40]!r}")
+    body = frames[1:]
+    pos = 0
+    total = 0
+    tensors: dict[str, np.ndarray] = {}
+    for spec in header["tensors"]:
+        if not isinstance(spec, dict):
+            raise WireError("bad_tensor", "tensor entry is not an object")
+        name = spec.get("name")
+        if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS:
+            raise WireError("bad_tensor", "tensor name must be a short string")
+        if name in tensors:
+            raise WireError("bad_tensor", f"duplicate tensor {name!r}")
+        dtype = DTYPES.get(spec.get("dtype")) if isinstance(spec.get("dtype"), str) else None
+        if dtype is None:
+            raise WireError("bad_dtype", f"dtype {str(spec.get('dtype'))[:20]!r} not allowed")
+        shape = spec.get("shape")
+        if not isinstance(shape, list) or len(shape) > MAX_DIMS:
+            raise WireError("bad_tensor", f"shape of {name!r} must be a list of <= 8 dims")
+        dims = [_nonneg_int(d, "shape entry") for d in shape]
+        nbytes = _nonneg_int(spec.get("nbytes"), "nbytes")
+        if math.prod(dims) * dtype.itemsize != nbytes:
+            raise WireError("size_mismatch", f"{name!r}: shape x itemsize != nbytes")
+        total += nbytes
+        if total > max_bytes:
+            raise WireError("too_large", f"message exceeds {max_bytes} bytes")
+        nframes = _nonneg_int(spec.get("frames"), "frames")
+        if nframes != _chunks(nbytes):
+            raise WireError("frame_mismatch", f"{name!r}: {nframes} frames for {nbytes} bytes")
+        if pos + nframes > len(body):
+            raise WireError("frame_mismatch", "fewer frames than the header announces")
+        parts = [_buf(f) for f in body[pos : pos + nframes]]
+        pos += nframes
+        for i, part in enumerate(parts):
+            want = min(MAX_FRAME_BYTES, nbytes - i * MAX_FRAME_BYTES)
+            if len(part) != max(want, 0):
+                raise WireError("frame_mismatch", f"{name!r}: frame {i} has {len(part)} bytes")
+        if nframes == 1:
+            flat = np.frombuffer(parts[0], dtype=dtype)
+        else:
+            joined = np.empty(nbytes, dtype=np.uint8)
+            off = 0
+            for part in parts:
+                joined[off : off + len(part)] = np.frombuffer(part, dtype=np.uint8)
+                off += len(part)
+            flat = joined.view(dtype)
+        tensors[name] = flat.reshape(tuple(dims))
+    if pos != len(body):
+        raise WireError("frame_mismatch", "more frames than the header announces")
+    return Message(
+        type=header["type"],
+        sender=header["sender"],
+        run_id=header["run"],
+        step=header["step"],
+        epoch=header["epoch"],
+        meta=header["meta"],
+        tensors=tensors,
+    )
+
+
+def frames_nbytes(frames: Sequence[Any]) -> int:
+    """Total bytes of a list of frames, as counted for traffic statistics."""
+    return sum(len(_buf(f)) for f in frames)
+
+
+def arrays_from_state(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Turn a mapping of torch tensors (or arrays) into contiguous CPU numpy arrays."""
+    out: dict[str, np.ndarray] = {}
+    for name, value in state.items():
+        if hasattr(value, "detach"):
+            value = value.detach().cpu().contiguous().numpy()
+        out[name] = _contiguous(value)
+    return out

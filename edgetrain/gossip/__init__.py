@@ -1,0 +1,1 @@
+"""Gossip training: GoSGD (the baseline); EdgeGossip and DLion build on it."""

@@ -1,0 +1,165 @@
+"""GoSGD: local SGD steps; after a step, with probability p, push weights and half of alpha to a
+random peer, which merges them (ALGORITHMS.md section 2, the baseline)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import zmq
+
+from edgetrain.comm import protocol
+from edgetrain.comm.wire import Message, arrays_from_state
+from edgetrain.gossip.mixing import check_compatible, merge_into
+from edgetrain.gossip.node import GossipNode
+from edgetrain.recipe import GossipSection
+from edgetrain.worker.client import CoordinatorClient
+from edgetrain.worker.trainer import LocalTrainer
+
+log = logging.getLogger(__name__)
+
+PROGRESS_INTERVAL_S = 0.5
+BARRIER_TIMEOUT_S = 3600.0
+
+
+class GoSGD:
+    """One GoSGD worker: trains locally, gossips, and follows the coordinator's phases."""
+
+    def __init__(
+        self,
+        trainer: LocalTrainer,
+        node: GossipNode,
+        client: CoordinatorClient,
+        cfg: GossipSection,
+        num_workers: int,
+        epochs: int,
+        eval_every: int,
+        seed: int,
+    ) -> None:
+        self.trainer = trainer
+        self.node = node
+        self.client = client
+        self.cfg = cfg
+        self.epochs = epochs
+        self.eval_every = eval_every
+        self.alpha = 1.0 / num_workers
+        self.rng = np.random.default_rng([seed, trainer.worker_id, 0x90551])
+        # Float entries of the state dict share storage with the model: merging updates it.
+        self.state = {k: v for k, v in trainer.model.state_dict().items() if v.is_floating_point()}
+        self.merged = 0
+        self.pushed = 0
+
+    # ------------------------------------------------------------------ gossip
+
+    def absorb(self) -> None:
+        """Merge every valid message waiting in the inbox."""
+        for msg in self.node.receive_all():
+            alpha = msg.meta.get("alpha")
+            reason = check_compatible(self.state, msg.tensors, alpha)
+            if reason is not None:
+                self.node.traffic.dropped[reason] += 1
+                continue
+            self.alpha = merge_into(self.state, self.alpha, msg.tensors, float(alpha))
+            self.merged += 1
+
+    def maybe_push(self, epoch: int, step: int) -> None:
+        peers = self.node.peers
+        if not peers or self.rng.random() >= self.cfg.probability:
+            return
+        target = peers[int(self.rng.integers(len(peers)))]
+        half = self.alpha / 2.0
+        msg = Message(
+            protocol.GOSSIP,
+            self.node.name,
+            self.node.run_id,
+            step,
+            epoch,
+            {"alpha": half},
+            arrays_from_state(self.state),
+        )
+        if self.node.send(target, msg):
+            self.alpha = half
+            self.pushed += 1
+
+    # ------------------------------------------------------------------ phases
+
+    def _metrics(self, losses: list[float], started: float, evaluate: bool) -> dict[str, Any]:
+        t = self.trainer
+        m: dict[str, Any] = {
+            "loss": float(np.mean(losses)) if losses else None,
+            "steps": t.steps,
+            "samples": t.num_samples,
+            "epoch_s": time.monotonic() - started,
+            "compute_s": t.times.compute_s,
+            "sleep_s": t.times.sleep_s,
+            "alpha": self.alpha,
+            "gossip_sent": self.pushed,
+            "gossip_merged": self.merged,
+            **self.node.traffic.as_dict(),
+        }
+        if evaluate:
+            acc, loss = t.evaluate()
+            m["test_accuracy"] = acc
+            m["test_loss"] = loss
+        return m
+
+    def train(self) -> None:
+        """All epochs, with the coordinator's barrier between them when it asks for one."""
+        last_progress = 0.0
+        for epoch in range(1, self.epochs + 1):
+            started = time.monotonic()
+            losses: list[float] = []
+            for xb, yb in self.trainer.batches(epoch):
+                self.absorb()
+                losses.append(self.trainer.step(xb, yb))
+                self.maybe_push(epoch, self.trainer.steps)
+                now = time.monotonic()
+                if now - last_progress >= PROGRESS_INTERVAL_S:
+                    last_progress = now
+                    self.client.send(
+                        protocol.PROGRESS,
+                        {"loss": losses[-1]},
+                        epoch=epoch,
+                        step=self.trainer.steps,
+                    )
+            evaluate = epoch % self.eval_every == 0 or epoch == self.epochs
+            metrics = self._metrics(losses, started, evaluate)
+            self.client.send(protocol.EPOCH_END, metrics, epoch=epoch, step=self.trainer.steps)
+            if self.cfg.sync_epochs and epoch < self.epochs:
+                self.client.wait_for(protocol.GO, BARRIER_TIMEOUT_S, self.node.inbox, self.absorb)
+
+    def finish(self) -> None:
+        """Report what was sent, drain what peers sent here, then hand in the final weights."""
+        sent = {str(k): v for k, v in self.node.sent.items()}
+        self.client.send(protocol.DONE, {"sent": sent}, epoch=self.epochs, step=self.trainer.steps)
+        drain = self.client.wait_for(
+            protocol.DRAIN, BARRIER_TIMEOUT_S, self.node.inbox, self.absorb
+        )
+        expect = drain.meta.get("expect")
+        expect = expect if isinstance(expect, int) and expect >= 0 else 0
+        deadline = time.monotonic() + self.cfg.drain_timeout_s
+        while self.node.received < expect and time.monotonic() < deadline:
+            if self.node.inbox.poll(200, zmq.POLLIN):
+                self.absorb()
+        if self.node.received < expect:
+            log.warning("drained %d of %d gossip messages", self.node.received, expect)
+        acc, loss = self.trainer.evaluate()
+        meta = {
+            "alpha": self.alpha,
+            "final_test_accuracy": acc,
+            "final_test_loss": loss,
+            "steps": self.trainer.steps,
+            "gossip_sent": self.pushed,
+            "gossip_merged": self.merged,
+            "gossip_expected": expect,
+            **self.node.traffic.as_dict(),
+        }
+        self.client.send(
+            protocol.FINAL,
+            meta,
+            epoch=self.epochs,
+            step=self.trainer.steps,
+            tensors=arrays_from_state(self.state),
+        )

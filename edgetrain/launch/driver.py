@@ -1,0 +1,297 @@
+"""The run driver: hosts the coordinator, starts and watches the workers, records everything.
+
+It never prints: it writes the run directory and hands events to an observer (the CLI's live
+progress). Whatever happens (success, a failed worker, Ctrl-C), the manifest records the
+status, and every worker process is gone when :func:`run` returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import edgetrain
+from edgetrain.comm.coordinator import Coordinator, Event
+from edgetrain.errors import RunError
+from edgetrain.launch.base import Launcher, WorkerSpec
+from edgetrain.launch.supervisor import Supervisor
+from edgetrain.recipe import Recipe
+from edgetrain.rundir import (
+    COORDINATOR_STEM,
+    JsonlWriter,
+    RunDir,
+    atomic_write_text,
+    git_revision,
+    now_iso,
+    worker_stem,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Observer(Protocol):
+    """Receives every event of a run as it happens (``t`` = seconds since the start)."""
+
+    def on_event(self, event: Event, t: float) -> None: ...
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    bind_host: str = "127.0.0.1"
+    announce_host: str | None = None
+    register_timeout_s: float = 300.0
+    stop_timeout_s: float = 30.0
+    poll_ms: int = 200
+
+
+@dataclass
+class RunOutcome:
+    status: str  # completed, failed, interrupted
+    error: str | None
+    summary: dict[str, Any]
+
+
+def _versions() -> dict[str, str]:
+    import numpy
+    import torch
+    import zmq
+
+    return {
+        "edgetrain": edgetrain.__version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "pyzmq": zmq.__version__,
+        "libzmq": zmq.zmq_version(),
+    }
+
+
+def initial_manifest(recipe: Recipe, run_id: str) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "name": recipe.run.name,
+        "status": "starting",
+        "error": None,
+        "seed": recipe.run.seed,
+        "start_time": now_iso(),
+        "end_time": None,
+        "wall_s": None,
+        "launcher_host": socket.gethostname(),
+        "command": sys.argv,
+        "git_revision": git_revision(),
+        "versions": _versions(),
+        "recipe": recipe.to_dict(),
+        "workers": [
+            {
+                "id": i,
+                "host": g.host,
+                "slowdown": g.slowdown,
+                "threads": g.threads,
+                "pid": None,
+                "status": "pending",
+            }
+            for i, g in enumerate(recipe.expanded_workers())
+        ],
+    }
+
+
+class _Recorder:
+    """Writes events to ``metrics/<worker>.jsonl`` and forwards them to the observer."""
+
+    def __init__(self, run_dir: RunDir, num_workers: int, observer: Observer | None) -> None:
+        self.t0 = time.monotonic()
+        self.observer = observer
+        self.files = {
+            i: JsonlWriter(run_dir.metrics_file(worker_stem(i))) for i in range(num_workers)
+        }
+        self.files[-1] = JsonlWriter(run_dir.metrics_file(COORDINATOR_STEM))
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def record(self, event: Event) -> None:
+        t = self.elapsed()
+        if event.kind != "progress":  # progress is for the live view only
+            row = {"t": round(t, 4), "event": event.kind}
+            if event.worker >= 0:
+                row["worker"] = event.worker
+            self.files[event.worker].write({**row, **event.data})
+        if self.observer is not None:
+            self.observer.on_event(event, t)
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+
+
+def _evaluate_average(recipe: Recipe, coord: Coordinator) -> dict[str, Any]:
+    """Evaluate the alpha-weighted average of the workers' final weights on the test split."""
+    import torch
+
+    from edgetrain.gossip.mixing import weighted_average
+    from edgetrain.worker.setup import build_run_model, load_run_data
+    from edgetrain.worker.trainer import evaluate
+
+    finals = [coord.finals[i] for i in sorted(coord.finals)]
+    avg = weighted_average([(f.alpha, f.weights) for f in finals])
+    data = load_run_data(recipe)
+    model = build_run_model(recipe, data)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in avg.items()}, strict=False)
+    acc, loss = evaluate(model, torch.from_numpy(data.x_test), torch.from_numpy(data.y_test))
+    return {
+        "test_accuracy": acc,
+        "test_loss": loss,
+        "workers": len(finals),
+        "alpha_sum": sum(f.alpha for f in finals),
+    }
+
+
+def _worker_specs(
+    recipe: Recipe, run_dir: RunDir, endpoint: str, run_id: str, opts: LaunchOptions
+) -> list[WorkerSpec]:
+    specs = []
+    for i, g in enumerate(recipe.expanded_workers()):
+        args = (
+            "worker",
+            "--coordinator",
+            endpoint,
+            "--worker-id",
+            str(i),
+            "--run-id",
+            run_id,
+            "--host-label",
+            g.host,
+            "--bind",
+            opts.bind_host,
+        )
+        env = {"OMP_NUM_THREADS": str(g.threads), "MKL_NUM_THREADS": str(g.threads)}
+        specs.append(WorkerSpec(i, g.host, args, run_dir.log_file(worker_stem(i)), env))
+    return specs
+
+
+def _check_workers(
+    coord: Coordinator,
+    sup: Supervisor,
+    events: list[Event],
+    run_dir: RunDir,
+    started: float,
+    opts: LaunchOptions,
+) -> None:
+    """Raise :class:`RunError` for a worker that failed, died, or never registered."""
+    for ev in events:
+        if ev.kind == "error":
+            log_path = run_dir.log_file(worker_stem(ev.worker))
+            raise RunError(f"worker {ev.worker} failed: {ev.data['message']} (log: {log_path})")
+    for wid, code in sup.newly_exited():
+        if coord.workers[wid].status != "final":
+            coord.mark_failed(wid, f"exited with code {code}")
+            log_path = run_dir.log_file(worker_stem(wid))
+            raise RunError(
+                f"worker {wid} (host {coord.workers[wid].host or 'local'}) exited with code "
+                f"{code} while the run was {coord.phase} (log: {log_path})"
+            )
+    if coord.phase == "registering" and time.monotonic() - started > opts.register_timeout_s:
+        missing = ", ".join(str(i) for i in coord.waiting_on())
+        raise RunError(
+            f"workers {missing} did not register within {opts.register_timeout_s:.0f} s "
+            f"(logs: {run_dir.logs})"
+        )
+
+
+def _ignore_sigint() -> Callable[[], None]:
+    """Ignore SIGINT until the returned function is called (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return lambda: signal.signal(signal.SIGINT, previous)
+
+
+def _worker_status(info_status: str, run_status: str) -> str:
+    if info_status == "final":
+        return "completed"
+    if info_status == "failed":
+        return "failed"
+    return "interrupted" if run_status == "interrupted" else "incomplete"
+
+
+def run(
+    recipe: Recipe,
+    recipe_text: str,
+    run_dir: RunDir,
+    launcher: Launcher,
+    observer: Observer | None = None,
+    opts: LaunchOptions | None = None,
+) -> RunOutcome:
+    """Run the recipe's workers to completion and write the run directory and its report."""
+    from edgetrain.report.summary import write_report
+
+    opts = opts or LaunchOptions()
+    run_id = uuid.uuid4().hex[:16]
+    manifest = initial_manifest(recipe, run_id)
+    atomic_write_text(run_dir.recipe, recipe_text)
+    run_dir.write_manifest(manifest)
+    rec = _Recorder(run_dir, recipe.num_workers, observer)
+    coord = Coordinator(
+        run_id,
+        recipe.to_dict(),
+        recipe.num_workers,
+        recipe.gossip.sync_epochs,
+        opts.bind_host,
+        opts.announce_host,
+    )
+    sup = Supervisor(launcher)
+    status, error = "running", None
+    try:
+        started = time.monotonic()
+        for spec in _worker_specs(recipe, run_dir, coord.endpoint, run_id, opts):
+            handle = sup.start(spec)
+            manifest["workers"][spec.worker_id]["pid"] = handle.pid
+        manifest.update(status="running", coordinator=coord.endpoint)
+        run_dir.write_manifest(manifest)
+        while not coord.finished:
+            events = coord.poll(opts.poll_ms)
+            for ev in events:
+                rec.record(ev)
+            _check_workers(coord, sup, events, run_dir, started, opts)
+        rec.record(Event(-1, "averaged", _evaluate_average(recipe, coord)))
+        coord.stop_all()
+        if not sup.wait_all(opts.stop_timeout_s):
+            log.warning("some workers did not exit within %.0f s of stop", opts.stop_timeout_s)
+        status = "completed"
+    except KeyboardInterrupt:
+        status, error = "interrupted", "interrupted by the user (Ctrl-C)"
+    except RunError as exc:
+        status, error = "failed", str(exc)
+    except Exception as exc:
+        status, error = "failed", f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        restore = _ignore_sigint()  # a second Ctrl-C must not cut the clean-up short
+        coord.stop_all()
+        sup.terminate_all()
+        coord.close()
+        rec.record(Event(-1, "end", {"status": status, "error": error}))
+        rec.close()
+        for w in manifest["workers"]:
+            w["status"] = _worker_status(coord.workers[w["id"]].status, status)
+            w["exit_code"] = sup.exit_codes.get(w["id"])
+            w["error"] = coord.workers[w["id"]].error
+        manifest.update(
+            status=status,
+            error=error,
+            end_time=now_iso(),
+            wall_s=round(rec.elapsed(), 3),
+            coordinator_traffic=coord.traffic.as_dict(),
+        )
+        run_dir.write_manifest(manifest)
+        restore()
+    return RunOutcome(status, error, write_report(run_dir))

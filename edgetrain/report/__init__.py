@@ -1,0 +1,1 @@
+"""Reports: a run's summary (JSON and Markdown) and its plots."""

@@ -1,0 +1,1 @@
+"""Worker processes: the coordinator client, the local trainer and the process entry point."""

@@ -1,0 +1,162 @@
+"""A worker process from start to exit: register, set up, train, hand in, stop.
+
+The process exits when the coordinator says stop, on SIGTERM/SIGINT, or when its standard input
+closes (the launcher, or the ssh session that started it, is gone): no worker outlives its run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import traceback
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import zmq
+
+from edgetrain.comm import protocol
+from edgetrain.comm.channel import Traffic
+from edgetrain.errors import EdgetrainError
+from edgetrain.recipe import Recipe, parse_recipe
+from edgetrain.worker.client import CoordinatorClient, StopRequested
+
+if TYPE_CHECKING:
+    from edgetrain.gossip.gosgd import GoSGD
+    from edgetrain.gossip.node import GossipNode
+
+log = logging.getLogger(__name__)
+
+SETUP_TIMEOUT_S = 600.0
+
+
+class Terminated(Exception):
+    """SIGTERM or SIGINT arrived, or standard input closed."""
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    raise Terminated(signal.Signals(signum).name)
+
+
+def _watch_stdin() -> None:
+    """Ask this process to stop when standard input reaches end of file."""
+    try:
+        while sys.stdin.buffer.read(4096):
+            pass
+    except (OSError, ValueError):
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _build(recipe: Recipe, worker_id: int, client: CoordinatorClient, node: GossipNode) -> GoSGD:
+    """Load this worker's partition, build the model and the technique's runner."""
+    import torch
+
+    from edgetrain.gossip.gosgd import GoSGD
+    from edgetrain.worker.setup import build_run_model, load_run_data, worker_indices
+    from edgetrain.worker.trainer import LocalTrainer, resolve_device
+
+    group = recipe.expanded_workers()[worker_id]
+    torch.set_num_threads(group.threads)
+    data = load_run_data(recipe)
+    mine = worker_indices(recipe, data, worker_id)
+    model = build_run_model(recipe, data)
+    trainer = LocalTrainer(
+        model,
+        data.x_train[mine],
+        data.y_train[mine],
+        data.x_test,
+        data.y_test,
+        recipe.train,
+        recipe.run.seed,
+        worker_id,
+        group.slowdown,
+        resolve_device(recipe.train.device),
+    )
+    log.info(
+        "%d training samples, model %s, slowdown %.2f",
+        len(mine),
+        recipe.model.name,
+        group.slowdown,
+    )
+    return GoSGD(
+        trainer,
+        node,
+        client,
+        recipe.gossip,
+        recipe.num_workers,
+        recipe.train.epochs,
+        recipe.train.eval_every,
+        recipe.run.seed,
+    )
+
+
+def run_worker(
+    coordinator: str,
+    worker_id: int,
+    run_id: str,
+    host_label: str | None = None,
+    bind_host: str = "127.0.0.1",
+    announce_host: str | None = None,
+    watch_stdin: bool = True,
+) -> int:
+    """Run one worker to completion. Returns the process exit code."""
+    from edgetrain.gossip.node import GossipNode
+
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s w{worker_id} %(levelname)s %(message)s"
+    )
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    if watch_stdin:
+        threading.Thread(target=_watch_stdin, daemon=True, name="stdin-watch").start()
+    ctx = zmq.Context()
+    traffic = Traffic()
+    client = CoordinatorClient(ctx, coordinator, worker_id, run_id, traffic)
+    node = GossipNode(ctx, worker_id, run_id, traffic, bind_host, announce_host)
+    code = 0
+    try:
+        client.send(
+            protocol.REGISTER,
+            {
+                "endpoint": node.endpoint,
+                "host": host_label or socket.gethostname(),
+                "pid": os.getpid(),
+            },
+        )
+        welcome = client.wait_for(protocol.WELCOME, SETUP_TIMEOUT_S)
+        recipe = parse_recipe(welcome.meta.get("recipe", {}), "recipe from the coordinator")
+        runner = _build(recipe, worker_id, client, node)
+        client.send(
+            protocol.READY,
+            {
+                "samples": runner.trainer.num_samples,
+                "steps_per_epoch": runner.trainer.steps_per_epoch,
+            },
+        )
+        start = client.wait_for(protocol.START, SETUP_TIMEOUT_S)
+        peers = start.meta.get("peers", {})
+        node.connect({int(k): str(v) for k, v in peers.items() if str(k).isdigit()})
+        runner.train()
+        runner.finish()
+        client.wait_for(protocol.STOP, SETUP_TIMEOUT_S)
+    except StopRequested:
+        log.info("stopped by the coordinator")
+    except Terminated as exc:
+        log.info("terminated (%s)", exc)
+        code = 143
+    except Exception as exc:  # noqa: BLE001 - failures travel back to the coordinator as data
+        message = str(exc) if isinstance(exc, EdgetrainError) else f"{type(exc).__name__}: {exc}"
+        log.error("failed: %s\n%s", message, traceback.format_exc())
+        with contextlib.suppress(zmq.ZMQError):
+            client.send(protocol.ERROR, {"message": message})
+        code = 1
+    finally:
+        node.close()
+        client.close()
+        ctx.term()
+    return code

@@ -1,0 +1,165 @@
+"""End to end: real worker processes gossiping over ZeroMQ on 127.0.0.1, and Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from edgetrain.rundir import read_jsonl
+from tests.procs import edgetrain_processes
+
+RECIPE = """
+[run]
+name = "{name}"
+seed = 1
+[data]
+dataset = "digits"
+partition = "{partition}"
+[model]
+name = "mlp"
+[train]
+epochs = {epochs}
+batch_size = 16
+lr = 0.05
+[gossip]
+probability = 0.3
+[[workers]]
+count = 2
+[[workers]]
+count = 1
+slowdown = {slowdown}
+"""
+
+
+def _recipe(tmp_path: Path, **kw: object) -> Path:
+    values = {"name": "t", "partition": "iid", "epochs": 12, "slowdown": 2.0, **kw}
+    path = tmp_path / "recipe.toml"
+    path.write_text(RECIPE.format(**values))
+    return path
+
+
+def _launch(recipe: Path, runs: Path, **popen: object) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edgetrain",
+            "launch",
+            str(recipe),
+            "--run-dir",
+            str(runs),
+            "--format",
+            "json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=runs.parent,
+        **popen,
+    )
+
+
+def _only_run(runs: Path) -> Path:
+    dirs = [p for p in runs.iterdir() if p.is_dir()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+@pytest.mark.timeout(240)
+def test_three_workers_gossip_on_digits(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    proc = _launch(_recipe(tmp_path), runs)
+    try:
+        out, err = proc.communicate(timeout=200)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
+    run = _only_run(runs)
+    assert summary["status"] == "completed"
+    assert summary["averaged_test_accuracy"] >= 0.9
+    assert [w["status"] for w in summary["workers"]] == ["completed"] * 3
+    assert all(w["final_test_accuracy"] > 0.8 for w in summary["workers"])
+    assert all(w["steps"] > 0 and w["bytes_sent"] > 0 for w in summary["workers"])
+    assert sum(w["gossip_merged"] for w in summary["workers"]) > 0
+    # the run directory holds every artifact the design names
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and manifest["end_time"]
+    assert manifest["recipe"]["train"]["epochs"] == 12 and manifest["versions"]["torch"]
+    assert (run / "recipe.toml").read_text().startswith("\n[run]")
+    for i in range(3):
+        epochs = [
+            e for e in read_jsonl(run / "metrics" / f"worker-{i}.jsonl") if e["event"] == "epoch"
+        ]
+        assert [e["epoch"] for e in epochs] == list(range(1, 13))
+        assert (run / "logs" / f"worker-{i}.log").is_file()
+    averaged = [
+        e for e in read_jsonl(run / "metrics" / "coordinator.jsonl") if e["event"] == "averaged"
+    ]
+    assert math.isclose(averaged[0]["alpha_sum"], 1.0, rel_tol=1e-9)  # no gossip mass lost
+    on_disk = json.loads((run / "report" / "summary.json").read_text())
+    assert on_disk["averaged_test_accuracy"] == summary["averaged_test_accuracy"]
+    for key in ("status", "wall_s", "averaged_test_accuracy", "workers"):
+        assert key in on_disk
+    for key in (
+        "id",
+        "host",
+        "final_test_accuracy",
+        "steps",
+        "bytes_sent",
+        "bytes_received",
+        "status",
+    ):
+        assert key in on_disk["workers"][0]
+    assert (run / "report" / "summary.md").is_file()
+    assert (run / "report" / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
+    assert edgetrain_processes(manifest["run_id"]) == {}
+
+
+@pytest.mark.timeout(240)
+def test_ctrl_c_stops_every_process_and_marks_the_run(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    proc = _launch(_recipe(tmp_path, epochs=100_000, slowdown=3.0), runs, start_new_session=True)
+    try:
+        # wait for the first completed epoch of every worker: training is under way
+        deadline = time.monotonic() + 120
+        run = None
+        while time.monotonic() < deadline:
+            dirs = [p for p in runs.iterdir() if p.is_dir()] if runs.exists() else []
+            if dirs:
+                run = dirs[0]
+                done = [
+                    any(
+                        e["event"] == "epoch"
+                        for e in read_jsonl(run / "metrics" / f"worker-{i}.jsonl")
+                    )
+                    for i in range(3)
+                ]
+                if all(done):
+                    break
+            assert proc.poll() is None, proc.communicate()[1]
+            time.sleep(0.2)
+        else:
+            pytest.fail("training did not start within 120 s")
+        run_id = json.loads((run / "manifest.json").read_text())["run_id"]
+        assert len(edgetrain_processes(run_id)) == 3
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and manifest["end_time"]
+    assert {w["status"] for w in manifest["workers"]} == {"interrupted"}
+    assert edgetrain_processes(run_id) == {}
+    assert json.loads((run / "report" / "summary.json").read_text())["status"] == "interrupted"

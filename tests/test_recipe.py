@@ -1,0 +1,132 @@
+"""Recipes: the quickstart loads; every bad input is one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgetrain.cli.app import main
+from edgetrain.errors import RecipeError
+from edgetrain.recipe import load_recipe, parse_recipe
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return int(exc.value.code or 0), out, err
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "r.toml"
+    p.write_text(text)
+    return p
+
+
+def test_quickstart_recipe_loads() -> None:
+    recipe, text = load_recipe(REPO / "recipes" / "quickstart.toml")
+    assert "[[workers]]" in text
+    assert [w.slowdown for w in recipe.expanded_workers()] == [1, 1, 2, 4]
+    assert recipe.train.technique == "gossip" and recipe.train.algorithm == "gosgd"
+    assert recipe.data.dataset == "digits"
+
+
+def test_defaults_and_round_trip() -> None:
+    r = parse_recipe({"workers": [{"count": 3}]})
+    assert r.num_workers == 3 and r.train.epochs >= 1 and r.data.partition == "iid"
+    assert parse_recipe(r.to_dict()) == r
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        (
+            "[train]\nepoch = 3\n[[workers]]\n",
+            "unknown key 'epoch' in [train]; did you mean 'epochs'",
+        ),
+        ("[train]\nepochs = 'ten'\n[[workers]]\n", "[train] epochs"),
+        ("[bogus]\nx = 1\n[[workers]]\n", "unknown key 'bogus'"),
+        ("[[workers]]\nslowdown = 0.5\n", "[[workers]] #1 slowdown"),
+        ("[[workers]]\n[[workers]]\ncolour = 'red'\n", "unknown key 'colour' in [[workers]] #2"),
+        (
+            "[data]\npartition = 'fractions'\nfractions = [0.5, 0.6]\n[[workers]]\ncount = 2\n",
+            "fractions must be positive and sum to 1",
+        ),
+        ("[data]\ndataset = 'mnist'\n[[workers]]\n", "needs root"),
+        ("[train]\nalgorithm = 'sgdx'\n[[workers]]\n", "algorithm 'sgdx'"),
+        ("[run]\nname = 'x'\n", "[[workers]]: missing; add"),
+        ("[run\nname = 'x'\n", "not valid TOML"),
+    ],
+)
+def test_bad_recipes_name_the_file_and_the_key(tmp_path, capsys, body, expected) -> None:
+    path = write(tmp_path, body)
+    with pytest.raises(RecipeError) as exc:
+        load_recipe(path)
+    assert expected in str(exc.value)
+    assert str(path) in str(exc.value)
+    code, out, err = run_cli(capsys, "launch", str(path), "--run-dir", str(tmp_path / "runs"))
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("error: ") and expected in err
+    assert not (tmp_path / "runs").exists()  # nothing half-written
+
+
+def test_missing_recipe_file(tmp_path, capsys) -> None:
+    code, _, err = run_cli(capsys, "launch", str(tmp_path / "nope.toml"))
+    assert code == 2 and "nope.toml" in err and "not found" in err and err.count("\n") == 1
+
+
+def test_missing_data_root_names_the_key(tmp_path, capsys) -> None:
+    path = write(
+        tmp_path, f"[data]\ndataset = 'mnist'\nroot = '{tmp_path / 'absent'}'\n[[workers]]\n"
+    )
+    code, _, err = run_cli(capsys, "launch", str(path))
+    assert code == 2 and "[data] root" in err and "absent" in err
+
+
+def test_usage_errors_are_one_line(capsys) -> None:
+    code, _, err = run_cli(capsys, "launch", "--no-such-flag", "x.toml")
+    assert code == 2 and err.count("\n") == 1 and "--no-such-flag" in err
+    code, _, err = run_cli(capsys, "no-such-command")
+    assert code == 2 and err.count("\n") == 1
+
+
+def test_real_process_prints_no_traceback(tmp_path) -> None:
+    path = write(tmp_path, "[train]\nepochs = -1\n[[workers]]\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "edgetrain", "launch", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+    assert "[train] epochs" in proc.stderr
+
+
+def test_version_and_env(capsys) -> None:
+    code, out, _ = run_cli(capsys, "--version")
+    assert code == 0 and out.startswith("edgetrain ")
+    import json
+
+    code, out, _ = run_cli(capsys, "env", "--format", "json")
+    report = json.loads(out)
+    assert code == 0
+    for key in (
+        "python",
+        "torch",
+        "torchvision",
+        "pyzmq",
+        "libzmq",
+        "numpy",
+        "edgetrain",
+        "cores",
+        "memory_bytes",
+        "cuda_available",
+    ):
+        assert key in report
