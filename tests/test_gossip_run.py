@@ -122,6 +122,17 @@ def test_three_workers_gossip_on_digits(tmp_path: Path) -> None:
     assert (run / "report" / "summary.md").is_file()
     assert (run / "report" / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
     assert edgetrain_processes(manifest["run_id"]) == {}
+    # `edgetrain report` rebuilds the same summary from the run directory alone
+    (run / "report" / "summary.json").unlink()
+    rep = subprocess.run(
+        [sys.executable, "-m", "edgetrain", "report", str(run), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(rep.stdout)["workers"] == summary["workers"]
+    assert (run / "report" / "summary.json").is_file()
 
 
 @pytest.mark.timeout(240)

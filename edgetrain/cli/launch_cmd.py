@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 from pathlib import Path
@@ -43,6 +44,11 @@ def launch(
     if name is not None:
         recipe = recipe.model_copy(update={"run": recipe.run.model_copy(update={"name": name})})
     rd = RunDir.create(run_dir if run_dir is not None else recipe.run.run_dir, recipe.run.name)
+    logging.basicConfig(
+        filename=rd.logs / "launcher.log",
+        level=logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
     say = err_console if fmt == OutputFormat.json else console
     say.print(f"run directory: [bold]{rd.path}[/]")
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)

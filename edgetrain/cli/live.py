@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -100,18 +101,13 @@ def summary_table(summary: dict[str, Any]) -> Table:
         title=f"{summary.get('name')}: [{colour}]{status}[/]  wall {wall_txt}",
         caption=f"{summary.get('technique')}/{summary.get('algorithm')} · {summary.get('model')} "
         f"on {summary.get('dataset')} · {summary.get('epochs')} epochs",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
     )
-    for col, kw in (
-        ("worker", {"justify": "right"}),
-        ("host", {}),
-        ("slowdown", {"justify": "right"}),
-        ("status", {}),
-        ("test acc", {"justify": "right"}),
-        ("steps", {"justify": "right"}),
-        ("sent", {"justify": "right"}),
-        ("received", {"justify": "right"}),
-    ):
-        table.add_column(col, **kw)
+    for col in ("worker", "host", "slow", "status", "test acc", "steps", "sent", "recv"):
+        left = col in ("host", "status")
+        table.add_column(col, justify="left" if left else "right", no_wrap=True)
     for w in summary.get("workers", []):
         acc = w.get("final_test_accuracy")
         table.add_row(
@@ -130,7 +126,7 @@ def summary_table(summary: dict[str, Any]) -> Table:
         "avg",
         "",
         "",
-        "averaged model",
+        "averaged",
         f"[bold]{avg:.4f}[/]" if isinstance(avg, (int, float)) else "-",
         "",
         human_bytes(summary.get("bytes_sent")),

@@ -76,6 +76,7 @@ class Coordinator:
         self.finals: dict[int, FinalState] = {}
         self.phase = "registering"  # registering, training, draining, finished, stopped
         self._epoch_ends: dict[int, set[int]] = {}
+        self._stopped = False
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 1000)
@@ -126,10 +127,14 @@ class Coordinator:
         return [i for i, w in self.workers.items() if w.status in want]
 
     def stop_all(self) -> None:
-        """Tell every registered worker to stop; harmless to call more than once."""
-        self.phase = "stopped" if self.phase != "finished" else self.phase
+        """Tell every registered worker to stop, once; later calls do nothing."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self.phase != "finished":
+            self.phase = "stopped"
         for info in self.workers.values():
-            if info.status not in ("pending",) and info.endpoint:
+            if info.endpoint:
                 self._send(info.id, protocol.STOP, {})
 
     def close(self) -> None:
@@ -147,8 +152,8 @@ class Coordinator:
                 identity=protocol.worker_name(worker_id).encode(),
                 flags=zmq.NOBLOCK,
             )
-        except (zmq.Again, zmq.ZMQError) as exc:
-            log.warning("could not send %s to worker %d: %s", kind, worker_id, exc)
+        except zmq.ZMQError as exc:  # the worker is gone or its queue is full
+            log.info("could not send %s to worker %d: %s", kind, worker_id, exc)
 
     def _handle(self, identity: bytes, msg: Message) -> list[Event]:
         wid = _worker_id(msg.sender)
