@@ -234,7 +234,19 @@ def load_recipe(path: str | os.PathLike[str], check_paths: bool = True) -> tuple
     recipe = parse_recipe(data, str(p))
     if check_paths:
         check_recipe_paths(recipe, str(p))
+        check_recipe_model(recipe, str(p))
     return recipe, text
+
+
+def check_recipe_model(recipe: Recipe, source: str) -> None:
+    """Check the model name and options before any worker starts."""
+    from edgetrain.errors import ModelError
+    from edgetrain.models.zoo import check_model_config
+
+    try:
+        check_model_config(recipe.model.name, recipe.model.options)
+    except ModelError as exc:
+        raise RecipeError(f"{source}: [model] {exc}") from None
 
 
 def check_recipe_paths(recipe: Recipe, source: str) -> None:

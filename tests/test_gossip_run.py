@@ -135,32 +135,43 @@ def test_three_workers_gossip_on_digits(tmp_path: Path) -> None:
     assert (run / "report" / "summary.json").is_file()
 
 
+def _wait_for_training(runs: Path, proc: subprocess.Popen[str], workers: int = 3) -> Path:
+    """Wait until every worker has finished an epoch; return the run directory."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        dirs = [p for p in runs.iterdir() if p.is_dir()] if runs.exists() else []
+        if dirs and all(
+            any(
+                e["event"] == "epoch" for e in read_jsonl(dirs[0] / "metrics" / f"worker-{i}.jsonl")
+            )
+            for i in range(workers)
+        ):
+            return dirs[0]
+        assert proc.poll() is None, proc.communicate()[1]
+        time.sleep(0.2)
+    pytest.fail("training did not start within 120 s")
+
+
+def _workers(run: Path) -> tuple[str, dict[int, int]]:
+    """The run id and each worker's pid, from the manifest."""
+    manifest = json.loads((run / "manifest.json").read_text())
+    return manifest["run_id"], {w["id"]: w["pid"] for w in manifest["workers"]}
+
+
+def _wait_gone(run_id: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while edgetrain_processes(run_id) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert edgetrain_processes(run_id) == {}
+
+
 @pytest.mark.timeout(240)
 def test_ctrl_c_stops_every_process_and_marks_the_run(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     proc = _launch(_recipe(tmp_path, epochs=100_000, slowdown=3.0), runs, start_new_session=True)
     try:
-        # wait for the first completed epoch of every worker: training is under way
-        deadline = time.monotonic() + 120
-        run = None
-        while time.monotonic() < deadline:
-            dirs = [p for p in runs.iterdir() if p.is_dir()] if runs.exists() else []
-            if dirs:
-                run = dirs[0]
-                done = [
-                    any(
-                        e["event"] == "epoch"
-                        for e in read_jsonl(run / "metrics" / f"worker-{i}.jsonl")
-                    )
-                    for i in range(3)
-                ]
-                if all(done):
-                    break
-            assert proc.poll() is None, proc.communicate()[1]
-            time.sleep(0.2)
-        else:
-            pytest.fail("training did not start within 120 s")
-        run_id = json.loads((run / "manifest.json").read_text())["run_id"]
+        run = _wait_for_training(runs, proc)
+        run_id, _ = _workers(run)
         assert len(edgetrain_processes(run_id)) == 3
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
         _, err = proc.communicate(timeout=60)
@@ -174,3 +185,41 @@ def test_ctrl_c_stops_every_process_and_marks_the_run(tmp_path: Path) -> None:
     assert {w["status"] for w in manifest["workers"]} == {"interrupted"}
     assert edgetrain_processes(run_id) == {}
     assert json.loads((run / "report" / "summary.json").read_text())["status"] == "interrupted"
+
+
+@pytest.mark.timeout(240)
+def test_a_dead_worker_fails_the_run_cleanly(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    proc = _launch(_recipe(tmp_path, epochs=100_000, slowdown=3.0), runs, start_new_session=True)
+    try:
+        run = _wait_for_training(runs, proc)
+        run_id, pids = _workers(run)
+        os.kill(pids[1], signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 1
+    assert err.strip().splitlines()[-1].startswith("error: run failed: worker 1")
+    assert "was killed by SIGKILL" in err and "Traceback" not in err
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and "worker 1" in manifest["error"]
+    assert [w["status"] for w in manifest["workers"]] == ["incomplete", "failed", "incomplete"]
+    summary = json.loads((run / "report" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["workers"][0]["steps"] > 0  # kept
+    assert edgetrain_processes(run_id) == {}
+
+
+@pytest.mark.timeout(240)
+def test_workers_exit_when_the_launcher_is_killed(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    proc = _launch(_recipe(tmp_path, epochs=100_000, slowdown=3.0), runs, start_new_session=True)
+    try:
+        run = _wait_for_training(runs, proc)
+        run_id, _ = _workers(run)
+        proc.kill()  # SIGKILL: no clean-up code runs in the launcher
+        proc.communicate(timeout=30)
+        _wait_gone(run_id)  # each worker sees its stdin close and exits by itself
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)

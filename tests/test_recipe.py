@@ -61,6 +61,11 @@ def test_defaults_and_round_trip() -> None:
         ("[train]\nalgorithm = 'sgdx'\n[[workers]]\n", "algorithm 'sgdx'"),
         ("[run]\nname = 'x'\n", "[[workers]]: missing; add"),
         ("[run\nname = 'x'\n", "not valid TOML"),
+        ("[model]\nname = 'resnet19'\n[[workers]]\n", "[model] unknown model 'resnet19'"),
+        (
+            "[model]\nname = 'mlp'\noptions = { depth = 3 }\n[[workers]]\n",
+            "[model] model 'mlp' has no option 'depth'",
+        ),
     ],
 )
 def test_bad_recipes_name_the_file_and_the_key(tmp_path, capsys, body, expected) -> None:

@@ -193,11 +193,12 @@ def _check_workers(
             raise RunError(f"worker {ev.worker} failed: {ev.data['message']} (log: {log_path})")
     for wid, code in sup.newly_exited():
         if coord.workers[wid].status != "final":
-            coord.mark_failed(wid, f"exited with code {code}")
+            how = _describe_exit(code)
+            coord.mark_failed(wid, how)
             log_path = run_dir.log_file(worker_stem(wid))
             raise RunError(
-                f"worker {wid} (host {coord.workers[wid].host or 'local'}) exited with code "
-                f"{code} while the run was {coord.phase} (log: {log_path})"
+                f"worker {wid} (host {coord.workers[wid].host or 'local'}) {how} "
+                f"while the run was {coord.phase} (log: {log_path})"
             )
     if coord.phase == "registering" and time.monotonic() - started > opts.register_timeout_s:
         missing = ", ".join(str(i) for i in coord.waiting_on())
@@ -213,6 +214,15 @@ def _ignore_sigint() -> Callable[[], None]:
         return lambda: None
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     return lambda: signal.signal(signal.SIGINT, previous)
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
 
 
 def _worker_status(info_status: str, run_status: str) -> str:

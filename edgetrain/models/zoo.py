@@ -113,6 +113,26 @@ def _replicate_small_feature_maps(model: nn.Module, input_shape: tuple[int, int,
         model.avgpool = nn.Upsample(size=size, mode="nearest")  # type: ignore[assignment]
 
 
+def check_model_config(name: str, options: Mapping[str, Any] | None = None) -> None:
+    """Raise :class:`ModelError` for an unknown model or option, without building anything."""
+    if name not in DESCRIPTIONS:
+        close = difflib.get_close_matches(name, MODEL_NAMES, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(MODEL_NAMES)}"
+        raise ModelError(f"unknown model '{name}'", hint)
+    fn = _SMALL.get(name)
+    valid = (
+        [p for p in inspect.signature(fn).parameters if p not in ("input_shape", "num_classes")]
+        if fn is not None
+        else []
+    )
+    for key in options or {}:
+        if key not in valid:
+            raise ModelError(
+                f"model '{name}' has no option '{key}'",
+                f"valid options: {', '.join(valid) or 'none'}",
+            )
+
+
 def build_model(
     name: str,
     input_shape: tuple[int, int, int],
@@ -121,27 +141,12 @@ def build_model(
 ) -> nn.Module:
     """Build ``name`` with random initialisation for ``input_shape`` (C, H, W) and classes."""
     options = dict(options or {})
-    if name not in DESCRIPTIONS:
-        close = difflib.get_close_matches(name, MODEL_NAMES, n=1)
-        hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(MODEL_NAMES)}"
-        raise ModelError(f"unknown model '{name}'", hint)
+    check_model_config(name, options)
     if name in _SMALL:
-        fn = _SMALL[name]
-        valid = [
-            p for p in inspect.signature(fn).parameters if p not in ("input_shape", "num_classes")
-        ]
-        for key in options:
-            if key not in valid:
-                raise ModelError(
-                    f"model '{name}' has no option '{key}'",
-                    f"valid options: {', '.join(valid) or 'none'}",
-                )
         try:
-            return fn(input_shape, num_classes, **options)
+            return _SMALL[name](input_shape, num_classes, **options)
         except (TypeError, ValueError, RuntimeError) as exc:
             raise ModelError(f"model '{name}' cannot be built with {options}: {exc}") from None
-    if options:
-        raise ModelError(f"model '{name}' takes no options (got {', '.join(options)})")
     try:
         return _torchvision(name, input_shape, num_classes)
     except RuntimeError as exc:
