@@ -5,18 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
-from edgetrain.cli.app import main
+from tests.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
 
 
 def test_data_inspect_recipe_text_and_json(capsys) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -9,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -165,19 +167,27 @@ def _wait_gone(run_id: str, timeout: float = 30) -> None:
     assert edgetrain_processes(run_id) == {}
 
 
-@pytest.mark.timeout(240)
-def test_ctrl_c_stops_every_process_and_marks_the_run(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def _long_run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path, str, dict[int, int]]]:
+    """A long 3-worker run, in training; the launcher is always reaped afterwards."""
     runs = tmp_path / "runs"
     proc = _launch(_recipe(tmp_path, epochs=100_000, slowdown=3.0), runs, start_new_session=True)
     try:
         run = _wait_for_training(runs, proc)
-        run_id, _ = _workers(run)
-        assert len(edgetrain_processes(run_id)) == 3
-        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
-        _, err = proc.communicate(timeout=60)
+        run_id, pids = _workers(run)
+        yield proc, run, run_id, pids
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=30)
+
+
+@pytest.mark.timeout(240)
+def test_ctrl_c_stops_every_process_and_marks_the_run(tmp_path: Path) -> None:
+    with _long_run(tmp_path) as (proc, run, run_id, _):
+        assert len(edgetrain_processes(run_id)) == 3
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     manifest = json.loads((run / "manifest.json").read_text())
@@ -189,16 +199,9 @@ def test_ctrl_c_stops_every_process_and_marks_the_run(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(240)
 def test_a_dead_worker_fails_the_run_cleanly(tmp_path: Path) -> None:
-    runs = tmp_path / "runs"
-    proc = _launch(_recipe(tmp_path, epochs=100_000, slowdown=3.0), runs, start_new_session=True)
-    try:
-        run = _wait_for_training(runs, proc)
-        run_id, pids = _workers(run)
+    with _long_run(tmp_path) as (proc, run, run_id, pids):
         os.kill(pids[1], signal.SIGKILL)
         _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 1
     assert err.strip().splitlines()[-1].startswith("error: run failed: worker 1")
     assert "was killed by SIGKILL" in err and "Traceback" not in err
@@ -212,14 +215,7 @@ def test_a_dead_worker_fails_the_run_cleanly(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(240)
 def test_workers_exit_when_the_launcher_is_killed(tmp_path: Path) -> None:
-    runs = tmp_path / "runs"
-    proc = _launch(_recipe(tmp_path, epochs=100_000, slowdown=3.0), runs, start_new_session=True)
-    try:
-        run = _wait_for_training(runs, proc)
-        run_id, _ = _workers(run)
+    with _long_run(tmp_path) as (proc, _, run_id, _):
         proc.kill()  # SIGKILL: no clean-up code runs in the launcher
         proc.communicate(timeout=30)
         _wait_gone(run_id)  # each worker sees its stdin close and exits by itself
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)

@@ -8,18 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from edgetrain.cli.app import main
 from edgetrain.errors import RecipeError
 from edgetrain.recipe import load_recipe, parse_recipe
+from tests.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
 
 
 def write(tmp_path: Path, text: str) -> Path:

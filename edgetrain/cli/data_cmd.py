@@ -37,8 +37,9 @@ def inspect(
       edgetrain data inspect --dataset mnist --root DIR --workers 4 \\
           --partition dirichlet --alpha 0.3
     """
-    from edgetrain.data import load_dataset, partition_indices, partition_stats
+    from edgetrain.data import partition_stats
     from edgetrain.recipe import load_recipe, parse_recipe
+    from edgetrain.worker.setup import load_run_data, partitions
 
     base: dict[str, Any] = {"workers": [{"count": 4}]}
     if recipe_path is not None:
@@ -57,15 +58,8 @@ def inspect(
     if seed is not None:
         base.setdefault("run", {})["seed"] = seed
     recipe = parse_recipe({**base, "data": data}, str(recipe_path or "command line"))
-    ds = load_dataset(recipe.data, recipe.run.seed)
-    parts = partition_indices(
-        ds.y_train,
-        recipe.num_workers,
-        recipe.data.partition,
-        recipe.run.seed,
-        alpha=recipe.data.alpha,
-        fractions=recipe.data.fractions,
-    )
+    ds = load_run_data(recipe)
+    parts = partitions(recipe, ds)
     report = {
         "dataset": ds.name,
         "input_shape": list(ds.input_shape),

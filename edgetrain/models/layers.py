@@ -10,7 +10,7 @@ layer per module, so that the specs always cover every parameter exactly once.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -102,22 +102,18 @@ def layer_specs(model: nn.Module, input_shape: tuple[int, int, int]) -> list[Lay
             pending = []
         elif not any(True for _ in module.children()):
             pending.append(name)
-    if pending and specs:  # trailing parameter-free modules join the last layer
-        last = specs[-1]
-        specs[-1] = LayerSpec(
-            last.name,
-            last.kind,
-            last.params,
-            last.param_shapes,
-            last.param_bytes,
-            last.num_params,
-            last.folded + tuple(pending),
-        )
+    fold_trailing(specs, pending)
     for name, module in modules.items():  # modules that never ran, and the root's own params
         params = own_params(name)
         if params:
             specs.append(_spec(name or "<root>", type(module).__name__, params, []))
     return specs
+
+
+def fold_trailing(specs: list[LayerSpec], pending: list[str]) -> None:
+    """Fold trailing parameter-free modules into the last layer, in place."""
+    if pending and specs:
+        specs[-1] = replace(specs[-1], folded=specs[-1].folded + tuple(pending))
 
 
 def model_summary(specs: list[LayerSpec]) -> dict[str, int]:

@@ -13,7 +13,7 @@ import numpy as np
 from torch import nn
 
 from edgetrain.errors import ModelError
-from edgetrain.models.layers import LayerSpec
+from edgetrain.models.layers import LayerSpec, fold_trailing
 
 # Inputs of these ops are shapes, sizes or scales, never trainable parameters.
 _NON_PARAMETRIC_OPS = {
@@ -126,15 +126,5 @@ def onnx_layer_specs(path: Path) -> list[LayerSpec]:
             )
         )
         pending = []
-    if pending and specs:
-        last = specs[-1]
-        specs[-1] = LayerSpec(
-            last.name,
-            last.kind,
-            last.params,
-            last.param_shapes,
-            last.param_bytes,
-            last.num_params,
-            last.folded + tuple(pending),
-        )
+    fold_trailing(specs, pending)
     return specs

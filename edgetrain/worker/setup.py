@@ -20,11 +20,11 @@ def load_run_data(recipe: Recipe) -> Dataset:
     return load_dataset(recipe.data, recipe.run.seed)
 
 
-def worker_indices(recipe: Recipe, data: Dataset, worker_id: int) -> np.ndarray:
-    """Indices into the training split that this worker trains on."""
+def partitions(recipe: Recipe, data: Dataset) -> list[np.ndarray]:
+    """The recipe's partition of the training split: one index array per worker."""
     from edgetrain.data import partition_indices
 
-    parts = partition_indices(
+    return partition_indices(
         data.y_train,
         recipe.num_workers,
         recipe.data.partition,
@@ -32,7 +32,11 @@ def worker_indices(recipe: Recipe, data: Dataset, worker_id: int) -> np.ndarray:
         alpha=recipe.data.alpha,
         fractions=recipe.data.fractions,
     )
-    return parts[worker_id]
+
+
+def worker_indices(recipe: Recipe, data: Dataset, worker_id: int) -> np.ndarray:
+    """Indices into the training split that this worker trains on."""
+    return partitions(recipe, data)[worker_id]
 
 
 def build_run_model(recipe: Recipe, data: Dataset) -> nn.Module:
