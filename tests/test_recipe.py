@@ -86,6 +86,22 @@ def test_missing_data_root_names_the_key(tmp_path, capsys) -> None:
     assert code == 2 and "[data] root" in err and "absent" in err
 
 
+def test_bad_data_fails_before_anything_starts(tmp_path, capsys) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    body = f"[data]\ndataset = 'mnist'\nroot = '{empty}'\n[[workers]]\n"
+    code, _, err = run_cli(
+        capsys, "launch", str(write(tmp_path, body)), "--run-dir", str(tmp_path / "runs")
+    )
+    assert code == 2 and err.count("\n") == 1 and "no mnist IDX files" in err
+    body = "[data]\nmax_samples = 3\n[[workers]]\ncount = 4\n"
+    code, _, err = run_cli(
+        capsys, "launch", str(write(tmp_path, body)), "--run-dir", str(tmp_path / "runs")
+    )
+    assert code == 2 and "cannot split 3 samples across 4 workers" in err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_usage_errors_are_one_line(capsys) -> None:
     code, _, err = run_cli(capsys, "launch", "--no-such-flag", "x.toml")
     assert code == 2 and err.count("\n") == 1 and "--no-such-flag" in err

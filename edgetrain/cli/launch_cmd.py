@@ -43,6 +43,7 @@ def launch(
     recipe, text = load_recipe(recipe_path)
     if name is not None:
         recipe = recipe.model_copy(update={"run": recipe.run.model_copy(update={"name": name})})
+    data = driver.preflight(recipe)  # bad data or model: exit 2, nothing started or written
     rd = RunDir.create(run_dir if run_dir is not None else recipe.run.run_dir, recipe.run.name)
     logging.basicConfig(
         filename=rd.logs / "launcher.log",
@@ -53,10 +54,10 @@ def launch(
     say.print(f"run directory: [bold]{rd.path}[/]")
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     if fmt == OutputFormat.json:
-        outcome = driver.run(recipe, text, rd, LocalLauncher())
+        outcome = driver.run(recipe, text, rd, LocalLauncher(), data)
     else:
         with LiveProgress(recipe, console) as live:
-            outcome = driver.run(recipe, text, rd, LocalLauncher(), observer=live)
+            outcome = driver.run(recipe, text, rd, LocalLauncher(), data, observer=live)
     emit(outcome.summary, fmt, lambda: console.print(summary_table(outcome.summary)))
     say.print(f"run directory: [bold]{rd.path}[/]  (report: {rd.report})")
     if outcome.status == "interrupted":

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import edgetrain
 from edgetrain.comm.coordinator import Coordinator, Event
@@ -34,6 +34,9 @@ from edgetrain.rundir import (
     now_iso,
     worker_stem,
 )
+
+if TYPE_CHECKING:
+    from edgetrain.data import Dataset
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +89,7 @@ def initial_manifest(recipe: Recipe, run_id: str) -> dict[str, Any]:
         "end_time": None,
         "wall_s": None,
         "launcher_host": socket.gethostname(),
+        "hosts": sorted({g.host for g in recipe.workers}),
         "command": sys.argv,
         "git_revision": git_revision(),
         "versions": _versions(),
@@ -133,17 +137,27 @@ class _Recorder:
             f.close()
 
 
-def _evaluate_average(recipe: Recipe, coord: Coordinator) -> dict[str, Any]:
+def preflight(recipe: Recipe) -> Dataset:
+    """Check on this machine, before anything starts, that the data loads, splits across the
+    workers and fits the model. Raises :class:`~edgetrain.errors.EdgetrainError` (exit 2)."""
+    from edgetrain.worker.setup import build_run_model, load_run_data, partitions
+
+    data = load_run_data(recipe)
+    partitions(recipe, data)
+    build_run_model(recipe, data)
+    return data
+
+
+def _evaluate_average(recipe: Recipe, data: Dataset, coord: Coordinator) -> dict[str, Any]:
     """Evaluate the alpha-weighted average of the workers' final weights on the test split."""
     import torch
 
     from edgetrain.gossip.mixing import weighted_average
-    from edgetrain.worker.setup import build_run_model, load_run_data
+    from edgetrain.worker.setup import build_run_model
     from edgetrain.worker.trainer import evaluate
 
     finals = [coord.finals[i] for i in sorted(coord.finals)]
     avg = weighted_average([(f.alpha, f.weights) for f in finals])
-    data = load_run_data(recipe)
     model = build_run_model(recipe, data)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in avg.items()}, strict=False)
     acc, loss = evaluate(model, torch.from_numpy(data.x_test), torch.from_numpy(data.y_test))
@@ -238,10 +252,14 @@ def run(
     recipe_text: str,
     run_dir: RunDir,
     launcher: Launcher,
+    data: Dataset,
     observer: Observer | None = None,
     opts: LaunchOptions | None = None,
 ) -> RunOutcome:
-    """Run the recipe's workers to completion and write the run directory and its report."""
+    """Run the recipe's workers to completion and write the run directory and its report.
+
+    ``data`` is the run's dataset as :func:`preflight` loaded it; the averaged model is
+    evaluated on its test split."""
     from edgetrain.report.summary import write_report
 
     opts = opts or LaunchOptions()
@@ -272,7 +290,7 @@ def run(
             for ev in events:
                 rec.record(ev)
             _check_workers(coord, sup, events, run_dir, started, opts)
-        rec.record(Event(-1, "averaged", _evaluate_average(recipe, coord)))
+        rec.record(Event(-1, "averaged", _evaluate_average(recipe, data, coord)))
         coord.stop_all()
         if not sup.wait_all(opts.stop_timeout_s):
             log.warning("some workers did not exit within %.0f s of stop", opts.stop_timeout_s)
