@@ -242,10 +242,14 @@ def frames_nbytes(frames: Sequence[Any]) -> int:
 
 
 def arrays_from_state(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Turn a mapping of torch tensors (or arrays) into contiguous CPU numpy arrays."""
+    """Snapshot a mapping of torch tensors (or arrays) as owned, contiguous CPU numpy arrays.
+
+    A copy is needed: frames are sent zero-copy, so ZeroMQ may still be reading them after
+    ``send`` returns, while training goes on updating the live tensors in place.
+    """
     out: dict[str, np.ndarray] = {}
     for name, value in state.items():
         if hasattr(value, "detach"):
-            value = value.detach().cpu().contiguous().numpy()
-        out[name] = _contiguous(value)
+            value = value.detach().cpu().numpy()
+        out[name] = np.array(value, order="C", copy=True)
     return out

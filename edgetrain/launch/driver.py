@@ -128,7 +128,7 @@ class _Recorder:
             row = {"t": round(t, 4), "event": event.kind}
             if event.worker >= 0:
                 row["worker"] = event.worker
-            self.files[event.worker].write({**row, **event.data})
+            self.files[event.worker].write({**event.data, **row})  # ours win over a peer's keys
         if self.observer is not None:
             self.observer.on_event(event, t)
 

@@ -11,7 +11,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 import threading
 import traceback
 from types import FrameType
@@ -43,11 +42,15 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 
 def _watch_stdin() -> None:
-    """Ask this process to stop when standard input reaches end of file."""
+    """Ask this process to stop when standard input reaches end of file.
+
+    Reads file descriptor 0 directly: a daemon thread blocked in ``sys.stdin``'s buffered
+    reader would hold its lock and abort the interpreter at exit.
+    """
     try:
-        while sys.stdin.buffer.read(4096):
+        while os.read(0, 4096):
             pass
-    except (OSError, ValueError):
+    except OSError:
         pass
     os.kill(os.getpid(), signal.SIGTERM)
 
@@ -78,9 +81,10 @@ def _build(recipe: Recipe, worker_id: int, client: CoordinatorClient, node: Goss
         resolve_device(recipe.train.device),
     )
     log.info(
-        "%d training samples, model %s, slowdown %.2f",
+        "%d training samples, model %s on %s, slowdown %.2f",
         len(mine),
         recipe.model.name,
+        trainer.device,
         group.slowdown,
     )
     return GoSGD(
