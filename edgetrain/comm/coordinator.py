@@ -38,11 +38,12 @@ class WorkerInfo:
 
 @dataclass
 class Event:
-    """Something that happened, for the caller to log, show or act on."""
+    """Something that happened (``at``: time.monotonic() when it did), for the caller."""
 
     worker: int
     kind: str
     data: dict[str, Any]
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -86,21 +87,19 @@ class Coordinator:
     # ------------------------------------------------------------------ public
 
     def poll(self, timeout_ms: int) -> list[Event]:
-        """Handle every message that arrives within ``timeout_ms``; return what happened."""
+        """Wait up to ``timeout_ms`` for a message, then handle all that are waiting."""
         events: list[Event] = []
-        deadline = time.monotonic() + timeout_ms / 1000
-        wait = timeout_ms
-        while self._sock.poll(wait, zmq.POLLIN):
+        if not self._sock.poll(timeout_ms, zmq.POLLIN):
+            return events
+        while True:
             got = channel.recv(
                 self._sock, self.run_id, protocol.TO_COORDINATOR, self.traffic, router=True
             )
             if got is not None:
                 identity, msg = got
                 events.extend(self._handle(identity or b"", msg))
-            wait = max(0, int((deadline - time.monotonic()) * 1000))
-            if wait == 0:
-                break
-        return events
+            if not self._sock.poll(0, zmq.POLLIN):
+                return events
 
     @property
     def alive(self) -> list[int]:

@@ -123,7 +123,7 @@ class _Recorder:
         return time.monotonic() - self.t0
 
     def record(self, event: Event) -> None:
-        t = self.elapsed()
+        t = event.at - self.t0
         if event.kind != "progress":  # progress is for the live view only
             row = {"t": round(t, 4), "event": event.kind}
             if event.worker >= 0:
