@@ -92,7 +92,7 @@ def encode(msg: Message) -> list[bytes | memoryview]:
         dname = a.dtype.name
         if dname not in DTYPES:
             raise WireError("bad_dtype", f"cannot send dtype {dname} for tensor {name!r}")
-        view = memoryview(a.reshape(-1).view(np.uint8)) if a.size else memoryview(b"")
+        view = a.reshape(-1).view(np.uint8).data if a.size else memoryview(b"")
         n = _chunks(a.nbytes)
         specs.append(
             {
@@ -189,7 +189,8 @@ def decode(
             raise WireError("bad_tensor", "tensor name must be a short string")
         if name in tensors:
             raise WireError("bad_tensor", f"duplicate tensor {name!r}")
-        dtype = DTYPES.get(spec.get("dtype")) if isinstance(spec.get("dtype"), str) else None
+        dname = spec.get("dtype")
+        dtype = DTYPES.get(dname) if isinstance(dname, str) else None
         if dtype is None:
             raise WireError("bad_dtype", f"dtype {str(spec.get('dtype'))[:20]!r} not allowed")
         shape = spec.get("shape")

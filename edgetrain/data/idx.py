@@ -9,7 +9,14 @@ import numpy as np
 
 from edgetrain.errors import DataError
 
-_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+_DTYPES: dict[int, str] = {
+    0x08: "u1",
+    0x09: "i1",
+    0x0B: ">i2",
+    0x0C: ">i4",
+    0x0D: ">f4",
+    0x0E: ">f8",
+}
 _MAX_BYTES = 2**31
 
 

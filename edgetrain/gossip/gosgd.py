@@ -61,6 +61,7 @@ class GoSGD:
             if reason is not None:
                 self.node.traffic.dropped[reason] += 1
                 continue
+            assert isinstance(alpha, (int, float))  # check_compatible made sure
             self.alpha = merge_into(self.state, self.alpha, msg.tensors, float(alpha))
             self.merged += 1
 

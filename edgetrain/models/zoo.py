@@ -63,20 +63,15 @@ def _adapt_channels(model: nn.Module, channels: int) -> None:
     parent, attr, conv = _first_conv(model)
     if conv.in_channels == channels:
         return
-    new = nn.Conv2d(
-        channels,
-        conv.out_channels,
-        conv.kernel_size,
-        conv.stride,
-        conv.padding,
-        conv.dilation,
-        conv.groups,
-        conv.bias is not None,
-    )
-    if isinstance(parent, nn.Sequential) or attr.isdigit():
-        parent[int(attr)] = new  # type: ignore[index]
-    else:
-        setattr(parent, attr, new)
+    settings: dict[str, Any] = {
+        "kernel_size": conv.kernel_size,
+        "stride": conv.stride,
+        "padding": conv.padding,
+        "dilation": conv.dilation,
+        "groups": conv.groups,
+        "bias": conv.bias is not None,
+    }
+    setattr(parent, attr, nn.Conv2d(channels, conv.out_channels, **settings))
 
 
 def _torchvision(name: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
@@ -108,9 +103,9 @@ def _replicate_small_feature_maps(model: nn.Module, input_shape: tuple[int, int,
     with torch.no_grad():
         fmap = features(torch.zeros(1, *input_shape)).shape[-2:]
     if tuple(fmap) == (1, 1):
-        out = pool.output_size
+        out: Any = pool.output_size
         size = (out, out) if isinstance(out, int) else tuple(out)
-        model.avgpool = nn.Upsample(size=size, mode="nearest")  # type: ignore[assignment]
+        model.avgpool = nn.Upsample(size=size, mode="nearest")
 
 
 def check_model_config(name: str, options: Mapping[str, Any] | None = None) -> None:
