@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from edgetrain.errors import RecipeError
 
-DATASETS = ("digits", "mnist", "fashion-mnist", "cifar10", "synthetic")
 TECHNIQUES: dict[str, tuple[str, ...]] = {"gossip": ("gosgd",)}
 
 

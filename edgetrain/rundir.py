@@ -104,10 +104,6 @@ class RunDir:
     def report(self) -> Path:
         return self.path / "report"
 
-    @property
-    def checkpoints(self) -> Path:
-        return self.path / "checkpoints"
-
     def metrics_file(self, name: str) -> Path:
         return self.metrics / f"{name}.jsonl"
 
@@ -162,12 +158,6 @@ class RunDir:
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         atomic_write_json(self.manifest, manifest)
-
-    def update_manifest(self, **fields: Any) -> dict[str, Any]:
-        m = self.read_manifest()
-        m.update(fields)
-        self.write_manifest(m)
-        return m
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -237,11 +237,6 @@ def decode(
     )
 
 
-def frames_nbytes(frames: Sequence[Any]) -> int:
-    """Total bytes of a list of frames, as counted for traffic statistics."""
-    return sum(len(_buf(f)) for f in frames)
-
-
 def arrays_from_state(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Snapshot a mapping of torch tensors (or arrays) as owned, contiguous CPU numpy arrays.
 

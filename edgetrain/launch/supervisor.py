@@ -32,9 +32,6 @@ class Supervisor:
                 out.append((wid, code))
         return out
 
-    def running(self) -> list[int]:
-        return [wid for wid, h in self.handles.items() if h.poll() is None]
-
     def wait_all(self, timeout: float) -> bool:
         """Wait for every process to exit on its own; True if all did within ``timeout``."""
         deadline = time.monotonic() + timeout
