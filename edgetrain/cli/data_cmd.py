@@ -2,98 +2,192 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from edgetrain.cli.common import FormatOption, OutputFormat, console, emit
+from edgetrain.errors import DataError
+
+if TYPE_CHECKING:
+    from edgetrain.recipe import Recipe
 
 app = typer.Typer(help="Inspect datasets and their partitions.", no_args_is_help=True)
+
+_MAX_CLASS_COLUMNS = 16
+
+
+class DatasetName(str, Enum):
+    digits = "digits"
+    mnist = "mnist"
+    fashion_mnist = "fashion-mnist"
+    cifar10 = "cifar10"
+    synthetic = "synthetic"
+
+
+class PartitionMethod(str, Enum):
+    iid = "iid"
+    dirichlet = "dirichlet"
+    fractions = "fractions"
+
+
+@app.callback()
+def _data() -> None:
+    """Inspect datasets and their partitions."""
+
+
+def _fractions(text: str) -> list[float]:
+    try:
+        return [float(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise DataError(
+            f"--fractions '{text}' is not a comma-separated list of numbers",
+            "write e.g. --fractions 0.5,0.3,0.2",
+        ) from None
+
+
+def _build_recipe(
+    recipe_path: Path | None, overrides: dict[str, Any], workers: int | None, seed: int | None
+) -> Recipe:
+    """The recipe file (or defaults) with the command line's flags applied, validated."""
+    from edgetrain.recipe import load_recipe, parse_recipe
+
+    base: dict[str, Any] = {"workers": [{"count": 4}]}
+    if recipe_path is not None:
+        base = load_recipe(recipe_path, check_paths=False)[0].to_dict()
+    data = dict(base.get("data", {}))
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    if data.get("dataset") in ("mnist", "fashion-mnist", "cifar10") and not data.get("root"):
+        raise DataError(f"dataset '{data['dataset']}' needs its directory", "pass --root DIR")
+    if workers is not None:
+        base["workers"] = [{"count": workers}]
+    if seed is not None:
+        base["run"] = {**base.get("run", {}), "seed": seed}
+    return parse_recipe({**base, "data": data}, str(recipe_path or "command line"))
+
+
+def _render(report: dict[str, Any]) -> None:
+    from rich import box
+    from rich.table import Table
+
+    shape = "x".join(map(str, report["input_shape"]))
+    alpha = f" (alpha {report['alpha']:g})" if report["alpha"] is not None else ""
+    console.print(
+        f"[bold]{report['dataset']}[/]: {report['classes']} classes, input {shape}",
+        soft_wrap=True,
+    )
+    console.print(f"samples: {report['train']} train / {report['test']} test", soft_wrap=True)
+    console.print(
+        f"partition: {report['partition']}{alpha} across {len(report['parts'])} workers, "
+        f"seed {report['seed']}",
+        soft_wrap=True,
+    )
+    per_class = report["classes"] <= _MAX_CLASS_COLUMNS
+    table = Table(
+        title="training samples per worker" + (" and class" if per_class else ""),
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    table.add_column("part", justify="right")
+    table.add_column("size", justify="right")
+    if per_class:
+        for c in range(report["classes"]):
+            table.add_column(str(c), justify="right")
+    else:
+        table.add_column("classes", justify="right")
+    table.add_column("entropy", justify="right")
+    table.add_column("TV", justify="right")
+    for p in report["parts"]:
+        balance = map(str, p["class_counts"]) if per_class else [str(p["classes_present"])]
+        table.add_row(
+            str(p["part"]),
+            str(p["size"]),
+            *balance,
+            f"{p['label_entropy_bits']:.2f}",
+            f"{p['tv_distance']:.2f}",
+        )
+    console.print(table)
+    console.print(
+        f"entropy: label entropy in bits (max {report['max_entropy_bits']:.2f}); "
+        "TV: distance from the overall class mix (0 balanced, 1 disjoint)",
+        style="dim",
+        soft_wrap=True,
+    )
 
 
 @app.command("inspect")
 def inspect(
     recipe_path: Annotated[
-        Path | None, typer.Argument(metavar="[RECIPE]", help="Take data, seed and workers from it.")
+        Path | None,
+        typer.Argument(metavar="[RECIPE]", help="Recipe to take data, seed and workers from."),
     ] = None,
-    dataset: Annotated[
-        str | None, typer.Option(help="digits, mnist, fashion-mnist, cifar10, synthetic.")
-    ] = None,
+    dataset: Annotated[DatasetName | None, typer.Option(help="Dataset (default: digits).")] = None,
     root: Annotated[
-        str | None, typer.Option(help="Dataset directory (mnist, cifar10, ...).")
+        str | None, typer.Option(help="Dataset directory (mnist, fashion-mnist, cifar10).")
     ] = None,
-    workers: Annotated[int | None, typer.Option(min=1, help="Number of partitions.")] = None,
-    partition: Annotated[str | None, typer.Option(help="iid, dirichlet or fractions.")] = None,
-    alpha: Annotated[float | None, typer.Option(help="Dirichlet concentration.")] = None,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="Number of partitions (default: 4).")
+    ] = None,
+    partition: Annotated[
+        PartitionMethod | None, typer.Option(help="How to split across workers (default: iid).")
+    ] = None,
+    alpha: Annotated[
+        float | None, typer.Option(help="Dirichlet concentration: small is skewed (default 0.5).")
+    ] = None,
+    fractions: Annotated[
+        str | None, typer.Option(help="Comma-separated shares for --partition fractions.")
+    ] = None,
     seed: Annotated[int | None, typer.Option(help="Seed for splitting and partitioning.")] = None,
     fmt: FormatOption = OutputFormat.text,
 ) -> None:
     """Print dataset sizes and the size and class balance of each worker's partition.
 
-    Examples:
-      edgetrain data inspect recipes/quickstart.toml
-      edgetrain data inspect --dataset mnist --root DIR --workers 4 \\
-          --partition dirichlet --alpha 0.3
-    """
-    from edgetrain.data import partition_stats
-    from edgetrain.recipe import load_recipe, parse_recipe
-    from edgetrain.worker.setup import load_run_data, partitions
+    Flags override the recipe's values. Without a recipe: digits, 4 workers, iid, seed 0.
 
-    base: dict[str, Any] = {"workers": [{"count": 4}]}
-    if recipe_path is not None:
-        base = load_recipe(recipe_path)[0].to_dict()
-    data = dict(base.get("data", {}))
-    for key, value in (
-        ("dataset", dataset),
-        ("root", root),
-        ("partition", partition),
-        ("alpha", alpha),
-    ):
-        if value is not None:
-            data[key] = value
-    if workers is not None:
-        base["workers"] = [{"count": workers}]
-    if seed is not None:
-        base.setdefault("run", {})["seed"] = seed
-    recipe = parse_recipe({**base, "data": data}, str(recipe_path or "command line"))
-    ds = load_run_data(recipe)
-    parts = partitions(recipe, ds)
-    report = {
+    Examples:
+
+      edgetrain data inspect recipes/quickstart.toml
+
+      edgetrain data inspect --workers 8 --partition dirichlet --alpha 0.3
+
+      edgetrain data inspect --dataset mnist --root ~/data/mnist --format json
+    """
+    from edgetrain.data import load_dataset, partition_indices, partition_stats
+
+    overrides = {
+        "dataset": dataset.value if dataset is not None else None,
+        "root": root,
+        "partition": partition.value if partition is not None else None,
+        "alpha": alpha,
+        "fractions": _fractions(fractions) if fractions is not None else None,
+    }
+    recipe = _build_recipe(recipe_path, overrides, workers, seed)
+    cfg = recipe.data
+    ds = load_dataset(cfg, recipe.run.seed)
+    # the same call the workers make, so this shows exactly what each worker trains on
+    parts = partition_indices(
+        ds.y_train,
+        recipe.num_workers,
+        cfg.partition,
+        recipe.run.seed,
+        alpha=cfg.alpha,
+        fractions=cfg.fractions,
+    )
+    report: dict[str, Any] = {
         "dataset": ds.name,
+        "root": cfg.root,
         "input_shape": list(ds.input_shape),
         "classes": ds.classes,
         "train": len(ds.y_train),
         "test": len(ds.y_test),
-        "partition": recipe.data.partition,
-        "alpha": recipe.data.alpha if recipe.data.partition == "dirichlet" else None,
+        "partition": cfg.partition,
+        "alpha": cfg.alpha if cfg.partition == "dirichlet" else None,
+        "fractions": cfg.fractions if cfg.partition == "fractions" else None,
         "seed": recipe.run.seed,
+        "workers": recipe.num_workers,
         **partition_stats(ds.y_train, parts, ds.classes),
     }
-
-    def render() -> None:
-        shape = "x".join(map(str, ds.input_shape))
-        console.print(
-            f"[bold]{ds.name}[/]: {report['train']} train / {report['test']} test samples, "
-            f"input {shape}, {ds.classes} classes; partition {recipe.data.partition}"
-            + (f" (alpha {recipe.data.alpha:g})" if report["alpha"] is not None else "")
-        )
-        table = Table(title="samples per class and partition")
-        table.add_column("part", justify="right")
-        table.add_column("size", justify="right")
-        for c in range(ds.classes):
-            table.add_column(str(c), justify="right")
-        table.add_column("entropy", justify="right")
-        table.add_column("TV dist", justify="right")
-        for p in report["parts"]:
-            table.add_row(
-                str(p["part"]),
-                str(p["size"]),
-                *map(str, p["class_counts"]),
-                f"{p['label_entropy_bits']:.2f}",
-                f"{p['tv_distance']:.2f}",
-            )
-        console.print(table)
-
-    emit(report, fmt, render)
+    emit(report, fmt, lambda: _render(report))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -11,16 +11,31 @@ from rich.table import Table
 from edgetrain.cli.common import FormatOption, OutputFormat, console, emit
 from edgetrain.errors import EdgetrainError
 
-app = typer.Typer(help="List, inspect and export models.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from edgetrain.models import LayerSpec
 
-InputOption = Annotated[str, typer.Option("--input", help="Input shape CxHxW (or HxW).")]
-ClassesOption = Annotated[int, typer.Option(min=2, help="Number of classes.")]
+app = typer.Typer(
+    help="List the model zoo, show layer specs, export to ONNX.", no_args_is_help=True
+)
+
+DEFAULT_INPUT = "3x32x32"
+DEFAULT_CLASSES = 10
+
+InputOption = Annotated[
+    str, typer.Option("--input", "-i", help="Input shape CxHxW (or HxW for one channel).")
+]
+ClassesOption = Annotated[int, typer.Option("--classes", "-c", min=2, help="Number of classes.")]
+
+
+@app.callback()
+def _models() -> None:
+    """List the model zoo, show layer specs, export to ONNX."""
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
     """'3x32x32' -> (3, 32, 32); '28x28' -> (1, 28, 28)."""
     try:
-        dims = [int(p) for p in text.lower().split("x")]
+        dims = [int(p) for p in text.strip().lower().split("x")]
     except ValueError:
         dims = []
     if len(dims) == 2:
@@ -32,79 +47,124 @@ def parse_shape(text: str) -> tuple[int, int, int]:
 
 @app.command("list")
 def list_models(fmt: FormatOption = OutputFormat.text) -> None:
-    """List the models edgetrain can build.
+    """List the models edgetrain can build, with parameter counts at 3x32x32, 10 classes.
 
-    Example: edgetrain models list --format json
+    Examples:
+      edgetrain models list
+      edgetrain models list --format json
     """
-    from edgetrain.models import DESCRIPTIONS
+    from edgetrain.models import DESCRIPTIONS, MIN_SIDE, count_parameters
 
-    rows = [{"name": n, "description": d} for n, d in DESCRIPTIONS.items()]
+    shape = parse_shape(DEFAULT_INPUT)
+    rows: list[dict[str, Any]] = [
+        {
+            "name": name,
+            "description": text,
+            "params": count_parameters(name, shape, DEFAULT_CLASSES),
+            "min_side": MIN_SIDE.get(name),
+        }
+        for name, text in DESCRIPTIONS.items()
+    ]
 
     def render() -> None:
         table = Table(title="model zoo (random init; adapted to input channels, size, classes)")
         table.add_column("name", style="bold")
         table.add_column("description")
+        table.add_column(f"params @ {DEFAULT_INPUT}", justify="right")
+        table.add_column("resized up to", justify="right")
         for r in rows:
-            table.add_row(r["name"], r["description"])
+            side = r["min_side"]
+            table.add_row(
+                r["name"], r["description"], f"{r['params']:,}", f"{side}" if side else ""
+            )
         console.print(table)
 
-    emit({"models": rows}, fmt, render)
+    emit(
+        {"input": list(shape), "classes": DEFAULT_CLASSES, "models": rows},
+        fmt,
+        render,
+    )
 
 
-def _specs_for(target: str, shape: tuple[int, int, int], classes: int) -> list[Any]:
+def _is_onnx(target: str) -> bool:
+    return target.lower().endswith(".onnx") or Path(target).is_file()
+
+
+def _onnx_input(path: Path) -> list[int] | None:
+    """The [C, H, W] of the graph's first input, when it is a static 4-D shape."""
+    import onnx
+
+    try:
+        graph = onnx.load(str(path), load_external_data=False).graph
+        dims = graph.input[0].type.tensor_type.shape.dim
+    except Exception:  # noqa: BLE001 - only a nicety; the specs reader reports bad files
+        return None
+    values = [d.dim_value if d.HasField("dim_value") else 0 for d in dims]
+    return values[1:] if len(values) == 4 and all(values[1:]) else None
+
+
+def _specs_for(
+    target: str, shape: tuple[int, int, int], classes: int
+) -> tuple[list[LayerSpec], list[int] | None]:
     from edgetrain.models import build_model, layer_specs, onnx_layer_specs
 
-    path = Path(target)
-    if target.endswith(".onnx") or path.is_file():
-        if not path.is_file():
-            raise EdgetrainError(f"ONNX file '{target}' not found", "check the path")
-        return onnx_layer_specs(path)
-    return layer_specs(build_model(target, shape, classes), shape)
+    if _is_onnx(target):
+        path = Path(target)
+        specs = onnx_layer_specs(path)  # raises ModelError for a missing or bad file
+        return specs, _onnx_input(path)
+    return layer_specs(build_model(target, shape, classes), shape), list(shape)
+
+
+def _layers_table(title: str, specs: list[LayerSpec]) -> Table:
+    table = Table(title=title)
+    for col in ("#", "name", "kind", "params", "bytes", "folded"):
+        table.add_column(col, justify="right" if col in ("#", "params", "bytes") else "left")
+    for i, s in enumerate(specs, 1):
+        table.add_row(
+            str(i), s.name, s.kind, f"{s.num_params:,}", f"{s.param_bytes:,}", ", ".join(s.folded)
+        )
+    return table
 
 
 @app.command("show")
 def show(
-    target: Annotated[str, typer.Argument(metavar="NAME|FILE.onnx", help="Zoo name or ONNX file.")],
-    input_shape: InputOption = "3x32x32",
-    classes: ClassesOption = 10,
+    target: Annotated[
+        str, typer.Argument(metavar="NAME_OR_ONNX_FILE", help="Zoo model name or ONNX file.")
+    ],
+    input_shape: InputOption = DEFAULT_INPUT,
+    classes: ClassesOption = DEFAULT_CLASSES,
     fmt: FormatOption = OutputFormat.text,
 ) -> None:
     """Show a model's parametric layers in execution order, as the schedulers see them.
 
+    Parameter-free modules (activations, pooling, resizing) are folded into the next layer.
+    An argument ending in .onnx (or naming an existing file) is read as an ONNX graph; then
+    --input and --classes are ignored.
+
     Examples:
       edgetrain models show resnet18 --input 3x32x32
+      edgetrain models show lenet5 --input 28x28 --classes 10
       edgetrain models show model.onnx --format json
     """
     from edgetrain.models import model_summary
 
     shape = parse_shape(input_shape)
-    specs = _specs_for(target, shape, classes)
+    specs, shown_input = _specs_for(target, shape, classes)
     totals = model_summary(specs)
-    data = {
+    data: dict[str, Any] = {
         "model": target,
-        "input": list(shape),
+        "input": shown_input,
         "layers": [s.to_dict() for s in specs],
         "total_params": totals["params"],
         "total_bytes": totals["bytes"],
     }
 
     def render() -> None:
-        table = Table(
-            title=f"{target}: {len(specs)} layers, {totals['params']:,} parameters, "
+        title = (
+            f"{target}: {len(specs)} layers, {totals['params']:,} parameters, "
             f"{totals['bytes'] / 2**20:.2f} MiB"
         )
-        for col in ("#", "name", "kind", "params", "bytes", "folded"):
-            table.add_column(col, justify="right" if col in ("#", "params", "bytes") else "left")
-        for i, s in enumerate(specs, 1):
-            table.add_row(
-                str(i),
-                s.name,
-                s.kind,
-                f"{s.num_params:,}",
-                f"{s.param_bytes:,}",
-                ", ".join(s.folded),
-            )
-        console.print(table)
+        console.print(_layers_table(title, specs))
 
     emit(data, fmt, render)
 
@@ -112,19 +172,43 @@ def show(
 @app.command("export")
 def export(
     name: Annotated[str, typer.Argument(help="Zoo model name.")],
-    onnx: Annotated[Path, typer.Option("--onnx", help="Output ONNX file.")],
-    input_shape: InputOption = "3x32x32",
-    classes: ClassesOption = 10,
+    onnx: Annotated[Path, typer.Option("--onnx", "-o", help="ONNX file to write.")],
+    input_shape: InputOption = DEFAULT_INPUT,
+    classes: ClassesOption = DEFAULT_CLASSES,
+    fmt: FormatOption = OutputFormat.text,
 ) -> None:
-    """Export a zoo model to ONNX; `models show FILE.onnx` reads the same layers back.
+    """Export a zoo model (random weights) to ONNX, written atomically.
 
-    Example: edgetrain models export lenet5 --input 1x28x28 --onnx lenet5.onnx
+    `edgetrain models show FILE.onnx` then reads the same layers back.
+
+    Examples:
+      edgetrain models export lenet5 --input 1x28x28 --onnx lenet5.onnx
+      edgetrain models export resnet18 --onnx resnet18.onnx --classes 100
     """
-    from edgetrain.models import build_model, export_onnx, layer_specs
+    from edgetrain.models import build_model, export_onnx, model_summary, onnx_layer_specs
 
     shape = parse_shape(input_shape)
     model = build_model(name, shape, classes)
-    if onnx.parent and not onnx.parent.exists():
-        raise EdgetrainError(f"directory '{onnx.parent}' does not exist", "create it first")
+    parent = onnx.parent
+    if not parent.is_dir():
+        raise EdgetrainError(f"--onnx: directory '{parent}' does not exist", "create it first")
     export_onnx(model, shape, onnx)
-    console.print(f"wrote {onnx} ({len(layer_specs(model, shape))} layers)")
+    totals = model_summary(onnx_layer_specs(onnx))
+    data = {
+        "model": name,
+        "input": list(shape),
+        "classes": classes,
+        "path": str(onnx),
+        "layers": totals["layers"],
+        "total_params": totals["params"],
+        "total_bytes": totals["bytes"],
+    }
+
+    def render() -> None:
+        console.print(
+            f"wrote {onnx} ({totals['layers']} layers, {totals['params']:,} parameters)",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+    emit(data, fmt, render)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import codecs
+import importlib
 import pickle
 from pathlib import Path
 from typing import Any
@@ -10,51 +12,92 @@ import numpy as np
 
 from edgetrain.errors import DataError
 
-_ALLOWED = {
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy", "ndarray"),
-    ("numpy", "dtype"),
-    ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"),
-    ("builtins", "dict"),
-    ("builtins", "list"),
-    ("_codecs", "encode"),
+#: Globals a pickled numpy array needs, as (submodule of numpy.core / numpy._core, name).
+_NUMPY_CORE = {
+    ("multiarray", "_reconstruct"),
+    ("multiarray", "scalar"),
+    ("numeric", "_frombuffer"),
 }
+_BUILTINS = {"dict": dict, "list": list}
+_REPLACE = "replace it with an intact copy of the CIFAR-10 python version"
+
+TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
+TEST_FILE = "test_batch"
+SUBDIR = "cifar-10-batches-py"
 
 
-class _SafeUnpickler(pickle.Unpickler):
+def _numpy_core(submodule: str, name: str) -> Any:
+    """``numpy._core.<sub>.<name>`` (numpy 2) or ``numpy.core.<sub>.<name>`` (numpy 1)."""
+    for package in ("numpy._core", "numpy.core"):
+        try:
+            return getattr(importlib.import_module(f"{package}.{submodule}"), name)
+        except (ImportError, AttributeError):
+            continue
+    raise pickle.UnpicklingError(f"numpy has no {submodule}.{name}")
+
+
+class SafeUnpickler(pickle.Unpickler):
+    """An unpickler that resolves only numpy array/dtype rebuilders and dict/list.
+
+    Any other global (``os.system``, ``builtins.eval``, ...) raises ``UnpicklingError`` before
+    it can be called, so a crafted file cannot run code.
+    """
+
     def find_class(self, module: str, name: str) -> Any:
-        if (module, name) not in _ALLOWED:
-            raise pickle.UnpicklingError(f"forbidden global {module}.{name}")
-        return super().find_class(module, name)
+        if module == "numpy" and name in ("ndarray", "dtype"):
+            return getattr(np, name)
+        if module in ("builtins", "__builtin__") and name in _BUILTINS:
+            return _BUILTINS[name]
+        if (module, name) == ("_codecs", "encode"):  # how protocol 2 spells bytes in Python 3
+            return codecs.encode
+        for prefix in ("numpy.core.", "numpy._core."):
+            sub = module.removeprefix(prefix)
+            if module.startswith(prefix) and (sub, name) in _NUMPY_CORE:
+                return _numpy_core(sub, name)
+        raise pickle.UnpicklingError(f"forbidden global {module}.{name}")
+
+
+def _get(obj: dict[Any, Any], key: str) -> Any:
+    return obj[key.encode()] if key.encode() in obj else obj.get(key)
 
 
 def read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """One batch file: ``(N, 3, 32, 32)`` uint8 images and int64 labels."""
     try:
         with path.open("rb") as fh:
-            obj = _SafeUnpickler(fh, encoding="bytes").load()
-    except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError) as exc:
-        raise DataError(f"'{path}' is not a CIFAR batch: {exc}", "replace the file") from None
+            obj = SafeUnpickler(fh, encoding="bytes").load()
+    except OSError as exc:
+        raise DataError(f"cannot read CIFAR batch '{path}': {exc}", _REPLACE) from None
+    except Exception as exc:  # noqa: BLE001 - any failure of a corrupt pickle is a data error
+        raise DataError(f"'{path}' is not a CIFAR batch: {exc}", _REPLACE) from None
     if not isinstance(obj, dict):
-        raise DataError(f"'{path}' is not a CIFAR batch (not a dict)", "replace the file")
-    data = obj.get(b"data", obj.get("data"))
-    labels = obj.get(b"labels", obj.get("labels"))
-    if not isinstance(data, np.ndarray) or labels is None:
-        raise DataError(f"'{path}' lacks 'data' or 'labels'", "replace the file")
-    data = np.asarray(data, dtype=np.uint8)
-    y = np.asarray(labels, dtype=np.int64)
-    if data.ndim != 2 or data.shape[1] != 3072 or len(y) != len(data):
-        raise DataError(f"'{path}' has data of shape {data.shape}, expected N x 3072")
+        raise DataError(f"'{path}' is not a CIFAR batch (holds {type(obj).__name__})", _REPLACE)
+    data, labels = _get(obj, "data"), _get(obj, "labels")
+    if not isinstance(data, np.ndarray) or not isinstance(labels, (list, np.ndarray)):
+        raise DataError(f"'{path}' is not a CIFAR batch (no 'data' array or 'labels')", _REPLACE)
+    if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
+        raise DataError(
+            f"'{path}' holds data of shape {data.shape} and type {data.dtype}, "
+            "expected N x 3072 uint8",
+            _REPLACE,
+        )
+    try:
+        y = np.asarray(labels, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        raise DataError(f"'{path}' has labels that are not integers", _REPLACE) from None
+    if y.shape != (len(data),):
+        raise DataError(f"'{path}' has {y.size} labels for {len(data)} images", _REPLACE)
+    if len(y) and (y.min() < 0 or y.max() > 9):
+        raise DataError(f"'{path}' has labels outside 0..9", _REPLACE)
     return data.reshape(-1, 3, 32, 32), y
 
 
-def find_batches(root: Path) -> tuple[list[Path], Path | None]:
-    """Training batch files and the test batch, flat or in ``cifar-10-batches-py/``."""
-    for d in (root, root / "cifar-10-batches-py"):
-        train = sorted(d.glob("data_batch_[0-9]*"))
-        test = d / "test_batch"
+def find_batches(root: Path) -> tuple[Path, list[Path], Path | None] | None:
+    """The first of ``root`` and ``root/cifar-10-batches-py`` holding batch files: that
+    directory, its training batches (in order) and its test batch."""
+    for d in (root, root / SUBDIR):
+        train = [d / n for n in TRAIN_FILES if (d / n).is_file()]
+        test = d / TEST_FILE
         if train or test.is_file():
-            return train, test if test.is_file() else None
-    return [], None
+            return d, train, test if test.is_file() else None
+    return None

@@ -2,14 +2,22 @@
 
 A module with parameters of its own is a layer. Parameter-free modules (activations, pooling,
 flatten, resize) belong to the next parametric layer (``folded``); trailing ones fold into the
-last layer. The order is found by running one forward pass, so it is the order in which
-layers compute, not the order in which they were registered. A parameter-free module that is
-called twice counts once. Parameters of modules that never run (unused heads) come last, one
-layer per module, so that the specs always cover every parameter exactly once.
+last layer. The order is found by running one forward pass (eval mode, batch of 1, no
+gradients), so it is the order in which layers compute, not the order in which they were
+registered. A module that is called twice counts once, at its first call; a parameter shared
+by several modules belongs to the first that runs.
+
+The specs always cover every parameter exactly once:
+- a non-leaf module with parameters of its own (a position embedding on an encoder block) is
+  a layer at the position where its forward is first entered, before its children;
+- parameters of modules that never run (unused heads) and of the root module itself come
+  last, one layer per module: the root first (named ``<root>``), then the others in
+  registration order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -35,6 +43,19 @@ class LayerSpec:
         d["param_shapes"] = [list(s) for s in self.param_shapes]
         d["folded"] = list(self.folded)
         return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LayerSpec:
+        """The inverse of :meth:`to_dict`."""
+        return cls(
+            name=str(data["name"]),
+            kind=str(data["kind"]),
+            params=tuple(str(p) for p in data["params"]),
+            param_shapes=tuple(tuple(int(d) for d in s) for s in data["param_shapes"]),
+            param_bytes=int(data["param_bytes"]),
+            num_params=int(data["num_params"]),
+            folded=tuple(str(f) for f in data.get("folded", ())),
+        )
 
 
 def _spec(
@@ -67,11 +88,13 @@ def _execution_order(model: nn.Module, input_shape: tuple[int, int, int]) -> lis
 
         handles.append(module.register_forward_pre_hook(hook))
     was_training = model.training
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    first = next(model.parameters(), None)
+    device = first.device if first is not None else torch.device("cpu")
+    dtype = first.dtype if first is not None and first.is_floating_point() else torch.float32
     try:
         model.eval()
         with torch.no_grad():
-            model(torch.zeros(1, *input_shape, device=device))
+            model(torch.zeros(1, *input_shape, device=device, dtype=dtype))
     finally:
         model.train(was_training)
         for h in handles:
@@ -80,7 +103,11 @@ def _execution_order(model: nn.Module, input_shape: tuple[int, int, int]) -> lis
 
 
 def layer_specs(model: nn.Module, input_shape: tuple[int, int, int]) -> list[LayerSpec]:
-    """The model's parametric layers in execution order (see the module docstring)."""
+    """The model's parametric layers in execution order (see the module docstring).
+
+    ``param_bytes`` counts parameters only, not buffers such as BatchNorm running statistics.
+    The model's training mode is restored afterwards.
+    """
     modules = dict(model.named_modules())
     taken: set[int] = set()
 
@@ -117,6 +144,7 @@ def fold_trailing(specs: list[LayerSpec], pending: list[str]) -> None:
 
 
 def model_summary(specs: list[LayerSpec]) -> dict[str, int]:
+    """Totals over the layers: ``{"layers": n, "params": count, "bytes": size}``."""
     return {
         "layers": len(specs),
         "params": sum(s.num_params for s in specs),

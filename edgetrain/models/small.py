@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -21,7 +22,7 @@ def mlp(
 ) -> nn.Module:
     """Flatten, then Linear + ReLU per hidden width, then a Linear classifier."""
     layers: list[nn.Module] = [nn.Flatten()]
-    width = int(torch.tensor(input_shape).prod())
+    width = math.prod(input_shape)
     for h in hidden:
         layers += [nn.Linear(width, int(h)), nn.ReLU()]
         if dropout > 0:
@@ -34,13 +35,13 @@ def mlp(
 def lenet5(input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
     """LeNet-5: conv 6@5x5 (pad 2), pool, conv 16@5x5, pool, FC 120, 84, classes.
 
-    Inputs smaller than 28x28 are resized up to 28x28 first (a parameter-free layer).
+    A side smaller than 28 is resized up to 28 first (a parameter-free ``nn.Upsample``).
     """
     c, h, w = input_shape
     pre: list[nn.Module] = []
-    if min(h, w) < 28:
-        pre.append(nn.Upsample(size=(28, 28), mode="bilinear", align_corners=False))
-        h = w = 28
+    size = (max(h, 28), max(w, 28))
+    if size != (h, w):
+        pre.append(nn.Upsample(size=size, mode="bilinear", align_corners=False))
     features = nn.Sequential(
         *pre,
         nn.Conv2d(c, 6, 5, padding=2),
