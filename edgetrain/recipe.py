@@ -31,6 +31,16 @@ class RunSection(_Section):
     name: str = Field("run", min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
     seed: int = 0
     run_dir: str = "runs"
+    # Failure handling (EdgeGossip's f_threshold): the run goes on without failed workers while
+    # the failed fraction stays at or below this; above it, it stops with an error.
+    max_failed_fraction: float = Field(0.25, ge=0, le=1)
+    heartbeat_s: float = Field(1.0, gt=0, le=60)
+    # Every N epochs the coordinator writes RUN/checkpoints/epoch-N/ (0: never).
+    checkpoint_every: int = Field(5, ge=0)
+    # Transport security: "curve" encrypts and authenticates with the keys in ``keys``
+    # (a directory written by ``edgetrain keys generate``; relative to the recipe's folder).
+    security: Literal["none", "curve"] = "none"
+    keys: str = "keys"
 
 
 class DataSection(_Section):
@@ -102,6 +112,19 @@ class GossipSection(_Section):
     drain_timeout_s: float = Field(60.0, gt=0)
 
 
+class AggregateSection(_Section):
+    """``[aggregate]``: EdgeGossip's aggregated data points (``edgetrain aggregate``)."""
+
+    reduce: Literal["svd", "isvd", "hash", "pca", "histogram"] = "svd"
+    divide: Literal["kmeans", "lsh", "gmm"] = "kmeans"
+    ratio: int = Field(10, ge=1)
+    # reduced dimensions d' (None: the method's default, 10; isvd log2(0.1 * d / ratio))
+    dims: int | None = Field(None, ge=1)
+    kmeans_iterations: int = Field(20, ge=1)
+    chunk_size: int = Field(4096, ge=1)  # isvd: samples per streamed chunk
+    seed: int | None = None  # None: the recipe's [run] seed
+
+
 class WorkerGroup(_Section):
     """``[[workers]]``: ``count`` workers on ``host``, slowed down by ``slowdown``."""
 
@@ -119,6 +142,7 @@ class Recipe(_Section):
     model: ModelSection = Field(default_factory=ModelSection)
     train: TrainSection = Field(default_factory=TrainSection)
     gossip: GossipSection = Field(default_factory=GossipSection)
+    aggregate: AggregateSection = Field(default_factory=AggregateSection)
     workers: list[WorkerGroup] = Field(min_length=1)
 
     @model_validator(mode="after")

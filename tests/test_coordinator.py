@@ -80,8 +80,8 @@ def test_phases_barrier_and_drain_accounting() -> None:
         a.send(protocol.DONE, {"sent": {"1": 7}})
         b.send(protocol.DONE, {"sent": {"0": 3}})
         pump(coord, "draining")
-        assert a.expect(protocol.DRAIN).meta == {"expect": 3}
-        assert b.expect(protocol.DRAIN).meta == {"expect": 7}
+        assert a.expect(protocol.DRAIN).meta == {"expect": 3, "expect_from": {"1": 3}}
+        assert b.expect(protocol.DRAIN).meta == {"expect": 7, "expect_from": {"0": 7}}
         assert coord.phase == "draining" and coord.waiting_on() == [0, 1]
     finally:
         for s in (a, b, intruder):

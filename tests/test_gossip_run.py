@@ -203,7 +203,9 @@ def test_a_dead_worker_fails_the_run_cleanly(tmp_path: Path) -> None:
         os.kill(pids[1], signal.SIGKILL)
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1
-    assert err.strip().splitlines()[-1].startswith("error: run failed: worker 1")
+    last = err.strip().splitlines()[-1]  # 1 of 3 is above the default max_failed_fraction
+    assert last.startswith("error: run failed: 1 of 3 workers failed (33% > max_failed_fraction")
+    assert "worker 1 (host localhost): was killed by SIGKILL" in last
     assert "was killed by SIGKILL" in err and "Traceback" not in err
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "failed" and "worker 1" in manifest["error"]

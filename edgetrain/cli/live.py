@@ -87,8 +87,16 @@ class LiveProgress:
             self._update(w, status="draining")
         elif event.kind == "final":
             self._update(w, status="done", acc=f"{d.get('final_test_accuracy', 0):.3f}")
-        elif event.kind == "error":
-            self._update(w, status=f"[red]failed: {str(d.get('message'))[:40]}")
+        elif event.kind in ("error", "failed"):
+            reason = d.get("message") or d.get("reason")
+            self._update(w, status=f"[red]failed: {str(reason)[:40]}")
+        elif event.kind in ("waiting", "checkpoint_written", "resumed"):
+            text = {
+                "waiting": f"[yellow]{d.get('message')}",
+                "checkpoint_written": f"[dim]checkpoint of epoch {d.get('epoch')} written",
+                "resumed": f"resuming after epoch {d.get('epoch')} from its checkpoint",
+            }[event.kind]
+            self.progress.console.print(text)
 
 
 def summary_table(summary: dict[str, Any]) -> Table:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import edgetrain
-from edgetrain.comm.coordinator import Coordinator, Event
+from edgetrain.comm.coordinator import Coordinator, Event, Resume
 from edgetrain.errors import RunError
 from edgetrain.launch.base import Launcher, WorkerSpec
 from edgetrain.launch.supervisor import Supervisor
@@ -54,6 +54,8 @@ class LaunchOptions:
     register_timeout_s: float = 300.0
     stop_timeout_s: float = 30.0
     poll_ms: int = 200
+    watchdog_after_s: float = 10.0
+    watchdog_every_s: float = 30.0
 
 
 @dataclass
@@ -192,34 +194,59 @@ def _worker_specs(
     return specs
 
 
-def _check_workers(
+def _check_workers(coord: Coordinator, sup: Supervisor, events: list[Event]) -> list[Event]:
+    """Mark failed every worker that reported an error or whose process exited early."""
+    out: list[Event] = []
+    for wid, code in sup.newly_exited():
+        if coord.workers[wid].status not in ("final", "failed"):
+            out.extend(coord.mark_failed(wid, _describe_exit(code)))
+    return out
+
+
+def _apply_policy(
     coord: Coordinator,
-    sup: Supervisor,
-    events: list[Event],
+    recipe: Recipe,
     run_dir: RunDir,
     started: float,
     opts: LaunchOptions,
 ) -> None:
-    """Raise :class:`RunError` for a worker that failed, died, or never registered."""
-    for ev in events:
-        if ev.kind == "error":
-            log_path = run_dir.log_file(worker_stem(ev.worker))
-            raise RunError(f"worker {ev.worker} failed: {ev.data['message']} (log: {log_path})")
-    for wid, code in sup.newly_exited():
-        if coord.workers[wid].status != "final":
-            how = _describe_exit(code)
-            coord.mark_failed(wid, how)
-            log_path = run_dir.log_file(worker_stem(wid))
-            raise RunError(
-                f"worker {wid} (host {coord.workers[wid].host or 'local'}) {how} "
-                f"while the run was {coord.phase} (log: {log_path})"
-            )
+    """Raise :class:`RunError` when the run cannot go on: too many failed workers, or workers
+    that never registered."""
+    failed = coord.failed
+    limit = recipe.run.max_failed_fraction
+    if failed and (coord.failed_fraction > limit or not coord.alive):
+        details = "; ".join(
+            f"{coord.workers[i].label}: {coord.workers[i].error} "
+            f"(log: {run_dir.log_file(worker_stem(i))})"
+            for i in failed
+        )
+        raise RunError(
+            f"{len(failed)} of {coord.num_workers} workers failed "
+            f"({coord.failed_fraction:.0%} > max_failed_fraction {limit:g}): {details}"
+        )
     if coord.phase == "registering" and time.monotonic() - started > opts.register_timeout_s:
         missing = ", ".join(str(i) for i in coord.waiting_on())
         raise RunError(
             f"workers {missing} did not register within {opts.register_timeout_s:.0f} s "
             f"(logs: {run_dir.logs})"
         )
+
+
+class _Watchdog:
+    """Turns a silent wait into an event naming what the run waits on, now and then."""
+
+    def __init__(self, after_s: float, every_s: float) -> None:
+        self.after_s = after_s
+        self.every_s = every_s
+        self._last = 0.0
+
+    def check(self, coord: Coordinator, now: float) -> Event | None:
+        stall = coord.stall(now)
+        if stall is None or stall[0] < self.after_s or now - self._last < self.every_s:
+            return None
+        self._last = now
+        log.warning("%s", stall[1])
+        return Event(-1, "waiting", {"message": stall[1], "waited_s": round(stall[0], 1)})
 
 
 def _ignore_sigint() -> Callable[[], None]:
@@ -259,17 +286,20 @@ def run(
     data: Dataset,
     observer: Observer | None = None,
     opts: LaunchOptions | None = None,
+    resume: Resume | None = None,
 ) -> RunOutcome:
     """Run the recipe's workers to completion and write the run directory and its report.
 
     ``data`` is the run's dataset as :func:`preflight` loaded it; the averaged model is
-    evaluated on its test split."""
+    evaluated on its test split. With ``resume``, the run goes on in ``run_dir`` from that
+    checkpoint: the manifest keeps the earlier attempts, metrics files are appended to."""
     from edgetrain.report.summary import write_report
 
     opts = opts or LaunchOptions()
     run_id = uuid.uuid4().hex[:16]
-    manifest = initial_manifest(recipe, run_id)
-    atomic_write_text(run_dir.recipe, recipe_text)
+    manifest = _start_manifest(recipe, run_id, run_dir, resume)
+    if resume is None:
+        atomic_write_text(run_dir.recipe, recipe_text)
     run_dir.write_manifest(manifest)
     rec = _Recorder(run_dir, recipe.num_workers, observer)
     coord = Coordinator(
@@ -279,11 +309,16 @@ def run(
         recipe.gossip.sync_epochs,
         opts.bind_host,
         opts.announce_host,
+        heartbeat_s=recipe.run.heartbeat_s,
+        resume=resume,
     )
     sup = Supervisor(launcher)
+    watchdog = _Watchdog(opts.watchdog_after_s, opts.watchdog_every_s)
     status, error = "running", None
     try:
         started = time.monotonic()
+        if resume is not None:
+            rec.record(Event(-1, "resumed", {"epoch": resume.epoch}))
         for spec in _worker_specs(recipe, run_dir, coord.endpoint, run_id, opts):
             handle = sup.start(spec)
             manifest["workers"][spec.worker_id]["pid"] = handle.pid
@@ -291,9 +326,13 @@ def run(
         run_dir.write_manifest(manifest)
         while not coord.finished:
             events = coord.poll(opts.poll_ms)
+            events.extend(_check_workers(coord, sup, events))
             for ev in events:
                 rec.record(ev)
-            _check_workers(coord, sup, events, run_dir, started, opts)
+            _write_checkpoints(coord, run_dir, rec)
+            if (ev_wait := watchdog.check(coord, time.monotonic())) is not None:
+                rec.record(ev_wait)
+            _apply_policy(coord, recipe, run_dir, started, opts)
         rec.record(Event(-1, "averaged", _evaluate_average(recipe, data, coord)))
         coord.stop_all()
         if not sup.wait_all(opts.stop_timeout_s):
@@ -323,7 +362,32 @@ def run(
             end_time=now_iso(),
             wall_s=round(rec.elapsed(), 3),
             coordinator_traffic=coord.traffic.as_dict(),
+            failed_workers=coord.failed,
         )
         run_dir.write_manifest(manifest)
         restore()
     return RunOutcome(status, error, write_report(run_dir))
+
+
+def _start_manifest(
+    recipe: Recipe, run_id: str, run_dir: RunDir, resume: Resume | None
+) -> dict[str, Any]:
+    """A new manifest, or for a resumed run the old one with its last attempt kept."""
+    fresh = initial_manifest(recipe, run_id)
+    if resume is None:
+        return fresh
+    old = run_dir.read_manifest()
+    attempts = list(old.get("attempts", []))
+    attempts.append(
+        {k: old.get(k) for k in ("run_id", "status", "error", "start_time", "end_time")}
+    )
+    return {**fresh, "attempts": attempts, "resumed_from_epoch": resume.epoch}
+
+
+def _write_checkpoints(coord: Coordinator, run_dir: RunDir, rec: _Recorder) -> None:
+    """Write every checkpoint the coordinator has completed, and drop it from memory."""
+    from edgetrain.checkpoints import write_checkpoint
+
+    for epoch in sorted(coord.checkpoints):
+        folder = write_checkpoint(run_dir.path, epoch, coord.checkpoints.pop(epoch))
+        rec.record(Event(-1, "checkpoint_written", {"epoch": epoch, "path": str(folder)}))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,10 +31,32 @@ class CoordinatorClient:
         self.name = protocol.worker_name(worker_id)
         self.run_id = run_id
         self.traffic = traffic
-        self.sock = ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.IDENTITY, self.name.encode())
-        self.sock.setsockopt(zmq.LINGER, 2000)
-        self.sock.connect(endpoint)
+        self.ctx = ctx
+        self.endpoint = endpoint
+        self.sock = self._make_socket(self.name)
+        self._heartbeat: Heartbeat | None = None
+        # Called with each coordinator message that nobody waits for (``peers`` updates).
+        self.on_message: Callable[[Message], None] | None = None
+
+    def _make_socket(self, identity: str) -> zmq.Socket:
+        """A DEALER connected to the coordinator under ``identity``."""
+        sock = self.ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.IDENTITY, identity.encode())
+        sock.setsockopt(zmq.LINGER, 2000)
+        sock.connect(self.endpoint)
+        return sock
+
+    def start_heartbeat(self, interval_s: float) -> None:
+        """Send a heartbeat every ``interval_s`` from a thread of its own, until :meth:`close`.
+
+        The thread has its own socket (identity ``w<id>.hb``): ZeroMQ sockets are not shared
+        between threads. A worker busy in a long step still heartbeats; a stopped or dead one
+        does not, and the coordinator declares it failed after three missed intervals.
+        """
+        if self._heartbeat is None:
+            sock = self._make_socket(protocol.heartbeat_identity(self.worker_id))
+            self._heartbeat = Heartbeat(sock, self.name, self.run_id, interval_s)
+            self._heartbeat.start()
 
     def send(
         self,
@@ -80,9 +104,45 @@ class CoordinatorClient:
                 msg = self.receive()
                 if msg is not None and msg.type == kind:
                     return msg
+                if msg is not None and self.on_message is not None:
+                    self.on_message(msg)
         raise RunError(
             f"worker {self.worker_id}: no '{kind}' from the coordinator in {timeout_s:.0f} s"
         )
 
+    def dispatch(self) -> None:
+        """Hand every message already waiting from the coordinator to :attr:`on_message`."""
+        while self.sock.poll(0, zmq.POLLIN):
+            msg = self.receive()
+            if msg is not None and self.on_message is not None:
+                self.on_message(msg)
+
     def close(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         self.sock.close()
+
+
+class Heartbeat(threading.Thread):
+    """Sends ``heartbeat`` messages at a fixed interval on its own socket."""
+
+    def __init__(self, sock: zmq.Socket, sender: str, run_id: str, interval_s: float) -> None:
+        super().__init__(daemon=True, name="heartbeat")
+        self.sock = sock
+        self.msg = Message(protocol.HEARTBEAT, sender, run_id)
+        self.interval_s = interval_s
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while True:
+                with contextlib.suppress(zmq.Again):
+                    channel.send(self.sock, self.msg, flags=zmq.NOBLOCK)
+                if self._stop_event.wait(self.interval_s):
+                    return
+        finally:
+            self.sock.close(linger=0)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=5)

@@ -20,6 +20,7 @@ import zmq
 
 from edgetrain.comm import protocol
 from edgetrain.comm.channel import Traffic
+from edgetrain.comm.wire import Message
 from edgetrain.errors import EdgetrainError
 from edgetrain.recipe import Recipe, parse_recipe
 from edgetrain.worker.client import CoordinatorClient, StopRequested
@@ -55,7 +56,13 @@ def _watch_stdin() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _build(recipe: Recipe, worker_id: int, client: CoordinatorClient, node: GossipNode) -> GoSGD:
+def _build(
+    recipe: Recipe,
+    worker_id: int,
+    client: CoordinatorClient,
+    node: GossipNode,
+    start_epoch: int = 1,
+) -> GoSGD:
     """Load this worker's partition, build the model and the technique's runner."""
     import torch
 
@@ -96,7 +103,20 @@ def _build(recipe: Recipe, worker_id: int, client: CoordinatorClient, node: Goss
         recipe.train.epochs,
         recipe.train.eval_every,
         recipe.run.seed,
+        checkpoint_every=recipe.run.checkpoint_every,
+        start_epoch=start_epoch,
     )
+
+
+def _resume_point(welcome: Message) -> tuple[int, float] | None:
+    """The (epoch, alpha) a resumed run starts from, from ``welcome``; None for a fresh run."""
+    resume = welcome.meta.get("resume")
+    if not isinstance(resume, dict):
+        return None
+    epoch, alpha = resume.get("epoch"), resume.get("alpha")
+    if not isinstance(epoch, int) or epoch < 0 or not isinstance(alpha, (int, float)):
+        raise EdgetrainError("the coordinator sent a malformed resume point")
+    return epoch, float(alpha)
 
 
 def run_worker(
@@ -124,6 +144,10 @@ def run_worker(
     node = GossipNode(ctx, worker_id, run_id, traffic, bind_host, announce_host)
     code = 0
     try:
+        # Import torch before registering: a long import holds the interpreter lock and would
+        # starve the heartbeat thread.
+        import torch  # noqa: F401
+
         client.send(
             protocol.REGISTER,
             {
@@ -134,7 +158,12 @@ def run_worker(
         )
         welcome = client.wait_for(protocol.WELCOME, SETUP_TIMEOUT_S)
         recipe = parse_recipe(welcome.meta.get("recipe", {}), "recipe from the coordinator")
-        runner = _build(recipe, worker_id, client, node)
+        client.start_heartbeat(recipe.run.heartbeat_s)
+        resume = _resume_point(welcome)
+        runner = _build(recipe, worker_id, client, node, resume[0] + 1 if resume else 1)
+        if resume is not None:
+            runner.load_checkpoint(welcome.tensors, resume[1])
+            log.info("resuming after epoch %d with alpha %.4f", resume[0], resume[1])
         client.send(
             protocol.READY,
             {
