@@ -98,7 +98,7 @@ def test_a_failure_releases_the_barrier_and_the_drain(ctx: zmq.Context) -> None:
     assert a.expect(protocol.DRAIN).meta == {"expect": 5, "expect_from": {"1": 5}}
     assert b.expect(protocol.DRAIN).meta == {"expect": 4, "expect_from": {"0": 4}}
     assert coord.stall(time.monotonic())[1].startswith(  # type: ignore[index]
-        "waiting on worker 0 (host h0), worker 1 (host h1) for its final weights"
+        "waiting on worker 0 (host h0), worker 1 (host h1) for their final weights"
     )
     for w in (a, b):
         w.send(protocol.FINAL, {"alpha": 0.3})

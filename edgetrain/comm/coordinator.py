@@ -207,9 +207,10 @@ class Coordinator:
         if not ids:
             return None
         names = ", ".join(self.workers[i].label for i in ids)
+        its = "its" if len(ids) == 1 else "their"
         if self.phase == "registering":
             pending = [i for i in ids if self.workers[i].status == "pending"]
-            what = "to register" if pending else "to load its data and model"
+            what = "to register" if pending else f"to load {its} data and model"
             since = self._phase_since
         elif self.phase == "training" and self.sync_epochs and self._epoch_ends:
             epoch = min(self._epoch_ends)
@@ -219,7 +220,7 @@ class Coordinator:
             what = "to finish training"
             since = self._phase_since
         else:
-            what = "for its final weights"
+            what = f"for {its} final weights"
             since = self._phase_since
         waited = now - since
         return waited, f"waiting on {names} {what} for {waited:.0f} s"
