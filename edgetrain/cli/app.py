@@ -9,7 +9,15 @@ from typing import Annotated
 import typer
 
 import edgetrain
-from edgetrain.cli import data_cmd, env_cmd, launch_cmd, models_cmd, report_cmd, worker_cmd
+from edgetrain.cli import (
+    data_cmd,
+    env_cmd,
+    launch_cmd,
+    models_cmd,
+    plan_cmd,
+    report_cmd,
+    worker_cmd,
+)
 from edgetrain.errors import EdgetrainError
 
 # Click's UsageError and ClickException, whether typer vendors click (>= 0.26) or depends on it.
@@ -49,6 +57,7 @@ app.command("env")(env_cmd.env)
 app.command("launch")(launch_cmd.launch)
 app.command("worker", hidden=True)(worker_cmd.worker)
 app.command("report")(report_cmd.report)
+app.command("plan")(plan_cmd.plan)
 app.add_typer(data_cmd.app, name="data")
 app.add_typer(models_cmd.app, name="models")
 

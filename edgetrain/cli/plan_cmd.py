@@ -1,0 +1,145 @@
+"""``edgetrain plan``: DynaComm schedules and every strategy's predicted iteration time."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from edgetrain.cli.common import FormatOption, OutputFormat, console, emit, err_console
+from edgetrain.errors import EdgetrainError
+
+
+def _name_ok(name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+        raise EdgetrainError(f"plan name {name!r} must be letters, digits, '.', '_' or '-'")
+    return name
+
+
+def plan(
+    profile: Annotated[
+        Path | None,
+        typer.Option(help="Profile JSON (RUN/profiles/HOST.json) from 'edgetrain profile'."),
+    ] = None,
+    costs: Annotated[
+        Path | None,
+        typer.Option(help='Cost file: {"dt": s, "layers": [{"name","pt","fc","bc","gt"}]}.'),
+    ] = None,
+    bandwidth: Annotated[
+        str | None,
+        typer.Option(help="Link bandwidth, e.g. 100mbit or 12.5MBps; a list is a what-if."),
+    ] = None,
+    rtt: Annotated[
+        str | None, typer.Option(help="Round-trip time, e.g. 10ms (dt when nothing better).")
+    ] = None,
+    dt: Annotated[
+        str, typer.Option(help="Per-transmission overhead: auto, or seconds (0.004, 4ms).")
+    ] = "auto",
+    run_dir: Annotated[
+        Path | None,
+        typer.Option("--run-dir", help="Write RUN/plans/NAME.json (default: the profile's RUN)."),
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="Plan name (default: the input's stem).")] = None,
+    plot: Annotated[bool, typer.Option("--plot", help="Also write a Gantt chart PNG.")] = False,
+    fmt: FormatOption = OutputFormat.text,
+) -> None:
+    """Plan parameter pulls and gradient pushes: sequential, layer-by-layer, iBatch, DynaComm.
+
+    Examples:
+    edgetrain plan --profile runs/r1/profiles/jetson.json --bandwidth 100mbit --rtt 10ms
+    edgetrain plan --profile runs/r1/profiles/jetson.json --bandwidth 10mbit,100mbit,1gbit
+    edgetrain plan --costs costs.json --format json
+    """
+    from edgetrain.plan import inputs
+    from edgetrain.plan.document import plan_document
+    from edgetrain.plan.units import parse_bandwidth, parse_duration
+
+    if (profile is None) == (costs is None):
+        raise EdgetrainError("give exactly one of --profile FILE or --costs FILE")
+    try:
+        rates = [parse_bandwidth(b) for b in bandwidth.split(",")] if bandwidth else [None]
+        rtt_s = parse_duration(rtt) if rtt else None
+        dt_s = None if dt == "auto" else parse_duration(dt)
+    except ValueError as exc:
+        raise EdgetrainError(str(exc)) from None
+    source = profile if profile is not None else costs
+    assert source is not None
+    stem = _name_ok(name or source.stem)
+    if run_dir is None and profile is not None and profile.parent.name == "profiles":
+        run_dir = profile.parent.parent
+    docs: list[dict[str, Any]] = []
+    results_list = []
+    if costs is not None:
+        if bandwidth or rtt or dt != "auto":
+            raise EdgetrainError(
+                "--bandwidth, --rtt and --dt apply to --profile; a cost file "
+                "already holds pt, gt and dt"
+            )
+        doc, results = plan_document(inputs.load_costs(costs))
+        docs.append(doc)
+        results_list.append(results)
+    else:
+        prof = inputs.read_profile(profile)  # type: ignore[arg-type]
+        for rate in rates:
+            link = inputs.link_figures(prof, rate, rtt_s, dt_s)
+            layer_costs = inputs.costs_from_profile(prof, link, str(profile))
+            doc, results = plan_document(layer_costs, link.bandwidth_Bps, link.dt_source)
+            docs.append(doc)
+            results_list.append(results)
+    out: dict[str, Any] = docs[0] if len(docs) == 1 else {"bandwidths": docs}
+    out["input"] = str(source)
+    written = _write(out, results_list, run_dir, stem, plot)
+    emit(out, fmt, lambda: _render(docs, written))
+    if fmt == OutputFormat.json and written:
+        err_console.print(f"wrote {', '.join(str(p) for p in written)}")
+
+
+def _write(
+    out: dict[str, Any], results_list: list, run_dir: Path | None, stem: str, plot: bool
+) -> list[Path]:
+    from edgetrain.plan.gantt import plot_gantt
+    from edgetrain.rundir import atomic_write_json
+
+    folder = (run_dir / "plans") if run_dir is not None else None
+    if folder is None:
+        if plot:
+            raise EdgetrainError("--plot needs a place to write: give --run-dir RUN")
+        return []
+    if not run_dir.is_dir():  # type: ignore[union-attr]
+        raise EdgetrainError(f"run directory {run_dir} does not exist")
+    folder.mkdir(exist_ok=True)
+    written = [folder / f"{stem}.json"]
+    atomic_write_json(written[0], out)
+    if plot:
+        for i, results in enumerate(results_list):
+            suffix = f"-{out['bandwidths'][i]['bandwidth']}" if "bandwidths" in out else ""
+            written.append(plot_gantt(results, folder / f"{stem}{suffix}.png", f"{stem}{suffix}"))
+    return written
+
+
+def _render(docs: list[dict[str, Any]], written: list[Path]) -> None:
+    for doc in docs:
+        title = f"plan at {doc['bandwidth']}" if "bandwidth" in doc else "plan"
+        table = Table(title=f"{title} · {doc['layers']} layers · dt {doc['dt_s'] * 1e3:.3g} ms")
+        for col in ("strategy", "forward s", "backward s", "iteration s", "speed-up", "segments"):
+            table.add_column(col, justify="left" if col == "strategy" else "right")
+        best = min(s["iteration_s"] for s in doc["strategies"].values())
+        for sname, s in doc["strategies"].items():
+            style = "bold green" if s["iteration_s"] <= best * (1 + 1e-12) else ""
+            table.add_row(
+                sname,
+                f"{s['forward_s']:.4g}",
+                f"{s['backward_s']:.4g}",
+                f"{s['iteration_s']:.4g}",
+                f"{s['speedup_vs_sequential']:.2f}x",
+                f"{len(s['forward_cuts']) + 1}/{len(s['backward_cuts']) + 1}",
+                style=style,
+            )
+        console.print(table)
+        colour = "green" if doc["verdict"]["scheduling_helps"] else "yellow"
+        console.print(f"[{colour}]{doc['verdict']['text']}[/]")
+    for path in written:
+        console.print(f"wrote {path}")

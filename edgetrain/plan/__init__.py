@@ -1,0 +1,1 @@
+"""Pure planners: DynaComm and its baselines over per-layer costs, and the timeline simulator."""
