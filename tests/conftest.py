@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -32,8 +33,24 @@ def test_data_dir() -> Path:
 
 @pytest.fixture(scope="session", autouse=True)
 def _reap_stray_processes():
-    """No test may leave an edgetrain process behind: kill any that outlive the session."""
+    """No test may leave an edgetrain process behind: kill any of this session's that outlive it.
+
+    Processes are this session's when they inherited its marker in their environment, so
+    concurrent test sessions on one machine leave each other's processes alone (workers started
+    over ssh do not inherit it; they exit when their ssh session closes)."""
+    marker = f"EDGETRAIN_TEST_SESSION={os.getpid()}-{time.time_ns()}"
+    key, value = marker.split("=", 1)
+    os.environ[key] = value
     before = set(edgetrain_processes())
     yield
-    stray = {p: c for p, c in edgetrain_processes().items() if p not in before}
+    stray = {
+        p: c for p, c in edgetrain_processes().items() if p not in before and _has_env(p, marker)
+    }
     kill_all(stray)
+
+
+def _has_env(pid: int, entry: str) -> bool:
+    try:
+        return entry.encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False

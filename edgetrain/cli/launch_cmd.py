@@ -7,11 +7,16 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from edgetrain.cli.common import FormatOption, OutputFormat, console, emit, err_console
+
+if TYPE_CHECKING:
+    from edgetrain.launch.driver import LaunchOptions
+    from edgetrain.launch.hosts import HostsFile
+    from edgetrain.launch.ssh import SshLauncher
 
 
 def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -35,6 +40,27 @@ def launch(
             help="Continue a stopped run from its last checkpoint (no RECIPE needed).",
         ),
     ] = None,
+    hosts: Annotated[
+        Path | None,
+        typer.Option("--hosts", metavar="FILE", help="hosts.toml: run the workers over ssh."),
+    ] = None,
+    host_list: Annotated[
+        str | None,
+        typer.Option(
+            "-H", "--host-list", metavar="HOST:N,...", help="ssh hosts and worker slots: a:2,b:1."
+        ),
+    ] = None,
+    remote_python: Annotated[
+        str | None,
+        typer.Option(help="Python on the hosts of -H (default: this interpreter's path)."),
+    ] = None,
+    stream_logs: Annotated[
+        bool | None,
+        typer.Option(
+            "--stream-logs/--quiet-logs",
+            help="Show worker log lines, prefixed with worker and host (default: on for ssh).",
+        ),
+    ] = None,
     fmt: FormatOption = OutputFormat.text,
 ) -> None:
     """Start the coordinator and the recipe's workers, stream progress, and report.
@@ -45,6 +71,8 @@ def launch(
     Examples:
     edgetrain launch recipes/quickstart.toml
     edgetrain launch --resume runs/quickstart-20261122-101500
+    edgetrain launch recipes/quickstart.toml --hosts hosts.toml
+    edgetrain launch recipes/quickstart.toml -H jetson-a:2,jetson-b:1
     """
     from edgetrain.checkpoints import load_resume
     from edgetrain.cli.live import LiveProgress, summary_table
@@ -54,6 +82,7 @@ def launch(
     from edgetrain.recipe import load_recipe
     from edgetrain.rundir import RunDir
 
+    hosts_cfg = _hosts(hosts, host_list, remote_python)
     resume_point = None
     if resume is not None:
         if recipe_path is not None or run_dir is not None or name is not None:
@@ -64,6 +93,7 @@ def launch(
         recipe, text = load_recipe(rd.recipe)
         resume_point = load_resume(rd.path, recipe.num_workers)
         data = driver.preflight(recipe)
+        ssh = _ssh_launcher(hosts_cfg, recipe.num_workers, stream_logs, fmt)
     else:
         if recipe_path is None:
             raise EdgetrainError("give a RECIPE to launch, or --resume RUN to continue a run")
@@ -72,6 +102,7 @@ def launch(
             run_cfg = recipe.run.model_copy(update={"name": name})
             recipe = recipe.model_copy(update={"run": run_cfg})
         data = driver.preflight(recipe)  # bad data or model: exit 2, nothing started or written
+        ssh = _ssh_launcher(hosts_cfg, recipe.num_workers, stream_logs, fmt)
         rd = RunDir.create(run_dir if run_dir is not None else recipe.run.run_dir, recipe.run.name)
     logging.basicConfig(
         filename=rd.logs / "launcher.log",
@@ -81,12 +112,14 @@ def launch(
     say = err_console if fmt == OutputFormat.json else console
     say.print(f"run directory: [bold]{rd.path}[/]")
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    launcher = ssh if ssh is not None else LocalLauncher()
+    opts = _launch_options(hosts_cfg)
     if fmt == OutputFormat.json:
-        outcome = driver.run(recipe, text, rd, LocalLauncher(), data, resume=resume_point)
+        outcome = driver.run(recipe, text, rd, launcher, data, opts=opts, resume=resume_point)
     else:
         with LiveProgress(recipe, console) as live:
             outcome = driver.run(
-                recipe, text, rd, LocalLauncher(), data, observer=live, resume=resume_point
+                recipe, text, rd, launcher, data, observer=live, opts=opts, resume=resume_point
             )
     emit(outcome.summary, fmt, lambda: console.print(summary_table(outcome.summary)))
     say.print(f"run directory: [bold]{rd.path}[/]  (report: {rd.report})")
@@ -96,3 +129,57 @@ def launch(
     if outcome.status != "completed":
         sys.stderr.write(f"error: run failed: {outcome.error}\n")
         raise typer.Exit(1)
+
+
+def _hosts(
+    path: Path | None, host_list: str | None, remote_python: str | None
+) -> tuple[HostsFile, str, str] | None:
+    """(hosts, their TOML text, where they came from) from --hosts or -H; None for local."""
+    from edgetrain.errors import EdgetrainError
+    from edgetrain.launch.hosts import load_hosts, parse_host_list, to_toml
+
+    if path is not None and host_list is not None:
+        raise EdgetrainError("give --hosts FILE or -H HOST:N,..., not both")
+    if path is not None:
+        if remote_python is not None:
+            raise EdgetrainError("--remote-python goes with -H; set `python` in the hosts file")
+        cfg, text = load_hosts(path)
+        return cfg, text, str(path)
+    if host_list is not None:
+        cfg = parse_host_list(host_list, remote_python)
+        return cfg, to_toml(cfg), f"-H '{host_list}'"
+    return None
+
+
+def _ssh_launcher(
+    hosts: tuple[HostsFile, str, str] | None,
+    num_workers: int,
+    stream_logs: bool | None,
+    fmt: OutputFormat,
+) -> SshLauncher | None:
+    """The ssh launcher, after checking every host (exit 2 before anything is written)."""
+    from edgetrain.launch.ssh import SshLauncher
+    from edgetrain.launch.ssh_preflight import check_hosts
+
+    if hosts is None:
+        return None
+    cfg, text, source = hosts
+    out = err_console if fmt == OutputFormat.json else console
+    sink = None
+    if stream_logs is not False:
+
+        def sink(line: str) -> None:
+            out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    launcher = SshLauncher(cfg, num_workers, source, sink=sink, hosts_text=text)
+    check_hosts(cfg)
+    return launcher
+
+
+def _launch_options(hosts: tuple[HostsFile, str, str] | None) -> LaunchOptions:
+    from edgetrain.launch.driver import LaunchOptions
+
+    if hosts is None:
+        return LaunchOptions()
+    cfg = hosts[0]
+    return LaunchOptions(bind_host=cfg.bind_address(), announce_host=cfg.coordinator_address())

@@ -23,6 +23,7 @@ import edgetrain
 from edgetrain.comm.coordinator import Coordinator, Event, Resume
 from edgetrain.errors import RunError
 from edgetrain.launch.base import Launcher, WorkerSpec
+from edgetrain.launch.hosts import Placement
 from edgetrain.launch.supervisor import Supervisor
 from edgetrain.recipe import Recipe
 from edgetrain.rundir import (
@@ -172,10 +173,20 @@ def _evaluate_average(recipe: Recipe, data: Dataset, coord: Coordinator) -> dict
 
 
 def _worker_specs(
-    recipe: Recipe, run_dir: RunDir, endpoint: str, run_id: str, opts: LaunchOptions
+    recipe: Recipe,
+    run_dir: RunDir,
+    endpoint: str,
+    run_id: str,
+    opts: LaunchOptions,
+    launcher: Launcher | None = None,
 ) -> list[WorkerSpec]:
+    placements: list[Placement] | None = getattr(launcher, "placements", None)
     specs = []
     for i, g in enumerate(recipe.expanded_workers()):
+        place = placements[i] if placements else None
+        host = place.host if place else g.host
+        bind = place.bind if place else opts.bind_host
+        announce = ("--announce", place.announce) if place and place.announce != bind else ()
         args = (
             "worker",
             "--coordinator",
@@ -185,13 +196,40 @@ def _worker_specs(
             "--run-id",
             run_id,
             "--host-label",
-            g.host,
+            host,
             "--bind",
-            opts.bind_host,
+            bind,
+            *announce,
         )
         env = {"OMP_NUM_THREADS": str(g.threads), "MKL_NUM_THREADS": str(g.threads)}
-        specs.append(WorkerSpec(i, g.host, args, run_dir.log_file(worker_stem(i)), env))
+        specs.append(WorkerSpec(i, host, args, run_dir.log_file(worker_stem(i)), env))
     return specs
+
+
+def _before_workers(
+    launcher: Launcher, endpoint: str, manifest: dict[str, Any], run_dir: RunDir
+) -> None:
+    """Launcher hook once the coordinator is bound: record where workers run, check the hosts
+    (an ssh launcher checks the coordinator's port from each host)."""
+    placements: list[Placement] | None = getattr(launcher, "placements", None)
+    if placements:
+        for w, place in zip(manifest["workers"], placements, strict=True):
+            w.update(host=place.host, site=place.site, labels=list(place.labels))
+        manifest["hosts"] = sorted({p.host for p in placements})
+        run_dir.write_manifest(manifest)
+    hosts_text: str | None = getattr(launcher, "hosts_text", None)
+    if hosts_text is not None:
+        atomic_write_text(run_dir.path / "hosts.toml", hosts_text)
+    preflight_hook: Callable[[str], None] | None = getattr(launcher, "preflight", None)
+    if preflight_hook is not None:
+        preflight_hook(endpoint)
+
+
+def _after_workers(launcher: Launcher) -> None:
+    """Launcher hook once every worker is stopped (an ssh launcher drains logs, remote kills)."""
+    close: Callable[[], None] | None = getattr(launcher, "close", None)
+    if close is not None:
+        close()
 
 
 def _check_workers(coord: Coordinator, sup: Supervisor, events: list[Event]) -> list[Event]:
@@ -319,7 +357,8 @@ def run(
         started = time.monotonic()
         if resume is not None:
             rec.record(Event(-1, "resumed", {"epoch": resume.epoch}))
-        for spec in _worker_specs(recipe, run_dir, coord.endpoint, run_id, opts):
+        _before_workers(launcher, coord.endpoint, manifest, run_dir)
+        for spec in _worker_specs(recipe, run_dir, coord.endpoint, run_id, opts, launcher):
             handle = sup.start(spec)
             manifest["workers"][spec.worker_id]["pid"] = handle.pid
         manifest.update(status="running", coordinator=coord.endpoint)
@@ -349,6 +388,7 @@ def run(
         restore = _ignore_sigint()  # a second Ctrl-C must not cut the clean-up short
         coord.stop_all()
         sup.terminate_all()
+        _after_workers(launcher)
         coord.close()
         rec.record(Event(-1, "end", {"status": status, "error": error}))
         rec.close()

@@ -1,0 +1,220 @@
+"""Start workers on other hosts with the system ``ssh`` client, and stop them there too.
+
+The remote shell prints its pid first (sshd makes it a process-group leader), then runs the
+worker and prints its exit status. The launcher keeps ssh's stdin open: when the launcher or the
+connection dies, the worker sees end of file and exits by itself; ``terminate``/``kill`` also
+signal the remote process group over a second ssh connection, so no host keeps an orphan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shlex
+import signal
+import subprocess
+import threading
+import time
+
+from edgetrain.launch.base import WorkerSpec
+from edgetrain.launch.hosts import Host, HostsFile, Placement
+from edgetrain.launch.logstream import LineSink, LogTee
+
+log = logging.getLogger(__name__)
+
+PID_MARK = "@@edgetrain-remote-pid"
+EXIT_MARK = "@@edgetrain-remote-exit"
+_CONTROL = re.compile(rf"^({PID_MARK}|{EXIT_MARK}) (\d+)$")
+
+
+def ssh_command(hosts: HostsFile, host: Host, remote: str) -> list[str]:
+    """The ``ssh`` argv that runs the shell command ``remote`` on ``host``."""
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={hosts.connect_timeout_s}"]
+    if hosts.ssh_config:
+        argv += ["-F", os.path.expanduser(hosts.ssh_config)]
+    if host.port is not None:
+        argv += ["-p", str(host.port)]
+    if host.identity:
+        argv += ["-i", os.path.expanduser(host.identity)]
+    if host.user:
+        argv += ["-l", host.user]
+    return [*argv, *hosts.ssh_options, "--", host.address, remote]
+
+
+def worker_script(
+    python: str, workdir: str | None, env: dict[str, str], args: tuple[str, ...]
+) -> str:
+    """The remote shell command: report the pid, run the worker, report its exit status."""
+    cd = f"cd {shlex.quote(workdir)} && " if workdir else ""
+    assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in {**env, "PYTHONUNBUFFERED": "1"}.items())
+    cmd = " ".join(shlex.quote(a) for a in (python, "-m", "edgetrain", *args))
+    return (
+        f'echo "{PID_MARK} $$"; exec 2>&1; {cd}env {assigns} {cmd}; '
+        f'c=$?; echo "{EXIT_MARK} $c"; exit $c'
+    )
+
+
+def kill_script(pid: int, sig: str) -> str:
+    """Signal the remote process group ``pid`` (or the process alone where it leads none)."""
+    return f"kill -{sig} -- -{pid} 2>/dev/null || kill -{sig} {pid} 2>/dev/null; true"
+
+
+def _exit_code(code: int) -> int:
+    """A shell status of 128+N means the worker was killed by signal N: report -N, as Popen."""
+    return -(code - 128) if 128 < code < 128 + 65 else code
+
+
+class SshProcess:
+    """A worker started over ssh: ``pid`` is the local ssh client's, ``remote_pid`` the host's."""
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        hosts: HostsFile,
+        host: Host,
+        popen: subprocess.Popen[bytes],
+        sink: LineSink | None,
+    ) -> None:
+        self.worker_id = spec.worker_id
+        self.host = spec.host
+        self.remote_pid: int | None = None
+        self.remote_exit: int | None = None
+        self._hosts = hosts
+        self._host = host
+        self._popen = popen
+        self._pid_seen = threading.Event()
+        self._signalled: set[str] = set()
+        self._helpers: list[subprocess.Popen[bytes]] = []
+        assert popen.stdout is not None
+        prefix = f"[w{spec.worker_id} {spec.host}]"
+        self.tee = LogTee(popen.stdout, spec.log_path, prefix, sink, self._control).start()
+
+    def _control(self, line: str) -> bool:
+        m = _CONTROL.match(line)
+        if m is None:
+            return False
+        if m.group(1) == PID_MARK:
+            self.remote_pid = int(m.group(2))
+            self._pid_seen.set()
+        else:
+            self.remote_exit = int(m.group(2))
+        return True
+
+    @property
+    def pid(self) -> int | None:
+        return self._popen.pid
+
+    def poll(self) -> int | None:
+        code = self._popen.poll()
+        if code is None:
+            return None
+        self.tee.join(2.0)  # the exit status line comes just before end of file
+        return _exit_code(self.remote_exit) if self.remote_exit is not None else code
+
+    def _remote_may_run(self) -> bool:
+        return self.remote_exit is None
+
+    def _stop(self, sig: signal.Signals) -> None:
+        name = sig.name.removeprefix("SIG")
+        if name in self._signalled:
+            return
+        self._signalled.add(name)
+        if self._popen.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._popen.stdin.close()
+        if self.remote_pid is None and self._popen.poll() is None:
+            self._pid_seen.wait(1.0)  # just started: the pid line is on its way
+        if self.remote_pid is not None and self._remote_may_run():
+            argv = ssh_command(self._hosts, self._host, kill_script(self.remote_pid, name))
+            with contextlib.suppress(OSError):
+                self._helpers.append(
+                    subprocess.Popen(
+                        argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                        start_new_session=True,
+                    )
+                )
+        if self._popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._popen.pid, sig)
+
+    def terminate(self) -> None:
+        self._stop(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._stop(signal.SIGKILL)
+
+    def wait(self, timeout: float) -> int | None:
+        deadline = time.monotonic() + timeout
+        try:
+            self._popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        self.reap_helpers(max(0.0, deadline - time.monotonic()))
+        return self.poll()
+
+    def reap_helpers(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for the remote-kill connections; kill those still going."""
+        deadline = time.monotonic() + timeout
+        for helper in self._helpers:
+            try:
+                helper.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                helper.kill()
+                helper.wait()
+
+
+class SshLauncher:
+    """Starts each worker on its host from ``hosts`` (worker ids map onto the host slots)."""
+
+    def __init__(
+        self,
+        hosts: HostsFile,
+        num_workers: int,
+        source: str,
+        sink: LineSink | None = None,
+        hosts_text: str | None = None,
+    ) -> None:
+        self.hosts = hosts
+        self.hosts_text = hosts_text
+        self.slots = hosts.slots(num_workers, source)
+        self.sink = sink
+        self.handles: list[SshProcess] = []
+
+    @property
+    def placements(self) -> list[Placement]:
+        return [Placement.of(h) for h in self.slots]
+
+    def start(self, spec: WorkerSpec) -> SshProcess:
+        host = self.slots[spec.worker_id]
+        script = worker_script(self.hosts.python_for(host), host.workdir, spec.env, spec.args)
+        spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        popen = subprocess.Popen(
+            ssh_command(self.hosts, host, script),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        handle = SshProcess(spec, self.hosts, host, popen, self.sink)
+        self.handles.append(handle)
+        log.info("worker %d on %s: ssh pid %d", spec.worker_id, host.label, popen.pid)
+        return handle
+
+    def preflight(self, endpoint: str) -> None:
+        """Check from every host that the coordinator at ``endpoint`` can be reached."""
+        from edgetrain.launch.ssh_preflight import check_hosts, endpoint_target
+
+        check_hosts(self.hosts, endpoint_target(endpoint))
+
+    def close(self, timeout: float = 15.0) -> None:
+        """After the workers stopped: let remote kills finish and the logs drain."""
+        deadline = time.monotonic() + timeout
+        for h in self.handles:
+            h.reap_helpers(max(0.0, deadline - time.monotonic()))
+        for h in self.handles:
+            h.tee.join(max(0.0, deadline - time.monotonic()))
