@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import sys
@@ -14,9 +15,11 @@ import typer
 from edgetrain.cli.common import FormatOption, OutputFormat, console, emit, err_console
 
 if TYPE_CHECKING:
+    from edgetrain.comm.security import CurveKeys
     from edgetrain.launch.driver import LaunchOptions
     from edgetrain.launch.hosts import HostsFile
     from edgetrain.launch.ssh import SshLauncher
+    from edgetrain.recipe import Recipe
 
 
 def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -93,6 +96,7 @@ def launch(
         recipe, text = load_recipe(rd.recipe)
         resume_point = load_resume(rd.path, recipe.num_workers)
         data = driver.preflight(recipe)
+        keys, keys_dir = _keys(recipe)
         ssh = _ssh_launcher(hosts_cfg, recipe.num_workers, stream_logs, fmt)
     else:
         if recipe_path is None:
@@ -102,6 +106,7 @@ def launch(
             run_cfg = recipe.run.model_copy(update={"name": name})
             recipe = recipe.model_copy(update={"run": run_cfg})
         data = driver.preflight(recipe)  # bad data or model: exit 2, nothing started or written
+        keys, keys_dir = _keys(recipe)
         ssh = _ssh_launcher(hosts_cfg, recipe.num_workers, stream_logs, fmt)
         rd = RunDir.create(run_dir if run_dir is not None else recipe.run.run_dir, recipe.run.name)
     logging.basicConfig(
@@ -113,7 +118,7 @@ def launch(
     say.print(f"run directory: [bold]{rd.path}[/]")
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     launcher = ssh if ssh is not None else LocalLauncher()
-    opts = _launch_options(hosts_cfg)
+    opts = dataclasses.replace(_launch_options(hosts_cfg), keys=keys, keys_dir=keys_dir)
     if fmt == OutputFormat.json:
         outcome = driver.run(recipe, text, rd, launcher, data, opts=opts, resume=resume_point)
     else:
@@ -129,6 +134,17 @@ def launch(
     if outcome.status != "completed":
         sys.stderr.write(f"error: run failed: {outcome.error}\n")
         raise typer.Exit(1)
+
+
+def _keys(recipe: Recipe) -> tuple[CurveKeys | None, Path | None]:
+    """The run's CURVE keys when the recipe sets ``security = "curve"`` (missing keys: exit 2).
+
+    A relative ``[run] keys`` is taken from the current directory, as data paths are."""
+    from edgetrain.comm.security import load_keys, security_config
+
+    config = security_config(recipe.run.security, recipe.run.keys, Path.cwd())
+    keys = load_keys(config)
+    return keys, (config.keys_dir.resolve() if keys is not None and config.keys_dir else None)
 
 
 def _hosts(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -23,6 +24,12 @@ def worker(
     watch_stdin: Annotated[
         bool, typer.Option(help="Exit when standard input closes (the launcher is gone).")
     ] = True,
+    keys: Annotated[
+        Path | None,
+        typer.Option(
+            help="The run's CURVE keys directory (edgetrain keys generate); turns on CURVE."
+        ),
+    ] = None,
 ) -> None:
     """Run one training worker until the coordinator says stop.
 
@@ -31,5 +38,7 @@ def worker(
     """
     from edgetrain.worker.main import run_worker
 
-    code = run_worker(coordinator, worker_id, run_id, host_label, bind, announce, watch_stdin)
+    code = run_worker(
+        coordinator, worker_id, run_id, host_label, bind, announce, watch_stdin, keys_dir=keys
+    )
     raise typer.Exit(code)

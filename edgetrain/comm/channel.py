@@ -9,23 +9,49 @@ from dataclasses import dataclass, field
 
 import zmq
 
-from edgetrain.comm.wire import DEFAULT_MAX_MESSAGE_BYTES, Message, WireError, decode, encode
+from edgetrain.comm.wire import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    Message,
+    WireError,
+    claimed_sender,
+    decode,
+    encode,
+)
 
 log = logging.getLogger(__name__)
 
 # Frames below this size are copied by pyzmq; above it they are sent zero-copy.
 ZERO_COPY_THRESHOLD = 64 * 1024
+# Dropped messages are logged one by one up to this many per reason, then every 1000th.
+LOGGED_DROPS = 10
+# Per-peer drop counters keep at most this many peer names; the rest count under OTHER_PEER.
+MAX_TRACKED_PEERS = 64
+UNKNOWN_PEER = "unknown"
+OTHER_PEER = "other"
 
 
 @dataclass
 class Traffic:
-    """Counters of what one process sent and received, and what it dropped and why."""
+    """Counters of what one process sent and received, and what it dropped, why, and from whom.
+
+    ``dropped`` counts by reason; ``dropped_by_peer`` by the sender a message claimed (its header
+    is untrusted: a name is only a claim), ``unknown`` when even the header did not parse.
+    """
 
     bytes_sent: int = 0
     bytes_received: int = 0
     messages_sent: int = 0
     messages_received: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
+    dropped_by_peer: dict[str, Counter[str]] = field(default_factory=dict)
+
+    def drop(self, reason: str, peer: str | None = None) -> None:
+        """Count one dropped message (``peer``: who it claims to come from or goes to)."""
+        self.dropped[reason] += 1
+        name = _peer_label(peer)
+        if name not in self.dropped_by_peer and len(self.dropped_by_peer) >= MAX_TRACKED_PEERS:
+            name = OTHER_PEER
+        self.dropped_by_peer.setdefault(name, Counter())[reason] += 1
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -34,7 +60,16 @@ class Traffic:
             "messages_sent": self.messages_sent,
             "messages_received": self.messages_received,
             "dropped": dict(self.dropped),
+            "dropped_by_peer": {p: dict(c) for p, c in self.dropped_by_peer.items()},
         }
+
+
+def _peer_label(peer: str | None) -> str:
+    """A short printable label for a (possibly hostile) peer name."""
+    if not peer:
+        return UNKNOWN_PEER
+    label = "".join(ch for ch in peer[:64] if ch.isprintable())
+    return label or UNKNOWN_PEER
 
 
 def bind_random(sock: zmq.Socket, host: str = "127.0.0.1", announce: str | None = None) -> str:
@@ -50,13 +85,23 @@ def send(
     identity: bytes | None = None,
     flags: int = 0,
 ) -> int:
-    """Send ``msg`` (to ``identity`` on a ROUTER socket). Returns the bytes put on the wire."""
+    """Send ``msg`` (to ``identity`` on a ROUTER socket). Returns the bytes put on the wire.
+
+    Raises ``zmq.Again`` (counted as ``send_queue_full`` with NOBLOCK, else ``send_timeout``)
+    when the message cannot be queued: no peer, or its queue is full, for longer than SNDTIMEO.
+    """
     frames = encode(msg)
     nbytes = sum(len(f) for f in frames)
     if identity is not None:
         frames = [identity, *frames]
     copy = nbytes < ZERO_COPY_THRESHOLD
-    sock.send_multipart(frames, flags=flags, copy=copy)
+    try:
+        sock.send_multipart(frames, flags=flags, copy=copy)
+    except zmq.Again:
+        if traffic is not None:
+            reason = "send_queue_full" if flags & zmq.NOBLOCK else "send_timeout"
+            traffic.drop(reason, msg.sender if identity is None else identity.decode("latin-1"))
+        raise
     if traffic is not None:
         traffic.bytes_sent += nbytes
         traffic.messages_sent += 1
@@ -88,9 +133,12 @@ def recv(
     try:
         msg = decode(frames, run_id, allowed_types, max_bytes=max_bytes)
     except WireError as exc:
+        count = 0
         if traffic is not None:
-            traffic.dropped[exc.reason] += 1
-        log.warning("dropped a message: %s", exc)
+            traffic.drop(exc.reason, claimed_sender(frames[0]) if frames else None)
+            count = traffic.dropped[exc.reason]
+        if count <= LOGGED_DROPS or count % 1000 == 0:  # a flood must not flood the log
+            log.warning("dropped a message (%s #%d): %s", exc.reason, count, exc)
         return None
     if traffic is not None:
         traffic.messages_received += 1

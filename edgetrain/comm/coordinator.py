@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import zmq
 
-from edgetrain.comm import channel, protocol
+from edgetrain.comm import channel, protocol, sockets
 from edgetrain.comm.channel import Traffic
+from edgetrain.comm.security import CurveKeys
 from edgetrain.comm.wire import Message
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ class Coordinator:
         context: zmq.Context | None = None,
         heartbeat_s: float = 1.0,
         resume: Resume | None = None,
+        security: CurveKeys | None = None,
     ) -> None:
         self.run_id = run_id
         self.recipe = recipe
@@ -106,8 +108,7 @@ class Coordinator:
         self._phase_since = time.monotonic()
         self._stopped = False
         self._ctx = context or zmq.Context.instance()
-        self._sock = self._ctx.socket(zmq.ROUTER)
-        self._sock.setsockopt(zmq.LINGER, 1000)
+        self._sock = sockets.server(self._ctx, zmq.ROUTER, security)
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.endpoint = channel.bind_random(self._sock, bind_host, announce_host)
 

@@ -159,6 +159,15 @@ def decode_header(frame: Any) -> dict[str, Any]:
     return header
 
 
+def claimed_sender(frame: Any) -> str | None:
+    """The sender a header frame names, if it parses at all (untrusted: for counters only)."""
+    try:
+        sender = decode_header(frame).get("sender")
+    except WireError:
+        return None
+    return sender if isinstance(sender, str) else None
+
+
 def decode(
     frames: Sequence[Any],
     run_id: str | None,

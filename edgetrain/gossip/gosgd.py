@@ -75,7 +75,7 @@ class GoSGD:
             alpha = msg.meta.get("alpha")
             reason = check_compatible(self.state, msg.tensors, alpha)
             if reason is not None:
-                self.node.traffic.dropped[reason] += 1
+                self.node.traffic.drop(reason, msg.sender)
                 continue
             assert isinstance(alpha, (int, float))  # check_compatible made sure
             self.alpha = merge_into(self.state, self.alpha, msg.tensors, float(alpha))

@@ -5,12 +5,18 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import replace
 
 import zmq
 
-from edgetrain.comm import channel, protocol
+from edgetrain.comm import channel, protocol, sockets
 from edgetrain.comm.channel import Traffic
-from edgetrain.comm.wire import MAX_FRAME_BYTES, Message
+from edgetrain.comm.security import CurveKeys
+from edgetrain.comm.wire import Message
+
+# The inbox drops what waits in it at close; outboxes get 2 s to hand over what they queued.
+INBOX = sockets.SocketOptions(linger_ms=0)
+OUTBOX = sockets.SocketOptions(linger_ms=2000)
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +33,7 @@ class GossipNode:
         bind_host: str = "127.0.0.1",
         announce_host: str | None = None,
         send_hwm: int = 64,
+        keys: CurveKeys | None = None,
     ) -> None:
         self.ctx = ctx
         self.worker_id = worker_id
@@ -34,10 +41,11 @@ class GossipNode:
         self.run_id = run_id
         self.traffic = traffic
         self.send_hwm = send_hwm
-        self.inbox = ctx.socket(zmq.PULL)
-        self.inbox.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
-        self.inbox.setsockopt(zmq.LINGER, 0)
+        self.keys = keys
+        sockets.keep_freed_buffers()  # received weights land in warm memory (no page faults)
+        self.inbox = sockets.server(ctx, zmq.PULL, keys, INBOX)
         self.endpoint = channel.bind_random(self.inbox, bind_host, announce_host)
+        log.info("gossip inbox listening on %s", self.endpoint)
         self.outboxes: dict[int, zmq.Socket] = {}
         self.peer_names: set[str] = set()
         self.sent: Counter[int] = Counter()
@@ -48,9 +56,8 @@ class GossipNode:
         for peer_id, endpoint in peers.items():
             if peer_id == self.worker_id or peer_id in self.outboxes:
                 continue
-            sock = self.ctx.socket(zmq.PUSH)
-            sock.setsockopt(zmq.SNDHWM, self.send_hwm)
-            sock.setsockopt(zmq.LINGER, 2000)
+            opts = replace(OUTBOX, send_hwm=self.send_hwm)
+            sock = sockets.client(self.ctx, zmq.PUSH, self.keys, opts)
             sock.connect(endpoint)
             self.outboxes[peer_id] = sock
             self.peer_names.add(protocol.worker_name(peer_id))
@@ -60,11 +67,14 @@ class GossipNode:
         return sorted(self.outboxes)
 
     def send(self, peer_id: int, msg: Message) -> bool:
-        """Queue ``msg`` for ``peer_id``; False (and counted) if its queue is full."""
+        """Queue ``msg`` for ``peer_id`` without blocking; False (counted) if its queue is full.
+
+        A peer that is down or restarting keeps its queue: ZeroMQ reconnects to the same
+        endpoint and delivers what waits there, up to ``send_hwm`` messages.
+        """
         try:
             channel.send(self.outboxes[peer_id], msg, self.traffic, flags=zmq.NOBLOCK)
-        except zmq.Again:
-            self.traffic.dropped["send_queue_full"] += 1
+        except zmq.Again:  # counted by channel.send as send_queue_full
             return False
         self.sent[peer_id] += 1
         return True
@@ -87,7 +97,7 @@ class GossipNode:
                 continue
             msg = got[1]
             if msg.sender not in self.peer_names:
-                self.traffic.dropped["unknown_peer"] += 1
+                self.traffic.drop("unknown_peer", msg.sender)
                 continue
             self.received += 1
             out.append(msg)

@@ -17,10 +17,12 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import edgetrain
 from edgetrain.comm.coordinator import Coordinator, Event, Resume
+from edgetrain.comm.security import CurveKeys
 from edgetrain.errors import RunError
 from edgetrain.launch.base import Launcher, WorkerSpec
 from edgetrain.launch.hosts import Placement
@@ -57,6 +59,10 @@ class LaunchOptions:
     poll_ms: int = 200
     watchdog_after_s: float = 10.0
     watchdog_every_s: float = 30.0
+    # CURVE (recipe ``security = "curve"``): the run's keys, and the keys directory workers
+    # are told to read (the same path on every host).
+    keys: CurveKeys | None = None
+    keys_dir: Path | None = None
 
 
 @dataclass
@@ -200,6 +206,7 @@ def _worker_specs(
             "--bind",
             bind,
             *announce,
+            *(("--keys", str(opts.keys_dir)) if opts.keys is not None else ()),
         )
         env = {"OMP_NUM_THREADS": str(g.threads), "MKL_NUM_THREADS": str(g.threads)}
         specs.append(WorkerSpec(i, host, args, run_dir.log_file(worker_stem(i)), env))
@@ -349,6 +356,7 @@ def run(
         opts.announce_host,
         heartbeat_s=recipe.run.heartbeat_s,
         resume=resume,
+        security=opts.keys,
     )
     sup = Supervisor(launcher)
     watchdog = _Watchdog(opts.watchdog_after_s, opts.watchdog_every_s)

@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import zmq
 
-from edgetrain.comm import channel, protocol
+from edgetrain.comm import channel, protocol, sockets
 from edgetrain.comm.channel import Traffic
+from edgetrain.comm.security import CurveKeys
 from edgetrain.comm.wire import Message
 from edgetrain.errors import RunError
 
@@ -25,8 +26,15 @@ class CoordinatorClient:
     """A DEALER socket to the coordinator, identified as ``w<id>``."""
 
     def __init__(
-        self, ctx: zmq.Context, endpoint: str, worker_id: int, run_id: str, traffic: Traffic
+        self,
+        ctx: zmq.Context,
+        endpoint: str,
+        worker_id: int,
+        run_id: str,
+        traffic: Traffic,
+        security: CurveKeys | None = None,
     ) -> None:
+        self.security = security
         self.worker_id = worker_id
         self.name = protocol.worker_name(worker_id)
         self.run_id = run_id
@@ -40,9 +48,8 @@ class CoordinatorClient:
 
     def _make_socket(self, identity: str) -> zmq.Socket:
         """A DEALER connected to the coordinator under ``identity``."""
-        sock = self.ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.IDENTITY, identity.encode())
-        sock.setsockopt(zmq.LINGER, 2000)
+        opts = sockets.SocketOptions(linger_ms=2000)
+        sock = sockets.client(self.ctx, zmq.DEALER, self.security, opts, identity.encode())
         sock.connect(self.endpoint)
         return sock
 
@@ -68,7 +75,13 @@ class CoordinatorClient:
         tensors: dict[str, np.ndarray] | None = None,
     ) -> None:
         msg = Message(kind, self.name, self.run_id, step, epoch, meta or {}, tensors or {})
-        channel.send(self.sock, msg, self.traffic)
+        try:
+            channel.send(self.sock, msg, self.traffic)
+        except zmq.Again:
+            raise RunError(
+                f"worker {self.worker_id}: the coordinator at {self.endpoint} took no '{kind}' "
+                "message within the send timeout; is the launcher gone or the network down?"
+            ) from None
 
     def receive(self) -> Message | None:
         """Read one waiting message (None if it was malformed and dropped)."""

@@ -13,6 +13,7 @@ import signal
 import socket
 import threading
 import traceback
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ import zmq
 
 from edgetrain.comm import protocol
 from edgetrain.comm.channel import Traffic
+from edgetrain.comm.security import SecurityConfig, load_keys
 from edgetrain.comm.wire import Message
 from edgetrain.errors import EdgetrainError
 from edgetrain.recipe import Recipe, parse_recipe
@@ -127,9 +129,16 @@ def run_worker(
     bind_host: str = "127.0.0.1",
     announce_host: str | None = None,
     watch_stdin: bool = True,
+    keys_dir: Path | None = None,
 ) -> int:
-    """Run one worker to completion. Returns the process exit code."""
+    """Run one worker to completion. Returns the process exit code.
+
+    ``keys_dir`` turns CURVE on (the run's keys, see :mod:`edgetrain.comm.security`); unusable
+    keys raise :class:`~edgetrain.comm.security.SecurityError` before anything starts.
+    """
     from edgetrain.gossip.node import GossipNode
+
+    keys = load_keys(SecurityConfig("curve", keys_dir)) if keys_dir is not None else None
 
     logging.basicConfig(
         level=logging.INFO, format=f"%(asctime)s w{worker_id} %(levelname)s %(message)s"
@@ -140,8 +149,8 @@ def run_worker(
         threading.Thread(target=_watch_stdin, daemon=True, name="stdin-watch").start()
     ctx = zmq.Context()
     traffic = Traffic()
-    client = CoordinatorClient(ctx, coordinator, worker_id, run_id, traffic)
-    node = GossipNode(ctx, worker_id, run_id, traffic, bind_host, announce_host)
+    client = CoordinatorClient(ctx, coordinator, worker_id, run_id, traffic, keys)
+    node = GossipNode(ctx, worker_id, run_id, traffic, bind_host, announce_host, keys=keys)
     code = 0
     try:
         # Import torch before registering: a long import holds the interpreter lock and would

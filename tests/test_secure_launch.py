@@ -1,0 +1,74 @@
+"""``security = "curve"`` through ``edgetrain launch``: an encrypted run, and missing keys."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli import run_cli
+
+RECIPE = """
+[run]
+name = "sec"
+security = "curve"
+keys = "{keys}"
+checkpoint_every = 0
+[data]
+dataset = "digits"
+[model]
+name = "mlp"
+[train]
+epochs = 3
+batch_size = 32
+[gossip]
+probability = 0.5
+[[workers]]
+count = 2
+"""
+
+
+@pytest.mark.timeout(240)
+def test_encrypted_run_completes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "keys", "generate", str(tmp_path / "keys"))
+    assert code == 0, err
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(RECIPE.format(keys="keys"))  # relative to the current directory
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "edgetrain",
+            "launch",
+            str(recipe),
+            "--run-dir",
+            "runs",
+            "-f",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["status"] == "completed" and summary["averaged_test_accuracy"] > 0.8
+    assert sum(w["gossip_merged"] for w in summary["workers"]) > 0  # peers talked, encrypted
+    logs = sorted((tmp_path / "runs").glob("sec-*/logs/worker-0.log"))
+    assert logs and "Traceback" not in logs[0].read_text()
+
+
+def test_missing_keys_are_one_line_and_nothing_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(RECIPE.format(keys="nokeys"))
+    code, _, err = run_cli(capsys, "launch", str(recipe), "--run-dir", "runs")
+    assert code == 2
+    assert err.count("\n") == 1 and "edgetrain keys generate" in err
+    assert not (tmp_path / "runs").exists()
