@@ -38,7 +38,7 @@ class RunSection(_Section):
     # Every N epochs the coordinator writes RUN/checkpoints/epoch-N/ (0: never).
     checkpoint_every: int = Field(5, ge=0)
     # Transport security: "curve" encrypts and authenticates with the keys in ``keys``
-    # (a directory written by ``edgetrain keys generate``; relative to the recipe's folder).
+    # (a directory written by ``edgetrain keys generate``; relative to the current directory).
     security: Literal["none", "curve"] = "none"
     keys: str = "keys"
 
@@ -121,7 +121,9 @@ class AggregateSection(_Section):
     # reduced dimensions d' (None: the method's default, 10; isvd log2(0.1 * d / ratio))
     dims: int | None = Field(None, ge=1)
     kmeans_iterations: int = Field(20, ge=1)
-    chunk_size: int = Field(4096, ge=1)  # isvd: samples per streamed chunk
+    # per-class centroids above which k-means goes two-level (None: always flat k-means)
+    kmeans_flat_limit: int | None = Field(256, ge=1)
+    chunk_size: int = Field(128, ge=1)  # isvd: samples per streamed chunk
     seed: int | None = None  # None: the recipe's [run] seed
 
 
