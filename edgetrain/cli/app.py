@@ -10,11 +10,14 @@ import typer
 
 import edgetrain
 from edgetrain.cli import (
+    aggregate_cmd,
     data_cmd,
     env_cmd,
+    keys_cmd,
     launch_cmd,
     models_cmd,
     plan_cmd,
+    profile_cmd,
     report_cmd,
     worker_cmd,
 )
@@ -57,7 +60,11 @@ app.command("env")(env_cmd.env)
 app.command("launch")(launch_cmd.launch)
 app.command("worker", hidden=True)(worker_cmd.worker)
 app.command("report")(report_cmd.report)
+app.add_typer(profile_cmd.app, name="profile")
 app.command("plan")(plan_cmd.plan)
+app.command("aggregate")(aggregate_cmd.aggregate)
+app.command("aggregate-eval")(aggregate_cmd.aggregate_eval)
+app.add_typer(keys_cmd.app, name="keys")
 app.add_typer(data_cmd.app, name="data")
 app.add_typer(models_cmd.app, name="models")
 
