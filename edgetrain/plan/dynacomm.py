@@ -27,6 +27,7 @@ The brute-force tests check both against every one of the 2^(L-1) cut sets for L
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable
 
 import numpy as np
 
@@ -43,48 +44,41 @@ def _cuts_from_ends(ends: list[int], layers: int) -> list[int]:
 # --------------------------------------------------------------------------- reference
 
 
-def paper_forward(costs: LayerCosts) -> tuple[float, list[int]]:
-    """The paper's forward DP: ``F[m][n]`` over the first m layers in n segments."""
-    n_layers, dt = costs.num_layers, costs.dt
-    pt, fc = prefix(costs.pt), prefix(costs.fc)
-    f = np.full((n_layers + 1, n_layers + 1), INF)
-    path = np.zeros((n_layers + 1, n_layers + 1), dtype=np.int64)
-    f[0, 0] = 0.0
-    for n in range(1, n_layers + 1):
-        for m in range(n, n_layers + 1):
+def _paper_table(
+    layers: int, ready: Callable[[int, int], float], span: np.ndarray, extra: float
+) -> tuple[float, list[int]]:
+    """``T[m][n] = min_k max(T[k][n-1], ready(n, m)) + extra + span[m] - span[k]``, the shape
+    both of the paper's programmes share; returns the optimum and the segment ends (traced)."""
+    t = np.full((layers + 1, layers + 1), INF)
+    path = np.zeros((layers + 1, layers + 1), dtype=np.int64)
+    t[0, 0] = 0.0
+    for n in range(1, layers + 1):
+        for m in range(n, layers + 1):
             ks = np.arange(n - 1, m)
-            vals = np.maximum(f[ks, n - 1], n * dt + pt[m]) + (fc[m] - fc[ks])
+            vals = np.maximum(t[ks, n - 1], ready(n, m)) + extra + (span[m] - span[ks])
             best = int(np.argmin(vals))
-            f[m, n] = vals[best]
+            t[m, n] = vals[best]
             path[m, n] = ks[best]
-    n_best = int(np.argmin(f[n_layers]))
-    ends, m = [], n_layers
+    n_best = int(np.argmin(t[layers]))
+    ends, m = [], layers
     for n in range(n_best, 0, -1):
         ends.append(m)
         m = int(path[m, n])
-    return float(f[n_layers, n_best]), _cuts_from_ends(ends, n_layers)
+    return float(t[layers, n_best]), ends
+
+
+def paper_forward(costs: LayerCosts) -> tuple[float, list[int]]:
+    """The paper's forward DP: ``F[m][n]`` over the first m layers in n segments."""
+    dt, pt = costs.dt, prefix(costs.pt)
+    value, ends = _paper_table(costs.num_layers, lambda n, m: n * dt + pt[m], prefix(costs.fc), 0.0)
+    return value, _cuts_from_ends(ends, costs.num_layers)
 
 
 def paper_backward(costs: LayerCosts) -> tuple[float, list[int]]:
     """The paper's backward DP: ``B[m][n]`` over the last m layers in n segments."""
-    n_layers, dt = costs.num_layers, costs.dt
-    bc, gt = prefix(costs.bc[::-1]), prefix(costs.gt[::-1])
-    b = np.full((n_layers + 1, n_layers + 1), INF)
-    path = np.zeros((n_layers + 1, n_layers + 1), dtype=np.int64)
-    b[0, 0] = 0.0
-    for n in range(1, n_layers + 1):
-        for m in range(n, n_layers + 1):
-            ks = np.arange(n - 1, m)
-            vals = np.maximum(b[ks, n - 1], bc[m]) + dt + (gt[m] - gt[ks])
-            best = int(np.argmin(vals))
-            b[m, n] = vals[best]
-            path[m, n] = ks[best]
-    n_best = int(np.argmin(b[n_layers]))
-    counts, m = [], n_layers
-    for n in range(n_best, 0, -1):
-        counts.append(m)
-        m = int(path[m, n])
-    return float(b[n_layers, n_best]), _cuts_from_ends([n_layers - c for c in counts], n_layers)
+    n_layers, bc = costs.num_layers, prefix(costs.bc[::-1])
+    value, counts = _paper_table(n_layers, lambda n, m: bc[m], prefix(costs.gt[::-1]), costs.dt)
+    return value, _cuts_from_ends([n_layers - c for c in counts], n_layers)
 
 
 # --------------------------------------------------------------------------- fast
