@@ -7,8 +7,11 @@ Model (ALGORITHMS.md §1), with the choices the text leaves open written down:
 - Backward. Backward compute runs L..1 without waiting (time 0 = the start of backward).
   A backward segment is a run of consecutive layers; its push (``dt + sum(gt)``) starts when
   the backward of its last (lowest) layer is done and the link is free.
-- The iteration time is forward time plus backward time: the pushes of one iteration and the
-  pulls of the next are not overlapped (the stretch goal in the Plan issue).
+- The iteration time is forward time plus backward time. Across iterations this is also the
+  steady state: the next iteration's first pull carries layer 1, whose gradient is in this
+  iteration's last push (backward ends at layer 1), so no pull of the next iteration can start
+  before every push of this one has ended, on a shared link or a full-duplex one. Minimising
+  each direction therefore minimises the steady-state iteration time too.
 Cuts are 1-based forward layer indices after which a segment ends, the compulsory end at L
 excluded; backward cuts use the same indices (cut i separates layers i and i+1).
 """
