@@ -10,8 +10,10 @@ Model (ALGORITHMS.md §1), with the choices the text leaves open written down:
 - The iteration time is forward time plus backward time. Across iterations this is also the
   steady state: the next iteration's first pull carries layer 1, whose gradient is in this
   iteration's last push (backward ends at layer 1), so no pull of the next iteration can start
-  before every push of this one has ended, on a shared link or a full-duplex one. Minimising
-  each direction therefore minimises the steady-state iteration time too.
+  before every push of this one has ended when transmissions share the link and pulls go in
+  layer order, as this model has it. Minimising each direction therefore minimises the
+  steady-state iteration time too. (A full-duplex link that pulled later layers while layer 1's
+  gradient is still being pushed could overlap iterations; that is not modelled.)
 Cuts are 1-based forward layer indices after which a segment ends, the compulsory end at L
 excluded; backward cuts use the same indices (cut i separates layers i and i+1).
 """
