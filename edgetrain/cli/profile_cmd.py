@@ -1,0 +1,274 @@
+"""``edgetrain profile``: measure this device (per layer) and its links; ``profile serve``."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from edgetrain.cli.common import FormatOption, OutputFormat, console, emit, err_console
+from edgetrain.errors import EdgetrainError
+
+app = typer.Typer(
+    help="Measure this device layer by layer, its links, and its slowdown under contention.",
+    invoke_without_command=True,
+)
+
+
+def parse_batch_sizes(text: str) -> tuple[int, ...]:
+    """'8,16,32' -> (8, 16, 32)."""
+    try:
+        sizes = tuple(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1 or len(set(sizes)) != len(sizes):
+        raise EdgetrainError(
+            f"--batch-sizes '{text}': expected distinct positive ints like 8,16,32"
+        )
+    return sizes
+
+
+def parse_levels(text: str) -> tuple[float, ...]:
+    """'0,0.5,1' -> (0.0, 0.5, 1.0), each in [0, 1]."""
+    try:
+        levels = tuple(float(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        levels = ()
+    if len(levels) < 3 or not all(0 <= v <= 1 for v in levels):
+        raise EdgetrainError(
+            f"--levels '{text}': expected at least 3 intensities in [0, 1] like 0,0.25,0.5,0.75,1"
+        )
+    return levels
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[Any]:
+    """A rich progress bar on stderr; yields the callback the library calls."""
+    if not enabled:
+        yield None
+        return
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    )
+    task = bar.add_task("profiling", total=None)
+
+    def update(what: str, done: int, total: int) -> None:
+        bar.update(task, description=what, completed=done, total=total or None)
+
+    with bar:
+        yield update
+
+
+@app.callback()
+def profile(
+    ctx: typer.Context,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", "-m", help="Zoo model name or ONNX file to profile."),
+    ] = None,
+    input_shape: Annotated[
+        str, typer.Option("--input", "-i", help="Input shape CxHxW (or HxW).")
+    ] = "3x32x32",
+    classes: Annotated[int, typer.Option("--classes", "-c", min=2, help="Classes.")] = 10,
+    batch_sizes: Annotated[
+        str, typer.Option("--batch-sizes", "-b", help="Comma-separated batch sizes.")
+    ] = "32",
+    run_dir: Annotated[
+        Path | None, typer.Option("--run-dir", help="Write RUN/profiles/<host>.json here.")
+    ] = None,
+    host_name: Annotated[
+        str | None, typer.Option("--host-name", help="Profile name (default: hostname).")
+    ] = None,
+    peer: Annotated[
+        list[str] | None,
+        typer.Option("--peer", help="Probe the link to 'edgetrain profile serve' at tcp://H:P."),
+    ] = None,
+    probe_timeout: Annotated[
+        float, typer.Option("--probe-timeout", min=0.1, help="Seconds to wait for a peer.")
+    ] = 5.0,
+    probe_max_mib: Annotated[
+        int, typer.Option("--probe-max-mib", min=1, help="Largest probe transfer (MiB).")
+    ] = 16,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="Timed runs.")] = 10,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Untimed runs first.")] = 3,
+    min_time: Annotated[
+        float,
+        typer.Option("--min-time", min=0.0, help="Seconds of timed runs at least (more repeats)."),
+    ] = 1.0,
+    threads: Annotated[
+        int | None, typer.Option("--threads", min=1, help="torch threads (default: torch's).")
+    ] = None,
+    device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
+    torch_model: Annotated[
+        str | None,
+        typer.Option("--torch-model", help="Zoo model matching an ONNX file, measured for it."),
+    ] = None,
+    contention: Annotated[
+        bool,
+        typer.Option("--contention", help="Also profile under generated CPU+disk load."),
+    ] = False,
+    levels: Annotated[
+        str, typer.Option("--levels", help="Load intensities for --contention.")
+    ] = "0,0.25,0.5,0.75,1",
+    history: Annotated[
+        Path | None,
+        typer.Option(
+            "--history",
+            help="Contention history JSONL (default: RUN/profiles/<host>.history.jsonl).",
+        ),
+    ] = None,
+    fmt: FormatOption = OutputFormat.text,
+) -> None:
+    """Profile a model on this device and/or the links to peers.
+
+    Examples:
+      edgetrain profile --model resnet18 --input 3x32x32 --batch-sizes 8,16,32 --run-dir RUN
+      edgetrain profile --model model.onnx --run-dir RUN
+      edgetrain profile --peer tcp://10.0.0.2:5555 --run-dir RUN
+      edgetrain profile --model lenet5 --input 1x28x28 --contention --run-dir RUN
+      edgetrain profile serve --bind 0.0.0.0 --port 5555
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from edgetrain.cli.models_cmd import parse_shape
+    from edgetrain.profile.probe import ProbeConfig
+    from edgetrain.profile.run import ProfileRequest, make_profile, save_profile
+
+    host = host_name or socket.gethostname()
+    level_values = parse_levels(levels) if contention else ()
+    if contention and (model is None or (model.lower().endswith(".onnx") and not torch_model)):
+        raise EdgetrainError(
+            "--contention needs a model to run", "give a zoo model, or --torch-model for ONNX"
+        )
+    req = ProfileRequest(
+        host=host,
+        model=model,
+        input_shape=parse_shape(input_shape),
+        classes=classes,
+        batch_sizes=parse_batch_sizes(batch_sizes),
+        repeats=repeats,
+        warmup=warmup,
+        min_time_s=min_time,
+        device=device,
+        threads=threads,
+        peers=tuple(peer or ()),
+        probe=ProbeConfig(connect_timeout_s=probe_timeout).up_to(probe_max_mib * 2**20),
+        torch_model=torch_model,
+        run_dir=run_dir,
+    )
+    with _progress(err_console.is_terminal) as progress:
+        data = make_profile(req, progress)
+        if contention:
+            from edgetrain.profile.contention import run_contention
+
+            hist = history or (run_dir / "profiles" / f"{host}.history.jsonl" if run_dir else None)
+            data["contention"] = run_contention(req, level_values, hist, progress)
+    path = save_profile(run_dir, data) if run_dir is not None else None
+    emit(data, fmt, lambda: _render(data, path))
+
+
+def _render(data: dict[str, Any], path: Path | None) -> None:
+    if data["layers"]:
+        table = Table(title=f"{data['model']} on {data['host']} ({data['compute_source']})")
+        for col in ("#", "layer", "params B", "activ. B", "fwd ms", "bwd ms", "IQR ms"):
+            table.add_column(col, justify="left" if col == "layer" else "right")
+        for i, lay in enumerate(data["layers"], 1):
+            iqr = lay.get("fwd_iqr_s", 0.0) + lay.get("bwd_iqr_s", 0.0)
+            table.add_row(
+                str(i),
+                lay["name"],
+                f"{lay['param_bytes']:,}",
+                f"{lay['activation_bytes']:,}",
+                f"{lay['fwd_s'] * 1e3:.3f}",
+                f"{lay['bwd_s'] * 1e3:.3f}",
+                f"{iqr * 1e3:.3f}",
+            )
+        console.print(table)
+        _render_summary(data)
+    if data["links"]:
+        links = Table(title="links")
+        for col in ("peer", "bandwidth MB/s", "Mbit/s", "rtt ms", "dt ms"):
+            links.add_column(col, justify="left" if col == "peer" else "right")
+        for link in data["links"]:
+            links.add_row(
+                link["peer"],
+                f"{link['bandwidth_Bps'] / 1e6:.2f}",
+                f"{link['bandwidth_Bps'] * 8 / 1e6:.1f}",
+                f"{link['rtt_s'] * 1e3:.3f}",
+                f"{link['dt_s'] * 1e3:.3f}",
+            )
+        console.print(links)
+    if "contention" in data:
+        c = data["contention"]
+        console.print(
+            f"predictor: {c['samples']} samples, MAPE on held-out levels "
+            f"{c['mape_held_out'] * 100:.2f}%",
+            highlight=False,
+        )
+    if path is not None:
+        console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+
+
+def _render_summary(data: dict[str, Any]) -> None:
+    tp = ", ".join(f"{bs}: {v:,.1f}" for bs, v in data["throughput"].items())
+    lines = [
+        f"step_s {data['step_s'] * 1e3:.3f} ms at batch {data['batch_sizes'][0]}",
+        f"throughput (samples/s) {tp}",
+        f"peak memory {data['peak_memory_bytes'] / 2**20:,.1f} MiB",
+    ]
+    if data.get("layer_sum_ratio") is not None:
+        lines.insert(
+            1,
+            f"sum of layer fwd+bwd {data['layer_sum_s'] * 1e3:.3f} ms "
+            f"= {data['layer_sum_ratio']:.3f} x step_s",
+        )
+    for line in lines:
+        console.print(line, highlight=False)
+
+
+@app.command("serve")
+def serve(
+    bind: Annotated[str, typer.Option("--bind", help="Address to listen on.")] = "0.0.0.0",
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="Port (0: any free port).")
+    ] = 0,
+    fmt: FormatOption = OutputFormat.text,
+) -> None:
+    """Answer link probes from 'edgetrain profile --peer' until interrupted.
+
+    The first line printed is the endpoint to give to --peer.
+
+    Examples:
+      edgetrain profile serve --bind 0.0.0.0 --port 5555
+      edgetrain profile serve --bind 127.0.0.1 --format json
+    """
+    from edgetrain.profile.probe import ProbeServer
+
+    stop = threading.Event()
+    old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with ProbeServer(bind, port) as server:
+            emit(
+                {"endpoint": server.endpoint},
+                fmt,
+                lambda: console.print(f"serving link probes at {server.endpoint}", highlight=False),
+            )
+            sys.stdout.flush()
+            server.serve(stop)
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)

@@ -1,0 +1,1 @@
+"""Profiling: per-layer compute, resource sampling, link probing, contention prediction."""

@@ -1,0 +1,252 @@
+"""Compute profile of a model on this device: per-layer times, step time, throughput, memory.
+
+Every figure comes from at least ``repeats`` runs after ``warmup`` runs, and from as many more
+as fill ``min_time_s`` (at most :data:`MAX_REPEATS`): a millisecond step measured ten times
+samples a few scheduler time slices only, so one burst of another process's work would skew
+it. Hooked steps (per-layer times,
+see :mod:`edgetrain.profile.timeline`) alternate with plain steps, so slow drifts of a shared
+machine hit both alike. Inputs and labels are random: timing does not depend on them.
+
+Estimator: the mean of the *faster half* of the runs (those at or below the median). Other
+processes can only add time to a run (preemption, cache eviction), so the faster half tracks
+the device's own cost, and means add up: per-layer times are averaged over the faster half of
+the hooked steps (ranked by their total), so the layers sum to that half's mean step, which is
+compared with ``step_s``, the same estimator over plain steps. Per-layer medians would not add
+up on a busy machine, since each short interval's median drops the preemptions that a whole
+step's median contains. ``step_median_s`` and the inter-quartile ranges (``*_iqr_s``, each
+layer's over all runs) are reported beside them; how co-running load slows training is the
+predictor's job (:mod:`edgetrain.profile.predictor`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from edgetrain.errors import EdgetrainError
+from edgetrain.models.layers import LayerSpec
+from edgetrain.profile.memory import peak_memory
+from edgetrain.profile.timeline import LayerTimeline
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, int, int], None]  # (what, done, total)
+MAX_REPEATS = 1000
+
+
+@dataclass(frozen=True)
+class ComputeConfig:
+    """What to measure and how often."""
+
+    batch_sizes: tuple[int, ...]
+    warmup: int = 3
+    repeats: int = 10
+    min_time_s: float = 1.0
+    device: str = "cpu"
+    lr: float = 0.01
+    num_classes: int = 10
+
+    def __post_init__(self) -> None:
+        if not self.batch_sizes or min(self.batch_sizes) < 1:
+            raise EdgetrainError(
+                f"batch sizes {list(self.batch_sizes)} invalid", "give positive ints like 8,16,32"
+            )
+        if self.repeats < 1 or self.warmup < 0:
+            raise EdgetrainError("--repeats must be >= 1 and --warmup >= 0")
+
+
+@dataclass(frozen=True)
+class LayerProfile:
+    """One layer spec's measured costs (seconds at the first batch size)."""
+
+    name: str
+    param_bytes: int
+    activation_bytes: int
+    fwd_s: float
+    bwd_s: float
+    fwd_iqr_s: float
+    bwd_iqr_s: float
+
+
+@dataclass(frozen=True)
+class ComputeProfile:
+    """The result of :func:`profile_compute`."""
+
+    layers: tuple[LayerProfile, ...]
+    step_s: float
+    step_iqr_s: float
+    step_median_s: float
+    hooked_step_s: float
+    throughput: dict[int, float]
+    step_s_by_batch: dict[int, float]
+    peak_memory_bytes: int
+    peak_memory_by_batch: dict[int, int]
+    peak_memory_source: str
+    repeats: int
+    warmup: int
+
+    @property
+    def layer_sum_s(self) -> float:
+        return float(sum(lp.fwd_s + lp.bwd_s for lp in self.layers))
+
+    @property
+    def layer_sum_ratio(self) -> float:
+        """Sum of per-layer forward+backward times over the measured ``step_s``."""
+        return self.layer_sum_s / self.step_s if self.step_s > 0 else float("nan")
+
+
+def _iqr(a: np.ndarray) -> np.ndarray:
+    q75, q25 = np.percentile(a, [75, 25], axis=0)
+    return np.asarray(q75 - q25)
+
+
+def _faster_half(totals: np.ndarray) -> np.ndarray:
+    """Indices of the runs at or below the median total (never empty)."""
+    return np.flatnonzero(totals <= np.median(totals))
+
+
+def _estimate(times: list[float]) -> float:
+    """Mean of the faster half of ``times`` (see the module docstring)."""
+    a = np.asarray(times)
+    return float(a[_faster_half(a)].mean())
+
+
+class _Trainer:
+    """A model, its loss and SGD optimizer, and random batches, for timing steps."""
+
+    def __init__(self, model: nn.Module, cfg: ComputeConfig, input_shape: Sequence[int]) -> None:
+        torch.manual_seed(0)
+        self.model = model.to(cfg.device).train()
+        self.cfg = cfg
+        self.shape = tuple(input_shape)
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=0.9)
+
+    def batch(self, bs: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(bs, *self.shape, device=self.cfg.device)
+        y = torch.randint(0, self.cfg.num_classes, (bs,), device=self.cfg.device)
+        return x, y
+
+    def _sync(self) -> None:
+        if self.cfg.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    def plain_step(self, x: torch.Tensor, y: torch.Tensor) -> float:
+        self._sync()
+        t0 = time.perf_counter()
+        self.opt.zero_grad(set_to_none=True)
+        self.loss_fn(self.model(x), y).backward()
+        self.opt.step()
+        self._sync()
+        return time.perf_counter() - t0
+
+
+def profile_compute(
+    model: nn.Module,
+    specs: list[LayerSpec],
+    input_shape: Sequence[int],
+    cfg: ComputeConfig,
+    progress: Progress | None = None,
+) -> ComputeProfile:
+    """Measure ``model`` (built for ``input_shape``) whose layer specs are ``specs``."""
+    tr = _Trainer(model, cfg, input_shape)
+    phase = [""]
+    done = 0
+
+    def tick(what: str, of: int) -> None:
+        """Count one run of the phase ``what`` (of ``of`` runs) for the progress bar."""
+        nonlocal done
+        done = done + 1 if what == phase[0] else 1
+        phase[0] = what
+        if progress is not None:
+            progress(what, done, of)
+
+    try:
+        return _measure(tr, specs, cfg, tick)
+    except RuntimeError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise EdgetrainError(
+            f"training step failed while profiling: {first}", "try smaller batch sizes"
+        ) from None
+
+
+def _runs(cfg: ComputeConfig, run_s: float) -> int:
+    """How many timed runs: ``repeats``, or more to fill ``min_time_s`` (see the docstring)."""
+    wanted = math.ceil(cfg.min_time_s / run_s) if run_s > 0 else MAX_REPEATS
+    return max(cfg.repeats, min(wanted, MAX_REPEATS))
+
+
+def _measure(
+    tr: _Trainer, specs: list[LayerSpec], cfg: ComputeConfig, tick: Callable[[str, int], None]
+) -> ComputeProfile:
+    timeline = LayerTimeline(tr.model, specs, cfg.device)
+    first = cfg.batch_sizes[0]
+    x, y = tr.batch(first)
+    fwd, bwd, plain, hooked = [], [], [], []
+    acts: list[int] = [0] * len(specs)
+    pair_s = 0.0
+    for _ in range(max(cfg.warmup, 1)):
+        pair_s = timeline.step(x, y, tr.loss_fn, tr.opt).total_s + tr.plain_step(x, y)
+    runs = _runs(cfg, pair_s)
+    for _ in range(runs):
+        st = timeline.step(x, y, tr.loss_fn, tr.opt)
+        plain.append(tr.plain_step(x, y))
+        tick(f"layers @ batch {first}", runs)
+        fwd.append(st.fwd)
+        bwd.append(st.bwd)
+        hooked.append(st.total_s)
+        acts = st.activation_bytes
+    f, b = np.array(fwd), np.array(bwd)
+    fast = _faster_half(np.array(hooked))
+    fmed, bmed = f[fast].mean(0), b[fast].mean(0)
+    fiqr, biqr = _iqr(f), _iqr(b)
+    layers = tuple(
+        LayerProfile(
+            name=s.name,
+            param_bytes=s.param_bytes,
+            activation_bytes=int(acts[i]),
+            fwd_s=float(fmed[i]),
+            bwd_s=float(bmed[i]),
+            fwd_iqr_s=float(fiqr[i]),
+            bwd_iqr_s=float(biqr[i]),
+        )
+        for i, s in enumerate(specs)
+    )
+    step_by_bs = {first: _estimate(plain)}
+    peaks: dict[int, int] = {}
+    source = ""
+    for bs in cfg.batch_sizes:
+        xb, yb = (x, y) if bs == first else tr.batch(bs)
+        with peak_memory(cfg.device) as pm:
+            t = tr.plain_step(xb, yb)
+        peaks[bs], source = pm.bytes, pm.source
+        if bs != first:
+            for _ in range(cfg.warmup - 1):
+                t = tr.plain_step(xb, yb)
+            n = _runs(cfg, t)
+            times = []
+            for _ in range(n):
+                times.append(tr.plain_step(xb, yb))
+                tick(f"step @ batch {bs}", n)
+            step_by_bs[bs] = _estimate(times)
+    return ComputeProfile(
+        layers=layers,
+        step_s=step_by_bs[first],
+        step_iqr_s=float(_iqr(np.array(plain))),
+        step_median_s=float(np.median(plain)),
+        hooked_step_s=_estimate(hooked),
+        throughput={bs: bs / t for bs, t in step_by_bs.items()},
+        step_s_by_batch=step_by_bs,
+        peak_memory_bytes=peaks[first],
+        peak_memory_by_batch=peaks,
+        peak_memory_source=source,
+        repeats=runs,
+        warmup=cfg.warmup,
+    )

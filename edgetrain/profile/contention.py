@@ -1,0 +1,139 @@
+"""``--contention``: step times under generated co-running load, the predictor, and its error.
+
+The uncontended step time t0 is measured first: the 10th percentile of the steps of two
+windows without generated load. On a shared machine even those windows run beside other work,
+but steps that no other process interrupted still occur, and a low percentile picks them out
+(a median would fold the background load into t0 and give RG < 1 later). Then at each load
+intensity (the load generator of :mod:`edgetrain.profile.loadgen` on every core plus disk
+writes) training steps run in ``windows`` windows of ``window_s`` seconds while the sampler
+records the co-running contention U. Each window is one :class:`ContentionRecord` (median step
+time in the window). Records are appended to the history file, the predictor is fitted on the
+whole history, and its error is reported on held-out levels of this run.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgetrain.errors import EdgetrainError
+from edgetrain.profile.compute import ComputeConfig, _Trainer
+from edgetrain.profile.loadgen import load
+from edgetrain.profile.predictor import (
+    ContentionRecord,
+    Predictor,
+    append_history,
+    held_out_mape,
+    read_history,
+)
+from edgetrain.profile.sampler import Sampler
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, int, int], None]
+T0_PERCENTILE = 10
+
+
+def _window(
+    tr: _Trainer, bs: int, window_s: float
+) -> tuple[list[float], tuple[float, float, float]]:
+    """Step times and mean contention over one window of training steps."""
+    x, y = tr.batch(bs)
+    times: list[float] = []
+    with Sampler(interval_s=min(0.1, window_s / 10)) as sampler:
+        end = time.monotonic() + window_s
+        while time.monotonic() < end or len(times) < 3:
+            times.append(tr.plain_step(x, y))
+    mean = sampler.mean()
+    u = mean.contention if mean is not None else (0.0, 0.0, 0.0)
+    return times, u
+
+
+def measure_contention(
+    model: Any,
+    input_shape: Sequence[int],
+    cfg: ComputeConfig,
+    model_name: str,
+    levels: Sequence[float],
+    windows: int = 3,
+    window_s: float = 2.0,
+    progress: Progress | None = None,
+) -> list[ContentionRecord]:
+    """Records of this run: ``windows`` per level, all against one uncontended t0."""
+    tr = _Trainer(model, cfg, input_shape)
+    bs = cfg.batch_sizes[0]
+    run = uuid.uuid4().hex[:12]
+    x, y = tr.batch(bs)
+    for _ in range(cfg.warmup):
+        tr.plain_step(x, y)
+    base = [t for _ in range(2) for t in _window(tr, bs, window_s)[0]]
+    t0 = float(np.percentile(base, T0_PERCENTILE))
+    records: list[ContentionRecord] = []
+    total = len(levels) * windows
+    for i, level in enumerate(levels):
+        with load(level):
+            for _ in range(cfg.warmup):
+                tr.plain_step(x, y)
+            for w in range(windows):
+                times, u = _window(tr, bs, window_s)
+                t = float(np.median(times))
+                records.append(ContentionRecord(run, model_name, bs, level, u, t0, t))
+                if progress:
+                    progress(f"contention level {level:g}", i * windows + w + 1, total)
+    return records
+
+
+def run_contention(
+    req: Any, levels: Sequence[float], history: Path | None, progress: Progress | None = None
+) -> dict[str, Any]:
+    """Measure, append to the history, fit the predictor, report its held-out error."""
+    from edgetrain.models import build_model
+    from edgetrain.profile.onnx_costs import graph_input_shape
+
+    cfg = ComputeConfig(
+        batch_sizes=req.batch_sizes, warmup=req.warmup, repeats=req.repeats, device=req.device
+    )
+    name, shape = req.model, tuple(req.input_shape)
+    if str(name).lower().endswith(".onnx") or Path(name).is_file():
+        onnx_shape = graph_input_shape(Path(name))
+        if req.torch_model is None or onnx_shape is None:
+            raise EdgetrainError(
+                "--contention needs a model to run", "give a zoo model, or --torch-model for ONNX"
+            )
+        name, shape = req.torch_model, tuple(onnx_shape)
+    model = build_model(name, shape, req.classes)
+    records = measure_contention(model, shape, cfg, name, levels, progress=progress)
+    past = read_history(history) if history is not None else []
+    if history is not None:
+        append_history(history, records)
+    every = past + records
+    mape, per_level = held_out_mape(every, records[0].run)
+    pred = Predictor().fit(every)
+    bs = cfg.batch_sizes[0]
+    t0 = records[0].t0
+    return {
+        "run": records[0].run,
+        "samples": len(every),
+        "history_samples": len(past),
+        "history": str(history) if history is not None else None,
+        "levels": list(levels),
+        "t0_s": t0,
+        "records": [r.to_dict() for r in records],
+        "mape_held_out": mape,
+        "mape_by_level": {f"{k:g}": v for k, v in per_level.items()},
+        "predicted": [
+            {
+                "level": r.level,
+                "u": list(r.u),
+                "rg": pred.predict_rg(r.u),
+                "samples_per_s": pred.throughput(bs / t0, r.u),
+            }
+            for r in {r.level: r for r in reversed(records)}.values()
+        ],
+    }

@@ -1,0 +1,130 @@
+"""One ``edgetrain profile`` invocation: measure what was asked and return the profile JSON."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgetrain.errors import EdgetrainError
+from edgetrain.profile import schema
+from edgetrain.profile.build import compute_fields
+from edgetrain.profile.device import device_info
+from edgetrain.profile.probe import ProbeConfig, check_endpoint, probe_link
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class ProfileRequest:
+    """Validated options of one profiling run."""
+
+    host: str
+    model: str | None = None
+    input_shape: tuple[int, int, int] = (3, 32, 32)
+    classes: int = 10
+    batch_sizes: tuple[int, ...] = (32,)
+    repeats: int = 10
+    warmup: int = 3
+    min_time_s: float = 1.0
+    device: str = "cpu"
+    threads: int | None = None
+    peers: tuple[str, ...] = ()
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+    torch_model: str | None = None
+    run_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        schema.check_host_name(self.host)
+        if self.model is None and not self.peers:
+            raise EdgetrainError("nothing to profile", "give --model NAME and/or --peer ENDPOINT")
+        for p in self.peers:
+            check_endpoint(p)
+        if self.model is not None:
+            _check_model(self.model, self.torch_model)
+        if self.threads is not None and self.threads < 1:
+            raise EdgetrainError(f"--threads {self.threads} must be >= 1")
+        if self.device.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                raise EdgetrainError(f"--device {self.device}: no CUDA device here", "use cpu")
+        elif self.device != "cpu":
+            raise EdgetrainError(f"--device {self.device!r} unknown", "use cpu or cuda")
+
+
+def _check_model(model: str, torch_model: str | None) -> None:
+    """Fail fast, before any measuring, on an unknown zoo model or a missing ONNX file."""
+    from edgetrain.models import check_model_config
+
+    if model.lower().endswith(".onnx") or Path(model).is_file():
+        if not Path(model).is_file():
+            raise EdgetrainError(f"--model: ONNX file '{model}' not found", "check the path")
+        if torch_model is not None:
+            check_model_config(torch_model)
+    else:
+        check_model_config(model)
+
+
+def _base(req: ProfileRequest) -> dict[str, Any]:
+    """The existing profile of this host in the run directory (links are refreshed), or new."""
+    if req.run_dir is not None and req.model is None:
+        path = schema.profile_path(req.run_dir, req.host)
+        if path.is_file():
+            data = schema.read_profile(path)
+            data["device"] = device_info()
+            return data
+    return schema.empty_profile(req.host, device_info())
+
+
+def make_profile(req: ProfileRequest, progress: Progress | None = None) -> dict[str, Any]:
+    """Measure the compute part (with ``model``) and the links (with ``peers``)."""
+    import torch
+
+    if req.threads is not None:
+        torch.set_num_threads(req.threads)
+    data = _base(req)
+    if req.model is not None:
+        data.update(_compute(req, progress))
+    links = {link["peer"]: link for link in data["links"]}
+    for i, peer in enumerate(req.peers):
+        if progress:
+            progress(f"link {peer}", i, len(req.peers))
+        links[peer] = probe_link(peer, req.probe).to_dict()
+    data["links"] = list(links.values())
+    data["device"]["torch_threads"] = torch.get_num_threads()
+    return schema.validate_profile(data)
+
+
+def _compute(req: ProfileRequest, progress: Progress | None) -> dict[str, Any]:
+    from edgetrain.models import build_model, layer_specs
+    from edgetrain.profile.compute import ComputeConfig, profile_compute
+
+    assert req.model is not None
+    cfg = ComputeConfig(
+        batch_sizes=req.batch_sizes,
+        warmup=req.warmup,
+        repeats=req.repeats,
+        min_time_s=req.min_time_s,
+        device=req.device,
+        num_classes=req.classes,
+    )
+    if req.model.lower().endswith(".onnx") or Path(req.model).is_file():
+        from edgetrain.profile.onnx_costs import profile_onnx
+
+        return profile_onnx(Path(req.model), cfg, req.torch_model, req.classes, progress)
+    model = build_model(req.model, req.input_shape, req.classes)
+    specs = layer_specs(model, req.input_shape)
+    cp = profile_compute(model, specs, req.input_shape, cfg, progress)
+    return compute_fields(req.model, req.input_shape, req.batch_sizes, cp, "measured")
+
+
+def save_profile(run_dir: Path, data: dict[str, Any]) -> Path:
+    """Write ``RUN/profiles/<host>.json`` atomically; return its path."""
+    path = schema.profile_path(run_dir, data["host"])
+    schema.write_profile(path, data)
+    return path

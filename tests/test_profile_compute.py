@@ -1,0 +1,81 @@
+"""Per-layer timing: attribution of a step's time to layers, and what the profile measures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from edgetrain.models import build_model, layer_specs
+from edgetrain.profile.compute import ComputeConfig, _estimate, _faster_half, profile_compute
+from edgetrain.profile.memory import peak_memory
+from edgetrain.profile.timeline import LayerTimeline, _charge
+
+
+def test_forward_intervals_open_at_events() -> None:
+    # layer 0 starts at 1.0 (start 0.5 counts for it), layer 2 at 3.0, layer 1 at 2.0
+    out = _charge([(1.0, 0), (3.0, 2), (2.0, 1)], 0.5, 4.5, 3, forward=True)
+    assert out.tolist() == [1.5, 1.0, 1.5]
+    assert out.sum() == pytest.approx(4.0)
+
+
+def test_backward_intervals_close_at_events() -> None:
+    # layer 2 finishes first (at 1.0), then layer 1 (weight 2.0, bias 2.5), then layer 0
+    out = _charge([(1.0, 2), (2.0, 1), (2.5, 1), (4.0, 0)], 0.0, 5.0, 3, forward=False)
+    assert out.tolist() == [2.5, 1.5, 1.0]
+    assert _charge([], 0.0, 2.0, 2, forward=False).tolist() == [2.0, 0.0]
+
+
+def test_faster_half() -> None:
+    assert _faster_half(np.array([5.0, 1.0, 2.0, 3.0, 100.0])).tolist() == [1, 2, 3]
+    assert _faster_half(np.array([7.0])).tolist() == [0]
+    assert _estimate([1.0, 2.0, 9.0, 10.0]) == 1.5
+
+
+@pytest.mark.parametrize(("name", "shape"), [("lenet5", (1, 28, 28)), ("resnet18", (3, 8, 8))])
+def test_hooked_step_is_split_without_loss(name: str, shape: tuple[int, int, int]) -> None:
+    torch.manual_seed(0)
+    model = build_model(name, shape, 10)
+    specs = layer_specs(model, shape)
+    timeline = LayerTimeline(model.train(), specs, "cpu")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(2, *shape), torch.randint(0, 10, (2,))
+    st = timeline.step(x, y, torch.nn.functional.cross_entropy, opt)
+    # every instant of the step is charged to exactly one layer (up to clock reads)
+    assert st.fwd.sum() + st.bwd.sum() == pytest.approx(st.total_s, rel=1e-3, abs=1e-4)
+    assert (st.fwd > 0).all() and (st.bwd > 0).all()  # every layer ran both ways
+    assert len(st.activation_bytes) == len(specs)
+    assert st.activation_bytes[-1] == 2 * 10 * 4  # the logits
+
+
+def test_profile_compute_fields() -> None:
+    shape = (1, 8, 8)
+    model = build_model("mlp", shape, 10)
+    specs = layer_specs(model, shape)
+    cfg = ComputeConfig(batch_sizes=(4, 2), warmup=1, repeats=3, min_time_s=0.0)
+    calls: list[tuple[str, int, int]] = []
+    cp = profile_compute(model, specs, shape, cfg, lambda *a: calls.append(a))
+    assert [lp.name for lp in cp.layers] == [s.name for s in specs]
+    assert set(cp.throughput) == {4, 2} and cp.throughput[4] == pytest.approx(4 / cp.step_s)
+    assert cp.peak_memory_bytes > 0 and cp.peak_memory_source
+    assert [c[1:] for c in calls] == [(1, 3), (2, 3), (3, 3)] * 2  # 3 runs per batch size
+    assert cp.repeats == 3
+    more = profile_compute(model, specs, shape, ComputeConfig(batch_sizes=(4,), min_time_s=0.2))
+    assert more.repeats > 10  # millisecond steps: more runs to fill 0.2 s
+    assert all(lp.fwd_iqr_s >= 0 and lp.bwd_iqr_s >= 0 for lp in cp.layers)
+
+
+def test_peak_memory_sees_a_large_allocation() -> None:
+    with peak_memory("cpu") as small:
+        torch.ones(16)
+    with peak_memory("cpu") as big:
+        t = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
+        del t
+    assert big.source == small.source
+    if big.source == "vmhwm":
+        assert big.bytes - small.bytes > 48 * 2**20
+
+
+def test_bad_config() -> None:
+    with pytest.raises(Exception, match="batch sizes"):
+        ComputeConfig(batch_sizes=())
