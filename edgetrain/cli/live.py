@@ -31,6 +31,7 @@ class LiveProgress:
             transient=False,
         )
         self.tasks: dict[int, TaskID] = {}
+        self.slowdown = {i: g.slowdown for i, g in enumerate(recipe.expanded_workers())}
         self.steps_per_epoch: dict[int, int] = {}
         for i, g in enumerate(recipe.expanded_workers()):
             self.tasks[i] = self.progress.add_task(
@@ -57,7 +58,11 @@ class LiveProgress:
     def on_event(self, event: Event, t: float) -> None:
         d, w = event.data, event.worker
         if event.kind == "registered":
-            self._update(w, status="registered")
+            host = d.get("host")
+            update: dict[str, Any] = {"status": "registered"}
+            if host and w in self.slowdown:  # the host the worker really runs on
+                update["description"] = f"worker {w} [dim]{host} x{self.slowdown[w]:g}[/]"
+            self._update(w, **update)
         elif event.kind == "ready":
             spe = int(d.get("steps_per_epoch") or 1)
             self.steps_per_epoch[w] = spe
