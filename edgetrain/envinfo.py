@@ -10,7 +10,7 @@ from typing import Any
 import edgetrain
 
 
-def _mem_total_bytes() -> int | None:
+def mem_total_bytes() -> int | None:
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
             for line in fh:
@@ -24,7 +24,7 @@ def _mem_total_bytes() -> int | None:
         return None
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
             for line in fh:
@@ -53,9 +53,9 @@ def environment_report() -> dict[str, Any]:
         "pyzmq": zmq.__version__,
         "libzmq": zmq.zmq_version(),
         "curve_available": bool(zmq.has("curve")),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "cores": os.cpu_count(),
-        "memory_bytes": _mem_total_bytes(),
+        "memory_bytes": mem_total_bytes(),
         "torch_threads": torch.get_num_threads(),
         "cuda_available": cuda,
         "cuda_version": torch.version.cuda,

@@ -7,7 +7,7 @@ import platform
 import time
 from typing import Any
 
-from edgetrain.envinfo import _cpu_model, _mem_total_bytes
+from edgetrain.envinfo import cpu_model, mem_total_bytes
 
 
 def device_info() -> dict[str, Any]:
@@ -17,9 +17,9 @@ def device_info() -> dict[str, Any]:
 
     cuda = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "cores": os.cpu_count(),
-        "memory_bytes": _mem_total_bytes(),
+        "memory_bytes": mem_total_bytes(),
         "torch_threads": torch.get_num_threads(),
         "cuda": cuda,
         "torch": torch.__version__,
