@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.cli import run_cli
+from tests.test_gossip_run import _launch
 
 RECIPE = """
 [run]
@@ -37,25 +36,13 @@ def test_encrypted_run_completes(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert code == 0, err
     recipe = tmp_path / "r.toml"
     recipe.write_text(RECIPE.format(keys="keys"))  # relative to the current directory
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "edgetrain",
-            "launch",
-            str(recipe),
-            "--run-dir",
-            "runs",
-            "-f",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=200,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr
-    summary = json.loads(proc.stdout)
+    proc = _launch(recipe, tmp_path / "runs")  # runs in tmp_path, where keys/ is
+    try:
+        out, err = proc.communicate(timeout=200)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
     assert summary["status"] == "completed" and summary["averaged_test_accuracy"] > 0.8
     assert sum(w["gossip_merged"] for w in summary["workers"]) > 0  # peers talked, encrypted
     logs = sorted((tmp_path / "runs").glob("sec-*/logs/worker-0.log"))

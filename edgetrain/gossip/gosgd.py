@@ -55,7 +55,6 @@ class GoSGD:
         self.merged = 0
         self.pushed = 0
         self.excluded: set[int] = set()  # failed peers: never gossip with them again
-        self.received_from: dict[str, int] = {}
         client.on_message = self.on_coordinator
 
     def on_coordinator(self, msg: Message) -> None:
@@ -71,7 +70,6 @@ class GoSGD:
     def absorb(self) -> None:
         """Merge every valid message waiting in the inbox."""
         for msg in self.node.receive_all():
-            self.received_from[msg.sender] = self.received_from.get(msg.sender, 0) + 1
             alpha = msg.meta.get("alpha")
             reason = check_compatible(self.state, msg.tensors, alpha)
             if reason is not None:
@@ -156,7 +154,7 @@ class GoSGD:
 
     def _missing(self, expect_from: dict[str, int]) -> int:
         return sum(
-            max(0, n - self.received_from.get(protocol.worker_name(int(peer)), 0))
+            max(0, n - self.node.received_from[protocol.worker_name(int(peer))])
             for peer, n in expect_from.items()
         )
 

@@ -49,7 +49,7 @@ class GossipNode:
         self.outboxes: dict[int, zmq.Socket] = {}
         self.peer_names: set[str] = set()
         self.sent: Counter[int] = Counter()
-        self.received = 0
+        self.received_from: Counter[str] = Counter()  # valid messages, by sender name
 
     def connect(self, peers: Mapping[int, str]) -> None:
         """Open an outbox to every peer but this node."""
@@ -99,8 +99,12 @@ class GossipNode:
             if msg.sender not in self.peer_names:
                 self.traffic.drop("unknown_peer", msg.sender)
                 continue
-            self.received += 1
+            self.received_from[msg.sender] += 1
             out.append(msg)
+
+    @property
+    def received(self) -> int:
+        return sum(self.received_from.values())
 
     def close(self) -> None:
         for sock in self.outboxes.values():
