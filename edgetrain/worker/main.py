@@ -41,6 +41,11 @@ class Terminated(Exception):
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
+    """Stop once. Later signals are ignored: a worker ended over ssh gets SIGTERM from the
+    launcher and again from its own stdin watcher, and a second exception raised inside the
+    clean-up would end it with a traceback."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
     raise Terminated(signal.Signals(signum).name)
 
 
