@@ -12,6 +12,7 @@ import edgetrain
 from edgetrain.cli import (
     aggregate_cmd,
     data_cmd,
+    emulate_cmd,
     env_cmd,
     keys_cmd,
     launch_cmd,
@@ -67,6 +68,7 @@ app.command("aggregate-eval")(aggregate_cmd.aggregate_eval)
 app.add_typer(keys_cmd.app, name="keys")
 app.add_typer(data_cmd.app, name="data")
 app.add_typer(models_cmd.app, name="models")
+app.add_typer(emulate_cmd.app, name="emulate")
 
 
 def _fail(message: str, code: int) -> None:

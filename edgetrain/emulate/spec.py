@@ -1,0 +1,241 @@
+"""Testbed specs (TOML): sites of hosts, each host's CPU share, memory and links; validated.
+
+A spec describes an edge setting, not how it is built::
+
+    name = "dlion-4"
+    wan = "100mbit"                 # default uplink of every site (between sites)
+
+    [[sites]]
+    name = "cloud-a"
+    lan = "1gbit"                   # each host's link inside the site
+
+    [[sites.hosts]]
+    name = "fast"
+    cpu = 0.9                       # cores (cgroup v1 cpu.cfs_quota_us)
+    memory = "2g"                   # optional cgroup memory limit
+    access = "50mbit"               # optional access link (Wi-Fi-like), capped by the LAN
+    workers = 1                     # worker slots in the hosts.toml it writes
+
+Rates are tc rates (``kbit``, ``mbit``, ``gbit``, or bits/s); they are parsed here so that a
+bad one is caught before anything is built.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from pathlib import Path
+from typing import Any
+
+import tomllib
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from edgetrain.errors import EdgetrainError
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,19}$"
+MIN_RATE_BPS = 100_000  # 100 kbit/s: tbf below that is mostly burst
+MAX_RATE_BPS = 100_000_000_000
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit|bps)?\s*$", re.IGNORECASE)
+_RATE_UNIT = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "bps": 8}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
+_SIZE_UNIT = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30}
+
+
+class SpecError(EdgetrainError):
+    """A testbed spec that is missing, unreadable or invalid."""
+
+
+def parse_rate(value: str | int | float) -> int:
+    """A tc-style rate (``"100mbit"``, ``"1gbit"``, ``"500kbit"``, bits/s as a number) in bit/s."""
+    if isinstance(value, bool):
+        raise ValueError("a rate is a string such as '100mbit'")
+    if isinstance(value, (int, float)):
+        bps = float(value)
+    else:
+        m = _RATE.match(value)
+        if m is None:
+            raise ValueError(f"rate {value!r} is not a rate; write it like '100mbit' or '1gbit'")
+        bps = float(m.group(1)) * _RATE_UNIT[(m.group(2) or "bit").lower()]
+    if not MIN_RATE_BPS <= bps <= MAX_RATE_BPS:
+        raise ValueError(f"rate {value!r} is outside 100kbit..100gbit")
+    return int(bps)
+
+
+def parse_size(value: str | int) -> int:
+    """A memory size (``"512m"``, ``"2g"``, ``"1.5GiB"``, bytes as a number) in bytes."""
+    if isinstance(value, bool):
+        raise ValueError("a memory size is a string such as '512m'")
+    if isinstance(value, int):
+        size = value
+    else:
+        m = _SIZE.match(value)
+        if m is None:
+            raise ValueError(f"memory {value!r} is not a size; write it like '512m' or '2g'")
+        unit = (m.group(2) or "").lower().rstrip("b").rstrip("i")
+        size = int(float(m.group(1)) * _SIZE_UNIT[unit])
+    if size < 32 * 2**20:
+        raise ValueError(f"memory {value!r} is below 32 MiB; sshd and python need more")
+    return size
+
+
+def format_rate(bps: float) -> str:
+    """``1000000000`` -> ``1 Gbit/s``."""
+    for unit, scale in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bps >= scale:
+            return f"{bps / scale:.3g} {unit}"
+    return f"{bps:.0f} bit/s"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HostSpec(_Model):
+    """One emulated device."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    cpu: float = Field(ge=0.05, le=256, description="CPU share in cores")
+    memory: int | None = None
+    access: int | None = None
+    workers: int = Field(1, ge=1, le=64)
+    labels: list[str] = Field(default_factory=list)
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _memory(cls, v: Any) -> Any:
+        return None if v is None else parse_size(v)
+
+    @field_validator("access", mode="before")
+    @classmethod
+    def _access(cls, v: Any) -> Any:
+        return None if v is None else parse_rate(v)
+
+
+class SiteSpec(_Model):
+    """A site: hosts on one LAN, joined to the other sites by its WAN uplink."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    lan: int
+    wan: int | None = None
+    hosts: list[HostSpec] = Field(min_length=1)
+
+    @field_validator("lan", "wan", mode="before")
+    @classmethod
+    def _rates(cls, v: Any) -> Any:
+        return None if v is None else parse_rate(v)
+
+
+class TestbedSpec(_Model):
+    """A whole testbed."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str = ""
+    wan: int | None = None
+    subnet: str | None = None
+    sites: list[SiteSpec] = Field(min_length=1)
+
+    @field_validator("wan", mode="before")
+    @classmethod
+    def _wan(cls, v: Any) -> Any:
+        return None if v is None else parse_rate(v)
+
+    @field_validator("subnet")
+    @classmethod
+    def _subnet(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        net = ipaddress.ip_network(v, strict=True)
+        if net.version != 4 or net.prefixlen != 24 or not net.is_private:
+            raise ValueError(f"subnet {v!r} must be a private IPv4 /24 such as '10.232.7.0/24'")
+        return str(net)
+
+    @model_validator(mode="after")
+    def _names(self) -> TestbedSpec:
+        sites = [s.name for s in self.sites]
+        hosts = [h.name for s in self.sites for h in s.hosts]
+        for kind, names in (("site", sites), ("host", hosts)):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                raise ValueError(f"{kind} name '{dup[0]}' is used twice; names must be distinct")
+        if len(hosts) > 200:
+            raise ValueError(f"{len(hosts)} hosts; a testbed holds at most 200")
+        if len(self.sites) > 1:
+            missing = [s.name for s in self.sites if s.wan is None and self.wan is None]
+            if missing:
+                raise ValueError(
+                    f"site '{missing[0]}' has no WAN rate; set wan at the top or in the site"
+                )
+        return self
+
+    def wan_of(self, site: SiteSpec) -> int | None:
+        """The site's uplink rate (its own, else the testbed's), or None (one site: no WAN)."""
+        if len(self.sites) == 1:
+            return None
+        return site.wan if site.wan is not None else self.wan
+
+    @property
+    def hosts(self) -> list[tuple[SiteSpec, HostSpec]]:
+        return [(s, h) for s in self.sites for h in s.hosts]
+
+    def with_name(self, name: str | None) -> TestbedSpec:
+        if name is None:
+            return self
+        try:
+            return TestbedSpec.model_validate({**self.model_dump(), "name": name})
+        except ValidationError:
+            raise SpecError(
+                f"--name {name!r} is not a testbed name",
+                "use 1-20 lower-case letters, digits and '-'",
+            ) from None
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for p in loc:
+        if isinstance(p, int):
+            parts[-1] = f"{parts[-1]}[{p + 1}]" if parts else f"#{p + 1}"
+        else:
+            parts.append(str(p))
+    return ".".join(parts) or "the top level"
+
+
+def _describe(err: dict[str, Any]) -> str:
+    loc = tuple(err.get("loc", ()))
+    kind = err.get("type", "")
+    if kind == "extra_forbidden":
+        return f"unknown key '{loc[-1]}' in {_loc(loc[:-1])}"
+    if kind == "missing":
+        return f"{_loc(loc)}: missing; add it"
+    msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+    if kind == "string_pattern_mismatch":
+        msg = "use 1-20 lower-case letters, digits and '-' (starting with a letter or digit)"
+    given = err.get("input")
+    shown = "" if isinstance(given, (dict, list)) or given is None else f" (got {given!r})"
+    where = _loc(loc)
+    return f"{where}: {msg}{shown}" if loc else msg
+
+
+def parse_spec(data: dict[str, Any], source: str) -> TestbedSpec:
+    """Validate a spec mapping; raise :class:`SpecError` naming ``source`` and the key."""
+    if "name" not in data and source.endswith(".toml"):
+        data = {**data, "name": Path(source).stem}
+    try:
+        return TestbedSpec.model_validate(data)
+    except ValidationError as exc:
+        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+        raise SpecError(f"{source}: {_describe(dict(errors[0]))}{more}") from None
+
+
+def load_spec(path: str | Path) -> TestbedSpec:
+    """Read and validate a testbed spec file."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(f"testbed spec '{p}' not found", "see recipes/testbeds/ for examples")
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"testbed spec '{p}' cannot be read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{p}: not valid TOML: {exc}", "fix the syntax") from None
+    return parse_spec(data, str(p))

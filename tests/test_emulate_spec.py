@@ -1,0 +1,184 @@
+"""Testbed specs and the topology they plan (pure: no root, nothing built)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgetrain.emulate.spec import SpecError, load_spec, parse_rate, parse_size, parse_spec
+from edgetrain.emulate.topology import GATEWAY, build, gateway_dev, owned_namespace
+
+TESTBEDS = Path(__file__).resolve().parent.parent / "recipes" / "testbeds"
+PAPERS = ("edgegossip-4", "dlion-4", "mercury-4", "dynacomm", "mcpipe-3")
+
+
+def _spec(**top: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "name": "t",
+        "sites": [{"name": "a", "lan": "1gbit", "hosts": [{"name": "h1", "cpu": 0.5}]}],
+    }
+    return {**base, **top}
+
+
+@pytest.mark.parametrize("name", PAPERS)
+def test_each_paper_has_a_valid_testbed(name: str) -> None:
+    spec = load_spec(TESTBEDS / f"{name}.toml")
+    assert spec.name == name
+    assert spec.description
+    # every spec fits this project's 2-core machines when all hosts run at once
+    assert sum(h.cpu for _, h in spec.hosts) <= 1.9 + 1e-9
+    assert build(spec, "10.232.9.0/24").link_checks()
+
+
+def test_dlion_is_two_micro_clouds_of_3_and_1_with_one_fast_host() -> None:
+    spec = load_spec(TESTBEDS / "dlion-4.toml")
+    assert [len(s.hosts) for s in spec.sites] == [3, 1]
+    assert all(s.lan == 1_000_000_000 for s in spec.sites)
+    assert all(spec.wan_of(s) == 100_000_000 for s in spec.sites)
+    cpus = sorted(h.cpu for _, h in spec.hosts)
+    assert cpus[-1] == pytest.approx(3 * cpus[0]) and cpus[0] == cpus[2]
+
+
+def test_mercury_links_span_10_to_200_mbit_and_edgegossip_speeds_differ() -> None:
+    mercury = load_spec(TESTBEDS / "mercury-4.toml")
+    assert sorted(h.access or 0 for _, h in mercury.hosts) == [10e6, 50e6, 100e6, 200e6]
+    gossip = load_spec(TESTBEDS / "edgegossip-4.toml")
+    assert len({h.cpu for _, h in gossip.hosts}) == 4
+    dyna = load_spec(TESTBEDS / "dynacomm.toml")
+    assert any("ps" in h.labels for _, h in dyna.hosts) and len(dyna.sites) == 2
+    assert len(load_spec(TESTBEDS / "mcpipe-3.toml").sites[0].hosts) == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "bps"),
+    [("100mbit", 100e6), ("1gbit", 1e9), ("1.5Gbit", 1.5e9), ("500kbit", 5e5), ("12.5mbps", 0),
+     ("10MBit", 10e6), (2_000_000, 2e6), ("125000bps", 1e6)],
+)  # fmt: skip
+def test_parse_rate(text: str | int, bps: float) -> None:
+    if bps == 0:
+        with pytest.raises(ValueError):
+            parse_rate(text)
+    else:
+        assert parse_rate(text) == int(bps)
+
+
+@pytest.mark.parametrize("bad", ["fast", "10 mb", "-5mbit", "1tbit", "50kbit", True])
+def test_parse_rate_rejects(bad: object) -> None:
+    with pytest.raises(ValueError):
+        parse_rate(bad)  # type: ignore[arg-type]
+
+
+def test_parse_size() -> None:
+    assert parse_size("512m") == 512 * 2**20
+    assert parse_size("2g") == parse_size("2GiB") == parse_size("2GB") == 2 * 2**30
+    assert parse_size(64 * 2**20) == 64 * 2**20
+    for bad in ("1k", "lots", "16m"):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (_spec(extra=1), "unknown key 'extra'"),
+        (_spec(sites=[]), "sites"),
+        (_spec(name="Bad_Name"), "lower-case"),
+        (_spec(sites=[{"name": "a", "hosts": [{"name": "h", "cpu": 1}]}]), "sites[1].lan: missing"),
+        (_spec(sites=[{"name": "a", "lan": "fast", "hosts": [{"name": "h", "cpu": 1}]}]),
+         "not a rate"),
+        (_spec(sites=[{"name": "a", "lan": "1gbit", "hosts": [{"name": "h", "cpu": 0}]}]),
+         "cpu"),
+        (_spec(sites=[{"name": "a", "lan": "1gbit",
+                       "hosts": [{"name": "h", "cpu": 1}, {"name": "h", "cpu": 1}]}]),
+         "host name 'h' is used twice"),
+        (_spec(sites=[{"name": "a", "lan": "1gbit", "hosts": [{"name": "h", "cpu": 1}]},
+                      {"name": "b", "lan": "1gbit", "hosts": [{"name": "g", "cpu": 1}]}]),
+         "no WAN rate"),
+        (_spec(subnet="8.8.8.0/24"), "private IPv4 /24"),
+        (_spec(subnet="10.0.0.0/16"), "private IPv4 /24"),
+    ],
+)  # fmt: skip
+def test_bad_specs_name_the_key(data: dict[str, object], message: str) -> None:
+    with pytest.raises(SpecError) as exc:
+        parse_spec(data, "bed.toml")
+    assert message in str(exc.value)
+    assert str(exc.value).startswith("bed.toml: ")
+    assert "\n" not in str(exc.value)
+
+
+def test_load_spec_errors(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="not found"):
+        load_spec(tmp_path / "none.toml")
+    (tmp_path / "bad.toml").write_text("name = [")
+    with pytest.raises(SpecError, match="not valid TOML"):
+        load_spec(tmp_path / "bad.toml")
+    (tmp_path / "lab-2.toml").write_text(
+        '[[sites]]\nname = "a"\nlan = "1gbit"\n[[sites.hosts]]\nname = "h"\ncpu = 0.5\n'
+    )
+    assert load_spec(tmp_path / "lab-2.toml").name == "lab-2"  # the file's stem by default
+
+
+def test_with_name() -> None:
+    spec = parse_spec(_spec(), "x")
+    assert spec.with_name("other").name == "other"
+    with pytest.raises(SpecError, match="--name"):
+        spec.with_name("no spaces")
+
+
+def _two_sites() -> dict[str, object]:
+    return _spec(
+        wan="100mbit",
+        sites=[
+            {"name": "a", "lan": "200mbit",
+             "hosts": [{"name": "h1", "cpu": 0.5, "workers": 2}, {"name": "h2", "cpu": 0.25}]},
+            {"name": "b", "lan": "1gbit",
+             "hosts": [{"name": "h3", "cpu": 0.25, "access": "30mbit"}]},
+        ],
+    )  # fmt: skip
+
+
+def test_topology_addresses_rates_and_paths() -> None:
+    topo = build(parse_spec(_two_sites(), "x"), "10.232.40.0/24")
+    assert [h.address for h in topo.hosts] == ["10.232.40.1", "10.232.40.2", "10.232.40.3"]
+    assert topo.gateway_address == "10.232.40.254"
+    assert [h.link_bps for h in topo.hosts] == [200e6, 200e6, 30e6]
+    assert topo.path_bps("h1", "h2") == 200e6
+    assert topo.path_bps("h1", "h3") == 30e6
+    assert topo.gateway_bps("h1") == 100e6
+    assert len(gateway_dev("a-very-long-testbed-name")) <= 15
+    assert topo.namespaces == ["etb-t", "etb-t.h1", "etb-t.h2", "etb-t.h3"]
+
+
+def test_commands_limit_every_link_both_ways() -> None:
+    topo = build(parse_spec(_two_sites(), "x"), "10.232.40.0/24")
+    tbfs = [c for c in topo.commands() if c[0] == "tc"]
+    rates = sorted((c[2], c[6], c[c.index("rate") + 1]) for c in tbfs)
+    assert rates == sorted([
+        ("etb-t", "u0", "100000000bit"), ("etb-t", "w0", "100000000bit"),
+        ("etb-t", "u1", "100000000bit"), ("etb-t", "w1", "100000000bit"),
+        ("etb-t.h1", "eth0", "200000000bit"), ("etb-t", "h0", "200000000bit"),
+        ("etb-t.h2", "eth0", "200000000bit"), ("etb-t", "h1", "200000000bit"),
+        ("etb-t.h3", "eth0", "30000000bit"), ("etb-t", "h2", "30000000bit"),
+    ])  # fmt: skip
+    # the only device in the root namespace is the gateway veth, with the .254 address
+    root = [c for c in topo.commands() if c[:2] == ["ip", "link"] or c[:2] == ["ip", "addr"]]
+    assert all(topo.gateway_dev in c or "netns" in c for c in root)
+
+
+def test_link_checks_isolate_each_class() -> None:
+    topo = build(parse_spec(_two_sites(), "x"), "10.232.40.0/24")
+    checks = {(c.kind, c.label): c for c in topo.link_checks()}
+    assert checks["lan", "a"].expected_bps == 200e6
+    assert checks["access", "h3"].expected_bps == 30e6
+    assert checks["wan", "a uplink"].dst == GATEWAY  # h3's access link would hide the WAN
+    assert checks["wan", "a uplink"].expected_bps == 100e6
+    assert ("wan", "b uplink") not in checks  # behind h3's 30 Mbit/s: nothing isolates it
+
+
+def test_namespace_ownership_is_unambiguous() -> None:
+    assert owned_namespace("a", "etb-a")
+    assert owned_namespace("a", "etb-a.h1")
+    assert not owned_namespace("a", "etb-a-b")
+    assert not owned_namespace("a", "etb-a-b.h1")
+    assert not owned_namespace("a", "et-a")
