@@ -117,17 +117,20 @@ def _verify_tables(v: dict[str, Any]) -> list[Table]:
             "ok" if r["ok"] else "[red]FAIL[/red]",
         )
     cpus = Table(
-        title=f"CPU shares (throughput ratio to the largest share; ok within "
-        f"{v['cpu_tolerance']:.0%}; granted = CPU time per second)"
+        title=f"CPU shares: throughput as a part of its cores' in the same window (of cores), "
+        f"ratio to the largest share's, ok within {v['cpu_tolerance']:.0%}; "
+        f"granted = CPU time per second"
     )
-    for col in ("host", "share", "granted", "loops/s", "ratio", "expected", "error", "ok"):
+    for col in ("host", "share", "loops/s", "of cores", "granted", "ratio", "expected", "error",
+                "ok"):  # fmt: skip
         cpus.add_column(col)
     for r in v["cpus"]:
         cpus.add_row(
             escape(r["host"]),
             f"{r['share']:g}",
-            f"{r['granted']:.3f}",
             f"{r['ops_per_s'] / 1e6:.2f} M",
+            f"{r['cores']:.3f}",
+            f"{r['granted']:.3f}",
             f"{r['ratio']:.3f}",
             f"{r['expected_ratio']:.3f}",
             f"{r['error']:+.1%}",
@@ -163,7 +166,7 @@ def up(
     ] = 2.0,
     cpu_rounds: Annotated[
         int, typer.Option(help="CPU probe rounds in --verify (the median is checked).", min=1)
-    ] = 5,
+    ] = 3,
     state_dir: StateDir = None,
     fmt: FormatOption = OutputFormat.text,
 ) -> None:
@@ -273,7 +276,7 @@ def verify_cmd(
     ] = 2.0,
     cpu_rounds: Annotated[
         int, typer.Option(help="CPU probe rounds (the median is checked).", min=1)
-    ] = 5,
+    ] = 3,
     state_dir: StateDir = None,
     fmt: FormatOption = OutputFormat.text,
 ) -> None:
@@ -295,6 +298,66 @@ def verify_cmd(
     emit(result, fmt, render)
     if not result["ok"]:
         raise typer.Exit(1)
+
+
+@app.command("trace")
+def trace_cmd(
+    name: Annotated[str, typer.Argument(help="Testbed that is up.")],
+    trace_path: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace file (TOML).")],
+    speed: Annotated[
+        float, typer.Option(help="Play the trace this many times faster.", min=0.01, max=1000)
+    ] = 1.0,
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Leave the last values in place at the end.")
+    ] = False,
+    state_dir: StateDir = None,
+    fmt: FormatOption = OutputFormat.text,
+) -> None:
+    """Play a trace: change link rates and CPU shares of a running testbed over time.
+
+    Runs in the foreground until the trace ends (or Ctrl-C); then puts the spec's values
+    back unless --keep. Each change is logged to the testbed's trace.jsonl.
+
+    Examples:
+    edgetrain emulate trace dlion-4 recipes/testbeds/traces/dlion-4-wan-dip.toml
+    edgetrain emulate trace edgegossip-4 recipes/testbeds/traces/edgegossip-4-load.toml &
+    """
+    import signal
+    import threading
+
+    from edgetrain.emulate import testbed, trace
+
+    _need_root("trace")
+    root = _root(state_dir)
+    tb = testbed.load(name, root)
+    plan = trace.load_trace(trace_path)
+    actions = trace.plan(plan, tb.topo, str(trace_path))
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    applied: list[dict[str, Any]] = []
+
+    def on_change(t: float, action: Any) -> None:
+        applied.append({"t": t, "at": action.at, "change": action.what})
+        if fmt == OutputFormat.text:
+            console.print(f"{t:8.2f} s  {escape(action.what)}", highlight=False)
+
+    try:
+        trace.play(plan, actions, tb.topo, testbed.must, stop, tb.state / "trace.jsonl",
+                   on_change, speed)  # fmt: skip
+    except KeyboardInterrupt:
+        stop.set()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if not keep:
+            for action in trace.restore(tb.topo):
+                trace.apply(tb.topo, action, testbed.must)
+    data = {"testbed": name, "applied": applied, "restored": not keep}
+
+    def render() -> None:
+        tail = "; the spec's values are back" if not keep else ""
+        console.print(f"trace done: {len(applied)} changes{tail}", highlight=False)
+
+    emit(data, fmt, render)
 
 
 @app.command("down")

@@ -72,6 +72,29 @@ def create(testbed: str, host: str, cpu: float, memory: int | None) -> list[Path
     return made
 
 
+FILLER = "_filler"  # '_' is in no host name
+
+
+def filler_group(testbed: str) -> Path:
+    """A group whose processes get a core only when nothing else wants it (the lowest
+    ``cpu.shares``, and ``cpu.idle`` where the kernel has it): SCHED_IDLE alone is not
+    enough against other groups."""
+    d = cpu_dir(testbed, FILLER)
+    if not d.is_dir():
+        d.mkdir(parents=True)
+        _write(d / "cpu.shares", "2")
+        if (d / "cpu.idle").exists():
+            _write(d / "cpu.idle", "1")
+    return d
+
+
+def remove_filler(testbed: str) -> None:
+    d = cpu_dir(testbed, FILLER)
+    if d.is_dir():
+        signal_all(pids(d), signal.SIGKILL)
+        _rmdir(d, [])
+
+
 def set_cpu(testbed: str, host: str, cpu: float) -> None:
     _write(
         cpu_dir(testbed, host) / "cpu.cfs_quota_us",

@@ -3,8 +3,9 @@
 ``serve`` answers link probes (edgetrain's own transport, :mod:`edgetrain.profile.probe`) on
 one address until its standard input closes; ``link`` measures the link to such a server;
 ``cpu`` counts pure-Python loop iterations per wall-clock second in ``procs`` processes, so a
-CPU quota shows as a proportionally lower rate, and the CPU time they were granted. Each
-prints one JSON line.
+CPU quota shows as a proportionally lower rate, and the CPU time they were granted; run with
+``--idle`` beside a host's probe on the same cores, it measures what the cores could do in
+the same window. Each prints one JSON line.
 """
 
 from __future__ import annotations
@@ -43,28 +44,52 @@ def spin(seconds: float, warmup: float = 0.25) -> float:
         done = n
 
 
-def timed_spin(seconds: float) -> tuple[float, float]:
+def timed_spin(seconds: float, start_at: float | None = None) -> tuple[float, float]:
     """``spin``'s rate, and the share of a core this process was granted meanwhile (CPU time
-    over wall time)."""
+    over wall time). With ``start_at`` (a ``time.time()``), it sleeps until then first, so
+    probes in other processes can measure the same window."""
+    if start_at is not None:
+        time.sleep(max(0.0, start_at - time.time()))
     c0, w0 = time.process_time(), time.perf_counter()
     rate = spin(seconds)
     return rate, (time.process_time() - c0) / (time.perf_counter() - w0)
 
 
-def _spin_into(seconds: float, out: Any) -> None:
-    out.put(timed_spin(seconds))
+def _spin_into(seconds: float, start_at: float | None, core: int | None, idle: bool,
+               out: Any) -> None:  # fmt: skip
+    _place(core, idle)
+    out.put(timed_spin(seconds, start_at))
 
 
-def cpu_rate(seconds: float, procs: int) -> tuple[float, float]:
-    """Total iterations per second of ``procs`` spinning processes, and their total share."""
+def _place(core: int | None, idle: bool) -> None:
+    """Run on ``core`` only; with ``idle``, only when nothing else wants that core."""
+    if core is not None:
+        os.sched_setaffinity(0, {core})
+    if idle:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
+def cpu_rate(
+    seconds: float,
+    procs: int,
+    start_at: float | None = None,
+    pinned: bool = False,
+    idle: bool = False,
+) -> tuple[float, float]:
+    """Total iterations per second of ``procs`` spinning processes (process i on core i if
+    ``pinned``), and their total share of a core."""
     if procs == 1:
-        return timed_spin(seconds)
+        _place(0 if pinned else None, idle)
+        return timed_spin(seconds, start_at)
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
-    workers = [ctx.Process(target=_spin_into, args=(seconds, out)) for _ in range(procs)]
+    workers = [
+        ctx.Process(target=_spin_into, args=(seconds, start_at, i if pinned else None, idle, out))
+        for i in range(procs)
+    ]
     for w in workers:
         w.start()
-    runs = [out.get(timeout=seconds * 20 + 30) for _ in workers]
+    runs = [out.get(timeout=seconds * 20 + 60) for _ in workers]
     for w in workers:
         w.join()
     return float(sum(r for r, _ in runs)), float(sum(s for _, s in runs))
@@ -115,16 +140,17 @@ def main(argv: list[str] | None = None) -> None:
     cpu = sub.add_parser("cpu")
     cpu.add_argument("--seconds", type=float, default=1.5)
     cpu.add_argument("--procs", type=int, default=1)
-    cpu.add_argument("--pin", type=int, default=None, help="run on this CPU only")
+    cpu.add_argument("--start-at", type=float, default=None, help="time.time() to start at")
+    cpu.add_argument("--pinned", action="store_true", help="process i runs on core i only")
+    cpu.add_argument("--idle", action="store_true", help="SCHED_IDLE: take only spare time")
     args = parser.parse_args(argv)
     if args.cmd == "serve":
         _serve(args.bind)
     elif args.cmd == "link":
         _link(args.peer, args.max_transfer_s)
     else:
-        if args.pin is not None:
-            os.sched_setaffinity(0, {args.pin})
-        rate, share = cpu_rate(args.seconds, max(1, args.procs))
+        procs = max(1, args.procs)
+        rate, share = cpu_rate(args.seconds, procs, args.start_at, args.pinned, args.idle)
         print(json.dumps({"ops_per_s": rate, "cpu_share": share, "procs": args.procs,
                           "cgroup": _cgroup()}))  # fmt: skip
 

@@ -87,7 +87,8 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=_TIMEOUT_S, check=False)
 
 
-def _must(argv: list[str]) -> None:
+def must(argv: list[str]) -> None:
+    """Run an ``ip``/``tc`` command; raise :class:`EmulateError` with its message if it fails."""
     done = _run(argv)
     if done.returncode != 0:
         lines = (done.stderr or done.stdout).strip().splitlines()
@@ -114,13 +115,13 @@ def requirements_unavailable(spec: TestbedSpec | None = None) -> str | None:
 def _bridge_tbf_unavailable() -> str | None:
     probe = f"etb-probe-{os.getpid()}"
     try:
-        _must(["ip", "netns", "add", probe])
+        must(["ip", "netns", "add", probe])
         try:
-            _must(["ip", "-n", probe, "link", "add", "br0", "type", "bridge"])
+            must(["ip", "-n", probe, "link", "add", "br0", "type", "bridge"])
         except EmulateError as exc:
             return f"cannot create a Linux bridge (bridge module): {exc}"
         try:
-            _must(["tc", "-n", probe, "qdisc", "add", "dev", "br0", "root", "tbf", "rate",
+            must(["tc", "-n", probe, "qdisc", "add", "dev", "br0", "root", "tbf", "rate",
                    "10mbit", "burst", "32kb", "latency", "50ms"])  # fmt: skip
         except EmulateError as exc:
             return f"cannot add a tbf qdisc (sch_tbf module): {exc}"
@@ -234,7 +235,7 @@ def _build(tb: Testbed, progress: Progress) -> None:
     topo, state = tb.topo, tb.state
     progress(f"network: {len(topo.namespaces)} namespaces in {topo.subnet}")
     for argv in topo.commands():
-        _must(argv)
+        must(argv)
     progress("cgroups: CPU shares and memory limits")
     for h in topo.hosts:
         try:

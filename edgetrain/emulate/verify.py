@@ -4,8 +4,9 @@ Links are measured with edgetrain's own transport (the link probe of ``edgetrain
 between two host namespaces, outside the hosts' cgroups, so the link and not the host's CPU
 share is measured; the rate is goodput (payload bytes), while tbf also counts TCP/IP headers,
 so about 4% below the limit is what a perfect link gives. CPU shares are measured through the
-real path a worker takes: over ssh into the host, whose sshd runs in the host's cgroup; the
-throughput ratios between hosts are checked against the share ratios.
+real path a worker takes: over ssh into the host, whose sshd runs in the host's cgroup; each
+host's throughput, relative to its cores' in the same window, is compared between hosts and
+the ratios are checked against the share ratios.
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ import json
 import math
 import os
 import select
+import shlex
 import statistics
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from edgetrain.emulate import cgroups
 from edgetrain.emulate.testbed import EmulateError, Testbed
 from edgetrain.emulate.topology import GATEWAY, LinkCheck
 from edgetrain.launch.hosts import load_hosts
@@ -28,7 +32,6 @@ from edgetrain.launch.ssh import ssh_command
 LINK_TOLERANCE = 0.10
 CPU_TOLERANCE = 0.15
 PROBE = ("-m", "edgetrain.emulate.probes")
-PAIR_LOAD = 0.9  # a pair of probes shares one core while it needs at most this much of it
 
 
 @dataclass(frozen=True)
@@ -156,67 +159,77 @@ def measure_link(tb: Testbed, check: LinkCheck, max_transfer_s: float = 1.0) -> 
     )
 
 
-def _cpu_argv(tb: Testbed, host: str | None, seconds: float, pin: int | None) -> list[str]:
-    """The CPU probe on ``host`` over ssh (inside the host's cgroup, as a worker runs);
-    ``host=None`` runs it here, outside every quota (the baseline)."""
-    procs = min(math.ceil(tb.topo.host(host).cpu), os.cpu_count() or 1) if host else 1
-    args = ["cpu", "--seconds", str(seconds), "--procs", str(procs)]
-    if pin is not None:
-        args += ["--pin", str(pin)]
+def _cpu_argv(
+    tb: Testbed, host: str | None, seconds: float, procs: int, start_at: float
+) -> list[str]:
+    """The CPU probe on ``host`` over ssh (inside the host's cgroup, as a worker runs), process
+    i on core i; ``host=None`` is the idle-priority filler beside it, here."""
+    args = ["cpu", "--seconds", str(seconds), "--procs", str(procs), "--pinned",
+            "--start-at", f"{start_at:.3f}"]  # fmt: skip
     if host is None:
-        return [tb.python, *PROBE, *args]
+        group = cgroups.filler_group(tb.spec.name) / "cgroup.procs"
+        cmd = " ".join(shlex.quote(a) for a in [tb.python, *PROBE, *args, "--idle"])
+        return ["sh", "-c", f"echo $$ > {shlex.quote(str(group))} && exec {cmd}"]
     hosts, _ = load_hosts(tb.hosts_file)
     entry = next(h for h in hosts.hosts if h.label == host)
     return ssh_command(hosts, entry, " ".join([tb.python, *PROBE, *args]))
 
 
-def measure_cpu(
-    tb: Testbed, hosts: list[str | None], seconds: float, pin: int | None = None
-) -> dict[str | None, Any]:
-    """Run the CPU probe on all of ``hosts`` at once (on CPU ``pin`` only, if given); their
-    probe results by host."""
-    procs = {
-        h: subprocess.Popen(
-            _cpu_argv(tb, h, seconds, pin),
+def measure_cpu(tb: Testbed, host: str, seconds: float, lead_s: float = 2.0) -> dict[str, Any]:
+    """Run the host's CPU probe and an idle-priority filler on the same cores over the same
+    window (both start at an agreed time, ``lead_s`` from now, once ssh has connected).
+
+    The filler runs only while the host's probe is throttled, so together they measure what
+    the cores could do in that window, and the host's part of it is its share, free of the
+    machine's drift: ``cores`` = host loops / (host + filler loops) x cores used."""
+    procs = min(math.ceil(tb.topo.host(host).cpu), os.cpu_count() or 1)
+    start_at = time.time() + lead_s
+    runs = {
+        who: subprocess.Popen(
+            _cpu_argv(tb, who, seconds, procs, start_at),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for h in hosts
+        for who in (host, None)
     }
     out: dict[str | None, Any] = {}
     try:
-        for h, proc in procs.items():
+        for who, proc in runs.items():
             stdout, stderr = proc.communicate(timeout=seconds * 20 + 60)
             if proc.returncode != 0:
-                raise EmulateError(f"CPU probe on host {h or 'gateway'} failed: "
+                raise EmulateError(f"CPU probe {'on host ' + who if who else 'filler'} failed: "
                                    f"{(stderr or stdout).strip()[-300:]}")  # fmt: skip
-            out[h] = json.loads(stdout.strip().splitlines()[-1])
+            out[who] = json.loads(stdout.strip().splitlines()[-1])
     finally:
-        for proc in procs.values():
+        for proc in runs.values():
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
-    return out
+    mine, filler = out[host]["ops_per_s"], out[None]["ops_per_s"]
+    return {
+        **out[host],
+        "cores": mine / (mine + filler) * procs if mine + filler > 0 else 0.0,
+        "core_ops_per_s": (mine + filler) / procs,
+    }
 
 
 def verify(
     tb: Testbed,
     cpu_seconds: float = 2.0,
     max_transfer_s: float = 1.0,
-    rounds: int = 5,
+    rounds: int = 3,
     progress: Callable[[str], None] = lambda _m: None,
 ) -> Verification:
-    """Measure each link class, one at a time, then the hosts' CPU shares.
+    """Measure each link class, then each host's CPU share, one at a time.
 
     A machine's speed can drift by tens of percent within seconds (other tenants of a VM,
-    frequency scaling), so each host's CPU probe runs at the same time as the probe of the
-    host with the largest share, both pinned to one core: they see the same drift, and
-    neither slows the other as a busy SMT sibling core would. Where the pair's shares do not
-    fit one core they run one after the other. The pair's ratio is taken per round and the
-    median over ``rounds`` is checked. ``granted`` is
-    the CPU time each host's probe got per wall second: the quota itself, free of that drift.
+    frequency scaling: measured 14-32 M loops/s between runs seconds apart on this
+    project's VMs), so raw loop rates of hosts measured at different times do not compare.
+    Each host's probe therefore shares its cores with an idle-priority filler over the same
+    window (:func:`measure_cpu`); a host's throughput is taken relative to what its cores
+    did in that window, and the median over ``rounds`` is checked against the shares.
     """
     links = []
     for check in tb.topo.link_checks():
@@ -228,40 +241,32 @@ def verify(
             result = max(result, again, key=lambda r: r.measured_bps)
         links.append(result)
     hosts = sorted(tb.topo.hosts, key=lambda h: -h.cpu)
+    runs: dict[str, list[dict[str, Any]]] = {h.name: [] for h in hosts}
+    try:
+        for rnd in range(rounds):
+            for h in hosts:
+                progress(f"CPU share of {h.name} ({rnd + 1}/{rounds})")
+                runs[h.name].append(measure_cpu(tb, h.name, cpu_seconds))
+    finally:
+        cgroups.remove_filler(tb.spec.name)
     ref = hosts[0]
-    ratios: dict[str, list[float]] = {h.name: [] for h in hosts}
-    ops: dict[str, list[float]] = {h.name: [] for h in hosts}
-    granted: dict[str, list[float]] = {h.name: [] for h in hosts}
-    info: dict[str | None, Any] = {}
-    progress("CPU baseline, no quota")
-    baseline = measure_cpu(tb, [None], cpu_seconds)[None]["ops_per_s"]
-    for rnd in range(rounds):
-        for h in hosts[1:] or hosts:
-            progress(f"CPU share of {h.name} beside {ref.name} ({rnd + 1}/{rounds})")
-            pair: list[str | None] = [ref.name] if h is ref else [ref.name, h.name]
-            if ref.cpu + h.cpu <= PAIR_LOAD:
-                run = measure_cpu(tb, pair, cpu_seconds, pin=0)
-            else:  # the pair would compete for cores: one after the other
-                run = {n: measure_cpu(tb, [n], cpu_seconds)[n] for n in pair}
-            info.update(run)
-            for n in pair:
-                assert n is not None
-                ops[n].append(run[n]["ops_per_s"])
-                granted[n].append(run[n]["cpu_share"])
-                ratios[n].append(run[n]["ops_per_s"] / run[ref.name]["ops_per_s"])
+    ref_cores = statistics.median(r["cores"] for r in runs[ref.name])
+    baseline = statistics.median(r["core_ops_per_s"] for rs in runs.values() for r in rs)
+    ref_share = min(ref.cpu, runs[ref.name][0]["procs"])
     cpus = []
     for h in tb.topo.hosts:
-        procs = info[h.name]["procs"]
+        mine = runs[h.name]
+        cores = statistics.median(r["cores"] for r in mine)
         cpus.append(
             CpuResult(
                 host=h.name,
                 share=h.cpu,
-                ops_per_s=statistics.median(ops[h.name]),
-                cores=statistics.median(ops[h.name]) / baseline,
-                granted=statistics.median(granted[h.name]),
-                ratio=statistics.median(ratios[h.name]),
-                expected_ratio=min(h.cpu, procs) / min(ref.cpu, info[ref.name]["procs"]),
-                cgroup=info[h.name]["cgroup"],
+                ops_per_s=statistics.median(r["ops_per_s"] for r in mine),
+                cores=cores,
+                granted=statistics.median(r["cpu_share"] for r in mine),
+                ratio=cores / ref_cores,
+                expected_ratio=min(h.cpu, mine[0]["procs"]) / ref_share,
+                cgroup=mine[0]["cgroup"],
             )
         )
     return Verification(links, cpus, baseline)
