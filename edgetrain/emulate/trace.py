@@ -124,7 +124,8 @@ def plan(trace: Trace, topo: Topology, source: str) -> list[Action]:
         if c.cpu is not None:
             _known(c.cpu, hosts, "host", where)
             assert c.share is not None
-            actions.append(Action(c.at, f"cpu {c.cpu} = {c.share:g}", cpu_host=c.cpu, share=c.share))
+            what = f"cpu {c.cpu} = {c.share:g}"
+            actions.append(Action(c.at, what, cpu_host=c.cpu, share=c.share))
         elif c.link is not None:
             _known(c.link, hosts, "host", where)
             assert c.rate is not None
@@ -186,8 +187,9 @@ def play(
             elapsed = time.monotonic() - t0
             on_change(elapsed, action)
             if log is not None:
+                entry = {"t": elapsed, "at": action.at, "change": action.what}
                 with log.open("a") as f:
-                    f.write(json.dumps({"t": elapsed, "at": action.at, "change": action.what}) + "\n")
+                    f.write(json.dumps(entry) + "\n")
         if not trace.loop:
             break
         offset += span if span > 0 else 1.0
