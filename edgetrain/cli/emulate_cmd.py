@@ -86,11 +86,15 @@ def _hosts_table(tb: Any, live: dict[str, Any] | None = None) -> Table:
     if live is not None:
         table.add_column("sshd")
     for h in tb.topo.hosts:
+        cpu = f"{h.cpu:g}"
+        now = live[h.name]["cpu_now"] if live is not None else None
+        if now is not None and abs(now - h.cpu) > 1e-6:
+            cpu = f"{now:g} (spec {h.cpu:g})"  # a trace changed it
         row = [
             h.name,
             h.site,
             h.address,
-            f"{h.cpu:g}",
+            cpu,
             _mem(h.memory),
             _rate(h.link_bps),
             _rate(tb.topo.site(h.site).wan_bps),
