@@ -50,23 +50,23 @@ def _write(path: Path, value: str) -> None:
         raise CgroupError(f"cannot write {value!r} to {path}: {exc.strerror or exc}") from None
 
 
+def _mkgroup(d: Path) -> Path:
+    try:
+        d.mkdir(parents=True, exist_ok=False)
+    except OSError as exc:
+        raise CgroupError(f"cannot create cgroup {d}: {exc.strerror or exc}") from None
+    return d
+
+
 def create(testbed: str, host: str, cpu: float, memory: int | None) -> list[Path]:
     """Make the host's groups with its CPU quota and memory limit; return their directories."""
     made: list[Path] = []
-    cdir = cpu_dir(testbed, host)
-    try:
-        cdir.mkdir(parents=True, exist_ok=False)
-    except OSError as exc:
-        raise CgroupError(f"cannot create cgroup {cdir}: {exc.strerror or exc}") from None
+    cdir = _mkgroup(cpu_dir(testbed, host))
     made.append(cdir)
     _write(cdir / "cpu.cfs_period_us", str(CFS_PERIOD_US))
     _write(cdir / "cpu.cfs_quota_us", str(max(MIN_QUOTA_US, round(cpu * CFS_PERIOD_US))))
     if memory is not None:
-        mdir = memory_dir(testbed, host)
-        try:
-            mdir.mkdir(parents=True, exist_ok=False)
-        except OSError as exc:
-            raise CgroupError(f"cannot create cgroup {mdir}: {exc.strerror or exc}") from None
+        mdir = _mkgroup(memory_dir(testbed, host))
         made.append(mdir)
         _write(mdir / "memory.limit_in_bytes", str(memory))
     return made
