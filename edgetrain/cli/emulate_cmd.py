@@ -33,6 +33,14 @@ StateDir = Annotated[
 ]
 
 
+CpuSeconds = Annotated[
+    float, typer.Option(help="Seconds per CPU probe (verification).", min=0.5, max=30)
+]
+CpuRounds = Annotated[
+    int, typer.Option(help="CPU probe rounds (verification; the median is checked).", min=1)
+]
+
+
 @app.callback()
 def _emulate() -> None:
     """Emulate an edge testbed on this machine (run as root)."""
@@ -165,12 +173,8 @@ def up(
         str | None,
         typer.Option(help="Python the hosts run workers with (default: this one)."),
     ] = None,
-    cpu_seconds: Annotated[
-        float, typer.Option(help="Seconds per CPU probe in --verify.", min=0.5, max=30)
-    ] = 2.0,
-    cpu_rounds: Annotated[
-        int, typer.Option(help="CPU probe rounds in --verify (the median is checked).", min=1)
-    ] = 3,
+    cpu_seconds: CpuSeconds = 2.0,
+    cpu_rounds: CpuRounds = 3,
     state_dir: StateDir = None,
     fmt: FormatOption = OutputFormat.text,
 ) -> None:
@@ -275,12 +279,8 @@ def status(
 @app.command("verify")
 def verify_cmd(
     name: Annotated[str | None, typer.Argument(help="Testbed (default: the only one up).")] = None,
-    cpu_seconds: Annotated[
-        float, typer.Option(help="Seconds per CPU probe.", min=0.5, max=30)
-    ] = 2.0,
-    cpu_rounds: Annotated[
-        int, typer.Option(help="CPU probe rounds (the median is checked).", min=1)
-    ] = 3,
+    cpu_seconds: CpuSeconds = 2.0,
+    cpu_rounds: CpuRounds = 3,
     state_dir: StateDir = None,
     fmt: FormatOption = OutputFormat.text,
 ) -> None:
