@@ -1,25 +1,25 @@
-"""Run checkpoints: every worker's weights, optimiser state and mixing weight at an epoch.
+"""Run checkpoints: every worker's hand-in (arrays plus the family's metadata) at an epoch.
 
 ``RUN/checkpoints/epoch-0005/worker-<i>.npz`` holds worker i's arrays (loaded with
-``allow_pickle=False``); ``checkpoint.json`` beside them, written last, lists the workers and
-their alphas and marks the checkpoint complete. A resumed run starts every worker of the recipe
-from the latest complete checkpoint: a worker that had failed before it takes the alpha-weighted
-average of the others' weights, and the alphas are rescaled so that they sum to 1 again (gossip
-mass that was in flight at the checkpoint is not in it).
+``allow_pickle=False``); ``checkpoint.json`` beside them, written last, lists the workers with
+their roles and hand-in metadata and marks the checkpoint complete. What the metadata means is
+the family's business: a resumed run asks the family to spread the checkpoint over the
+recipe's workers (:meth:`~edgetrain.runtime.base.Family.resume`). Checkpoints written before
+hand-ins were opaque (``{"alpha": a}`` per worker) still load.
 """
 
 from __future__ import annotations
 
 import io
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from edgetrain.comm.coordinator import FinalState, Resume
+from edgetrain.comm.control import HandIn, Role
 from edgetrain.errors import EdgetrainError
-from edgetrain.gossip.mixing import weighted_average
 from edgetrain.rundir import atomic_write_bytes, atomic_write_json, now_iso, worker_stem
 
 MARKER = "checkpoint.json"
@@ -29,19 +29,27 @@ def checkpoint_dir(run_path: Path, epoch: int) -> Path:
     return run_path / "checkpoints" / f"epoch-{epoch:04d}"
 
 
-def write_checkpoint(run_path: Path, epoch: int, states: dict[int, FinalState]) -> Path:
+def write_checkpoint(
+    run_path: Path,
+    epoch: int,
+    handins: Mapping[int, HandIn],
+    roles: Mapping[int, Role] | None = None,
+    about: Mapping[str, Any] | None = None,
+) -> Path:
     """Write one complete checkpoint; the marker file goes last."""
     folder = checkpoint_dir(run_path, epoch)
     folder.mkdir(parents=True, exist_ok=True)
-    for wid, state in states.items():
+    for wid, handin in handins.items():
         buf = io.BytesIO()
-        np.savez(buf, **state.weights)  # type: ignore[arg-type]
+        np.savez(buf, **handin.weights)  # type: ignore[arg-type]
         atomic_write_bytes(folder / f"{worker_stem(wid)}.npz", buf.getvalue())
-    marker: dict[str, Any] = {
-        "epoch": epoch,
-        "time": now_iso(),
-        "workers": {str(i): {"alpha": s.alpha} for i, s in sorted(states.items())},
-    }
+    workers: dict[str, Any] = {}
+    for wid, handin in sorted(handins.items()):
+        entry: dict[str, Any] = {"meta": handin.meta}
+        if roles is not None and wid in roles:
+            entry["role"] = str(roles[wid])
+        workers[str(wid)] = entry
+    marker = {"epoch": epoch, "time": now_iso(), **(about or {}), "workers": workers}
     atomic_write_json(folder / MARKER, marker)
     return folder
 
@@ -55,8 +63,8 @@ def latest_checkpoint(run_path: Path) -> Path | None:
     return done[-1] if done else None
 
 
-def load_resume(run_path: Path, num_workers: int) -> Resume:
-    """The resume point of a run: its latest checkpoint, spread over ``num_workers`` workers."""
+def load_checkpoint(run_path: Path) -> tuple[int, dict[int, HandIn]]:
+    """The latest complete checkpoint of a run: its epoch and each worker's hand-in."""
     folder = latest_checkpoint(run_path)
     if folder is None:
         raise EdgetrainError(
@@ -66,35 +74,16 @@ def load_resume(run_path: Path, num_workers: int) -> Resume:
     try:
         marker = json.loads((folder / MARKER).read_text())
         epoch = int(marker["epoch"])
-        alphas = {int(k): float(v["alpha"]) for k, v in marker["workers"].items()}
-        states: dict[int, FinalState] = {}
-        for wid, alpha in alphas.items():
-            with np.load(folder / f"{worker_stem(wid)}.npz", allow_pickle=False) as npz:
+        handins: dict[int, HandIn] = {}
+        for key, entry in marker["workers"].items():
+            meta = entry.get("meta", {"alpha": entry["alpha"]} if "alpha" in entry else {})
+            if not isinstance(meta, dict):
+                raise ValueError(f"worker {key}'s metadata is not an object")
+            with np.load(folder / f"{worker_stem(int(key))}.npz", allow_pickle=False) as npz:
                 weights = {k: np.array(npz[k]) for k in npz.files}
-            states[wid] = FinalState(alpha, weights, {"epoch": epoch})
-    except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
+            handins[int(key)] = HandIn(weights, meta)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
         raise EdgetrainError(f"checkpoint {folder} is unreadable ({exc}); delete it") from None
-    if not states or max(states) >= num_workers:
-        raise EdgetrainError(
-            f"checkpoint {folder} does not match the recipe's {num_workers} workers"
-        )
-    return Resume(epoch, spread_states(states, num_workers))
-
-
-def spread_states(states: dict[int, FinalState], num_workers: int) -> dict[int, FinalState]:
-    """A state for every worker with alphas summing to 1 (see the module docstring)."""
-    total = sum(s.alpha for s in states.values())
-    if total <= 0:
-        raise EdgetrainError("checkpoint alphas sum to zero; it cannot be resumed")
-    share = len(states) / num_workers
-    out = {i: FinalState(s.alpha / total * share, s.weights, s.meta) for i, s in states.items()}
-    missing = [i for i in range(num_workers) if i not in states]
-    if missing:
-        model_only = [
-            (s.alpha, {k: v for k, v in s.weights.items() if not k.startswith("optim.")})
-            for s in states.values()
-        ]
-        average = weighted_average(model_only)
-        for i in missing:
-            out[i] = FinalState(1.0 / num_workers, average, {"from_average": True})
-    return out
+    if not handins:
+        raise EdgetrainError(f"checkpoint {folder} holds no worker; delete it")
+    return epoch, handins

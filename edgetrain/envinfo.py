@@ -35,23 +35,34 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def versions() -> dict[str, str]:
+    """The versions an artifact records: edgetrain, python, torch, numpy, pyzmq and libzmq."""
+    import numpy
+    import torch
+    import zmq
+
+    return {
+        "edgetrain": edgetrain.__version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "pyzmq": zmq.__version__,
+        "libzmq": zmq.zmq_version(),
+    }
+
+
 def environment_report() -> dict[str, Any]:
     """Collect versions of python, torch, torchvision, pyzmq/libzmq, numpy and edgetrain."""
-    import numpy
     import torch
     import torchvision
     import zmq
 
     cuda = torch.cuda.is_available()
     report: dict[str, Any] = {
-        "edgetrain": edgetrain.__version__,
+        **versions(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "torch": torch.__version__,
         "torchvision": torchvision.__version__,
-        "numpy": numpy.__version__,
-        "pyzmq": zmq.__version__,
-        "libzmq": zmq.zmq_version(),
         "curve_available": bool(zmq.has("curve")),
         "cpu_model": cpu_model(),
         "cores": os.cpu_count(),

@@ -34,3 +34,17 @@ class RunError(EdgetrainError):
     """A training run that failed (worker crashed, peer lost, timeout)."""
 
     exit_code = 1
+
+
+class Diverged(RunError):
+    """Training diverged: the loss became NaN or infinite."""
+
+    def __init__(self, epoch: int, step: int, worker: int) -> None:
+        self.epoch, self.step, self.worker = epoch, step, worker
+        super().__init__(
+            f"loss became NaN at epoch {epoch} step {step} on worker {worker}", "lower [train] lr"
+        )
+
+
+class DeprecatedSpelling(UserWarning):
+    """An input that still works but is spelled the old way; the CLI prints it as one note."""

@@ -1,24 +1,27 @@
 """Recipe schema: TOML files validated into frozen config objects, with errors naming file and key.
 
-A recipe has the sections ``[run]``, ``[data]``, ``[model]``, ``[train]``, ``[gossip]`` and a list
-``[[workers]]``. Every section is optional except ``[[workers]]``; unknown keys are errors.
-Later techniques add their own optional sections (``[ps]``, ``[pipeline]``, ``[edgegossip]``,
-``[dlion]``, ``[mercury]``, ``[dynacomm]``) so that older recipes keep loading unchanged.
+A recipe has the core sections ``[run]``, ``[data]``, ``[model]``, ``[train]``, ``[aggregate]``
+and a list ``[[workers]]``, plus one section per family or technique (``[gossip]``, ``[ps]``,
+...), which the technique registry (:mod:`edgetrain.techniques`) contributes. Every section is
+optional except ``[[workers]]``; unknown keys and sections are errors. ``[train] family`` and
+``technique`` pick what trains; the older spelling (``technique`` = the family, ``algorithm`` =
+the technique) still loads, with a one-line deprecation notice.
 """
 
 from __future__ import annotations
 
-import difflib
+import functools
 import os
+import warnings
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-import tomllib
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
-from edgetrain.errors import RecipeError
+from edgetrain import techniques, tomlconfig
+from edgetrain.errors import DeprecatedSpelling, RecipeError
 
-TECHNIQUES: dict[str, tuple[str, ...]] = {"gossip": ("gosgd",)}
+S = TypeVar("S", bound=BaseModel)
 
 
 class _Section(BaseModel):
@@ -28,10 +31,16 @@ class _Section(BaseModel):
 class RunSection(_Section):
     """``[run]``: naming, seeding and where run directories go."""
 
-    name: str = Field("run", min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    name: str = Field(
+        "run",
+        min_length=1,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="use letters, digits and . _ -",
+    )
     seed: int = 0
-    run_dir: str = "runs"
-    # Failure handling (EdgeGossip's f_threshold): the run goes on without failed workers while
+    # The parent directory of fresh run directories (``launch --runs-root`` overrides it).
+    runs_root: str = "runs"
+    # Failure handling (EdgeGossip's f_threshold): the run goes on without failed trainers while
     # the failed fraction stays at or below this; above it, it stops with an error.
     max_failed_fraction: float = Field(0.25, ge=0, le=1)
     heartbeat_s: float = Field(1.0, gt=0, le=60)
@@ -41,6 +50,17 @@ class RunSection(_Section):
     # (a directory written by ``edgetrain keys generate``; relative to the current directory).
     security: Literal["none", "curve"] = "none"
     keys: str = "keys"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spelling(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "run_dir" in data:
+            data = dict(data)
+            value = data.pop("run_dir")
+            if "runs_root" not in data:
+                data["runs_root"] = value
+            _notice("[run] run_dir is now runs_root (the parent of run directories)")
+        return data
 
 
 class DataSection(_Section):
@@ -80,10 +100,10 @@ class ModelSection(_Section):
 
 
 class TrainSection(_Section):
-    """``[train]``: technique, algorithm and the optimiser's settings."""
+    """``[train]``: family and technique, and the optimiser's settings."""
 
-    technique: Literal["gossip"] = "gossip"
-    algorithm: str = "gosgd"
+    family: str = "gossip"
+    technique: str = "gosgd"
     epochs: int = Field(10, ge=1)
     batch_size: int = Field(32, ge=1)
     lr: float = Field(0.05, gt=0)
@@ -93,29 +113,53 @@ class TrainSection(_Section):
     eval_every: int = Field(1, ge=1)
     device: Literal["cpu", "cuda", "auto"] = "cpu"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spelling(cls, data: Any) -> Any:
+        """``technique = "gossip"`` + ``algorithm = "gosgd"`` -> ``family`` + ``technique``."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        old_family = data.get("technique") in techniques.families() and "family" not in data
+        if "algorithm" in data or old_family:
+            family = data.pop("technique", None) if old_family else data.get("family")
+            algorithm = data.pop("algorithm", None)
+            family = family or "gossip"
+            data["family"] = family
+            if algorithm is not None:
+                data["technique"] = algorithm
+            elif family in techniques.families():
+                data["technique"] = techniques.families()[family].default_technique
+            _notice(
+                f'[train] technique = "{family}" with algorithm = "{data.get("technique")}" '
+                f'is now family = "{family}" with technique = "{data.get("technique")}"'
+            )
+        elif "technique" in data and "family" not in data:
+            found = techniques.family_of(str(data["technique"]))
+            if found is not None:
+                data["family"] = found
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> TrainSection:
-        known = TECHNIQUES[self.technique]
-        if self.algorithm not in known:
+        fam = techniques.families().get(self.family)
+        if fam is None:
             raise ValueError(
-                f"algorithm '{self.algorithm}' is not a {self.technique} algorithm; "
-                f"use one of: {', '.join(known)}"
+                f"unknown family '{self.family}'; known families and techniques: "
+                f"{techniques.known()}"
+            )
+        if self.technique not in fam.techniques:
+            raise ValueError(
+                f"technique '{self.technique}' is not a {self.family} technique; known "
+                f"families and techniques: {techniques.known()}"
             )
         return self
-
-
-class GossipSection(_Section):
-    """``[gossip]``: GoSGD's exchange probability and epoch synchronisation."""
-
-    probability: float = Field(0.25, ge=0, le=1)
-    sync_epochs: bool = True
-    drain_timeout_s: float = Field(60.0, gt=0)
 
 
 class AggregateSection(_Section):
     """``[aggregate]``: EdgeGossip's aggregated data points (``edgetrain aggregate``)."""
 
-    reduce: Literal["svd", "isvd", "hash", "pca", "histogram"] = "svd"
+    reduce: Literal["svd", "svd-sample", "isvd", "hash", "pca", "histogram"] = "svd"
     divide: Literal["kmeans", "lsh", "gmm"] = "kmeans"
     ratio: int = Field(10, ge=1)
     # reduced dimensions d' (None: the method's default, 10; isvd log2(0.1 * d / ratio))
@@ -128,38 +172,69 @@ class AggregateSection(_Section):
 
 
 class WorkerGroup(_Section):
-    """``[[workers]]``: ``count`` workers on ``host``, slowed down by ``slowdown``."""
+    """``[[workers]]``: ``count`` workers of one role on ``host``, slowed down by ``slowdown``."""
 
     host: str = "localhost"
     count: int = Field(1, ge=1)
+    # The role these workers run (trainer, server, stage, ...); default: the family's default.
+    role: str | None = Field(None, min_length=1)
+    # Host labels these workers need: with a hosts file they go only to hosts carrying them.
+    labels: list[str] = Field(default_factory=list)
     slowdown: float = Field(1.0, ge=1.0)
     threads: int = Field(1, ge=1)
 
 
 class Recipe(_Section):
-    """A whole, validated recipe."""
+    """A whole, validated recipe. Family sections are fields of the subclass that
+    :func:`recipe_model` builds from the registry; reach them with :meth:`section`."""
 
     run: RunSection = Field(default_factory=RunSection)
     data: DataSection = Field(default_factory=DataSection)
     model: ModelSection = Field(default_factory=ModelSection)
     train: TrainSection = Field(default_factory=TrainSection)
-    gossip: GossipSection = Field(default_factory=GossipSection)
     aggregate: AggregateSection = Field(default_factory=AggregateSection)
     workers: list[WorkerGroup] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _check(self) -> Recipe:
+        fam = techniques.families()[self.train.family]
+        tech = fam.techniques[self.train.technique]
+        for n, group in enumerate(self.workers, start=1):
+            if group.role is not None and group.role not in tech.roles:
+                raise ValueError(
+                    f"[[workers]] #{n} role '{group.role}' is not a role of "
+                    f"{self.train.family}/{self.train.technique}; "
+                    f"use one of: {', '.join(tech.roles)}"
+                )
         fr = self.data.fractions
-        if self.data.partition == "fractions" and fr is not None and len(fr) != self.num_workers:
+        shards = self.num_data_workers
+        if self.data.partition == "fractions" and fr is not None and len(fr) != shards:
             raise ValueError(
                 f"data.fractions has {len(fr)} entries but the recipe has "
-                f"{self.num_workers} workers; give one fraction per worker"
+                f"{shards} workers that train on data; give one fraction per worker"
             )
         return self
 
     @property
     def num_workers(self) -> int:
+        """Every process of the run, whatever its role."""
         return sum(g.count for g in self.workers)
+
+    @property
+    def family_spec(self) -> techniques.FamilySpec:
+        return techniques.family_spec(self.train.family)
+
+    def role_names(self) -> list[str]:
+        """Each worker's role, in worker-id order."""
+        default = self.family_spec.default_role
+        return [g.role or default for g in self.expanded_workers()]
+
+    @property
+    def num_data_workers(self) -> int:
+        """Workers whose role trains on a shard of the data (the partition's shard count)."""
+        data_roles = techniques.families()[self.train.family].data_roles
+        default = techniques.families()[self.train.family].default_role
+        return sum(g.count for g in self.workers if (g.role or default) in data_roles)
 
     def expanded_workers(self) -> list[WorkerGroup]:
         """One entry per worker (``count`` = 1), in worker-id order."""
@@ -168,110 +243,55 @@ class Recipe(_Section):
             out.extend(g.model_copy(update={"count": 1}) for _ in range(g.count))
         return out
 
+    def section(self, name: str, model: type[S]) -> S:
+        """A family section by name (its defaults when the recipe leaves it out)."""
+        value = getattr(self, name, None)
+        if not isinstance(value, model):
+            raise RecipeError(f"the recipe has no [{name}] section model {model.__name__}")
+        return value
+
+    def with_run(self, **changes: Any) -> Recipe:
+        """A copy with ``[run]`` fields changed (``launch --name``)."""
+        return self.model_copy(update={"run": self.run.model_copy(update=changes)})
+
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+
+@functools.lru_cache(maxsize=8)
+def _recipe_model(generation: int) -> type[Recipe]:
+    fields: dict[str, Any] = {
+        name: (model, Field(default_factory=model))
+        for name, model in techniques.section_models().items()
+        if name not in Recipe.model_fields
+    }
+    return create_model("Recipe", __base__=Recipe, **fields)
+
+
+def recipe_model() -> type[Recipe]:
+    """The recipe model with every registered family's sections as fields."""
+    return _recipe_model(techniques.generation())
+
+
+def _notice(message: str) -> None:
+    warnings.warn(f"{message}; please update the recipe", DeprecatedSpelling, stacklevel=2)
 
 
 # --------------------------------------------------------------------------- loading
 
 
-def _loc_name(loc: tuple[Any, ...]) -> str:
-    """Render a pydantic location like ('workers', 1, 'slowdown') as '[[workers]] #2 slowdown'."""
-    if not loc:
-        return "recipe"
-    head, rest = str(loc[0]), list(loc[1:])
-    if head == "workers":
-        if rest and isinstance(rest[0], int):
-            idx = rest.pop(0)
-            name = f"[[workers]] #{idx + 1}"
-        else:
-            name = "[[workers]]"
-    elif rest or head in Recipe.model_fields:
-        name = f"[{head}]"
-    else:
-        return head
-    keys = ".".join(str(p) for p in rest)
-    return f"{name} {keys}".strip()
-
-
-def _section_model(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    if not loc:
-        return Recipe
-    field = Recipe.model_fields.get(str(loc[0]))
-    if field is None:
-        return None
-    ann = field.annotation
-    if str(loc[0]) == "workers":
-        return WorkerGroup
-    return ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
-
-
-def _describe(err: dict[str, Any]) -> str:
-    loc = tuple(err.get("loc", ()))
-    kind = err.get("type", "")
-    if kind == "extra_forbidden":
-        key = str(loc[-1])
-        parent = loc[:-1]
-        model = _section_model(tuple(p for p in parent if not isinstance(p, int)))
-        where = _loc_name(parent) if parent else "the top level"
-        hint = ""
-        if model is not None:
-            keys = list(model.model_fields)
-            close = difflib.get_close_matches(key, keys, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else f"; valid keys: {', '.join(keys)}"
-        return f"unknown key '{key}' in {where}{hint}"
-    msg = str(err.get("msg", "invalid value"))
-    msg = msg.removeprefix("Value error, ")
-    where = _loc_name(loc)
-    if kind == "missing":
-        return f"{where}: missing; add it to the recipe"
-    given = err.get("input")
-    shown = "" if isinstance(given, dict) or given is None else f" (got {given!r})"
-    return f"{where}: {msg}{shown}"
-
-
 def parse_recipe(data: dict[str, Any], source: str = "recipe") -> Recipe:
     """Validate a recipe mapping; raise :class:`RecipeError` naming ``source`` and the key."""
-    try:
-        return Recipe.model_validate(data)
-    except ValidationError as exc:
-        errors = exc.errors()
-        first = _describe(dict(errors[0]))
-        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-        raise RecipeError(f"{source}: {first}{more}") from None
+    return tomlconfig.validate(recipe_model(), data, source, RecipeError)
 
 
 def load_recipe(path: str | os.PathLike[str], check_paths: bool = True) -> tuple[Recipe, str]:
     """Read and validate a TOML recipe file. Returns the recipe and its original text."""
-    p = Path(path)
-    if not p.exists():
-        raise RecipeError(f"recipe file '{p}' not found", "check the path")
-    if not p.is_file():
-        raise RecipeError(f"recipe '{p}' is not a file", "pass a .toml recipe file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RecipeError(f"recipe '{p}' cannot be read: {exc}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise RecipeError(f"{p}: not valid TOML: {exc}", "fix the syntax") from None
-    recipe = parse_recipe(data, str(p))
+    data, text = tomlconfig.read_toml(path, "recipe file", RecipeError, "check the path")
+    recipe = parse_recipe(data, str(path))
     if check_paths:
-        check_recipe_paths(recipe, str(p))
-        check_recipe_model(recipe, str(p))
+        check_recipe_paths(recipe, str(path))
     return recipe, text
-
-
-def check_recipe_model(recipe: Recipe, source: str) -> None:
-    """Check the model name and options before any worker starts."""
-    from edgetrain.errors import ModelError
-    from edgetrain.models.zoo import check_model_config
-
-    try:
-        check_model_config(recipe.model.name, recipe.model.options)
-    except ModelError as exc:
-        raise RecipeError(f"{source}: [model] {exc}") from None
 
 
 def check_recipe_paths(recipe: Recipe, source: str) -> None:

@@ -119,7 +119,7 @@ class RunDir:
         except OSError as exc:
             raise EdgetrainError(
                 f"cannot create run directory parent '{base}': {exc.strerror}",
-                "set [run] run_dir or --run-dir to a writable directory",
+                "set [run] runs_root or --runs-root to a writable directory",
             ) from None
         stamp = time.strftime("%Y%m%d-%H%M%S")
         for i in range(1000):
@@ -133,6 +133,27 @@ class RunDir:
             rd.logs.mkdir()
             return rd
         raise EdgetrainError(f"cannot find a free run directory name under '{base}'")
+
+    @classmethod
+    def adopt(cls, path: str | os.PathLike[str]) -> RunDir:
+        """A run directory to launch into: one that ``profile``, ``plan`` or ``aggregate``
+        filled (or a new one), as long as no run was launched in it yet."""
+        p = Path(os.path.expanduser(str(path)))
+        if p.exists() and not p.is_dir():
+            raise EdgetrainError(f"--run-dir '{p}' is not a directory", "pass a directory")
+        if (p / MANIFEST).is_file():
+            raise EdgetrainError(
+                f"'{p}' already holds a launched run ({MANIFEST})",
+                f"continue it with --resume {p}, or launch into another --run-dir",
+            )
+        try:
+            for sub in ("metrics", "logs"):
+                (p / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise EdgetrainError(
+                f"cannot create run directory '{p}': {exc.strerror}", "pass a writable --run-dir"
+            ) from None
+        return cls(p)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> RunDir:

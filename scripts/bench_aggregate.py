@@ -30,7 +30,7 @@ def lenet_epoch(x: np.ndarray, y: np.ndarray, batch_size: int, seed: int) -> flo
 
     from edgetrain.models.zoo import build_model
     from edgetrain.recipe import TrainSection
-    from edgetrain.worker.trainer import LocalTrainer
+    from edgetrain.runtime.trainer import LocalTrainer
 
     torch.manual_seed(seed)
     model = build_model("lenet5", (1, 28, 28), 10)

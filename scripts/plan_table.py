@@ -11,7 +11,7 @@ from pathlib import Path
 
 MODELS = ("resnet152", "vgg19", "googlenet", "mobilenet_v2")
 BANDWIDTHS = ("10mbit", "100mbit", "1gbit")
-STRATEGIES = ("sequential", "lbl", "ibatch", "dynacomm")
+from edgetrain.plan.strategies import STRATEGIES  # noqa: E402 - the four planned strategies
 
 
 def _edgetrain(*args: str) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import edgetrain_processes, kill_all
+from tests.helpers.procs import edgetrain_processes, kill_all
 
 SYSTEM_TESTS = os.environ.get("EDGETRAIN_SYSTEM_TESTS") == "1"
 REPO = Path(__file__).resolve().parents[1]
@@ -29,6 +29,12 @@ def test_data_dir() -> Path:
     if not (root / "mnist-test" / "t10k-images-idx3-ubyte.gz").is_file():
         skip_or_fail(f"real MNIST test files not found under {root}; set EDGETRAIN_TEST_DATA")
     return root
+
+
+@pytest.fixture(scope="session")
+def mnist_test_dir(test_data_dir: Path) -> Path:
+    """The real MNIST test set (``mnist-test/``), through :func:`test_data_dir`."""
+    return test_data_dir / "mnist-test"
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -14,7 +14,7 @@ from edgetrain.cli import aggregate_cmd
 from edgetrain.data import load_dataset, partition_indices
 from edgetrain.errors import DataError
 from edgetrain.recipe import DataSection
-from tests.cli import run_cli
+from tests.helpers.cli import run_cli
 
 
 @pytest.fixture(autouse=True)
@@ -132,8 +132,8 @@ def test_eval_digits_table_and_png(tmp_path: Path, capsys: pytest.CaptureFixture
     )
     methods = [r["method"] for r in rep["rows"]]
     assert methods == [
-        "svd+gmm", "pca+kmeans", "pca+lsh", "svd+lsh", "svd+kmeans", "isvd+lsh",
-        "hash+kmeans", "histogram+kmeans", "all data",
+        "svd+gmm", "pca+kmeans", "pca+lsh", "svd+lsh", "svd+kmeans", "svd-sample+kmeans",
+        "isvd+lsh", "hash+kmeans", "histogram+kmeans", "all data",
     ]  # fmt: skip
     for r in rep["rows"]:
         assert 0.0 <= r["accuracy"] <= 1.0

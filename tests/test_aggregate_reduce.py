@@ -64,3 +64,21 @@ def test_histogram_counts_fractions() -> None:
     x = np.array([[0.0, 0.0, 1.0, 1.0], [0.0, 0.5, 0.5, 1.0]], np.float32)
     h = histogram(x, 2)
     np.testing.assert_allclose(h, [[0.5, 0.5], [0.25, 0.75]])
+
+
+def test_svd_sample_keeps_each_samples_top_singular_values() -> None:
+    from edgetrain.aggregate.reduce import svd_sample
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((5, 1, 6, 4)).astype(np.float32)
+    z = reduce_features(x, "svd-sample", 3, seed=0)
+    want = np.linalg.svd(x[:, 0].astype(np.float64), compute_uv=False)[:, :3]
+    np.testing.assert_allclose(z, want, rtol=1e-5)
+    # a literal: diag(3, 1, 2) has singular values 3, 2, 1; d' above min(H, W) keeps them all
+    diag = np.diag([3.0, 1.0, 2.0]).astype(np.float32)[None, None]
+    assert svd_sample(diag, 10).tolist() == [[3.0, 2.0, 1.0]]
+    # channels: each channel's top ceil(d' / C), channel by channel; flat squares as matrices
+    two = np.stack([diag[0, 0], 2 * diag[0, 0]])[None]
+    assert svd_sample(two, 3).tolist() == [[3.0, 2.0, 6.0, 4.0]]
+    assert svd_sample(diag.reshape(1, 9), 2).tolist() == [[3.0, 2.0]]
+    assert default_dims("svd-sample", 784, 10) == 10

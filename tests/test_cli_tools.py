@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.cli import run_cli
+from tests.helpers.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 

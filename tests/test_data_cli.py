@@ -10,9 +10,6 @@ from typer.testing import CliRunner
 
 from edgetrain.cli import data_cmd
 from edgetrain.errors import DataError, EdgetrainError
-from tests import test_data_loaders
-
-mnist_test_dir = test_data_loaders.mnist_test_dir  # the one real-MNIST fixture, shared
 
 RECIPE = """
 [run]

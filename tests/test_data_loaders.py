@@ -21,21 +21,6 @@ IMAGES, LABELS = "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"
 
 
 @pytest.fixture(scope="module")
-def mnist_test_dir() -> Path:
-    """The real MNIST test set (``mnist-test/``): skipped when absent, failed under CI's
-    ``EDGETRAIN_SYSTEM_TESTS=1``."""
-    env = os.environ.get("EDGETRAIN_TEST_DATA")
-    root = Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
-    d = root / "mnist-test"
-    if not (d / f"{IMAGES}.gz").is_file():
-        reason = f"real MNIST test files not found in {d}; set EDGETRAIN_TEST_DATA"
-        if os.environ.get("EDGETRAIN_SYSTEM_TESTS") == "1":
-            pytest.fail(f"{reason} (EDGETRAIN_SYSTEM_TESTS=1 turns this skip into a failure)")
-        pytest.skip(reason)
-    return d
-
-
-@pytest.fixture(scope="module")
 def mnist_raw(mnist_test_dir: Path) -> dict[str, bytes]:
     """The un-gzipped bytes of the two real t10k files."""
     return {n: gzip.decompress((mnist_test_dir / f"{n}.gz").read_bytes()) for n in (IMAGES, LABELS)}

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from edgetrain.emulate import testbed
-from tests.cli import run_cli
-from tests.test_emulate_spec import TESTBEDS
+from tests.conftest import skip_or_fail
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import TESTBEDS
 
 
 def _one_line(err: str) -> str:
@@ -34,7 +35,7 @@ def test_missing_and_bad_specs(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     bad = tmp_path / "bad.toml"
     bad.write_text('[[sites]]\nname = "a"\nlan = "fast"\n[[sites.hosts]]\nname = "h"\ncpu = 1\n')
     code, _, err = run_cli(capsys, "emulate", "up", str(bad))
-    assert code == 2 and "sites[1].lan" in _one_line(err) and "not a rate" in err
+    assert code == 2 and "[[sites]] #1 lan" in _one_line(err) and "not a rate" in err
     code, _, err = run_cli(capsys, "emulate", "up", str(TESTBEDS / "dlion-4.toml"), "--name", "X!")
     assert code == 2 and "--name" in _one_line(err)
 
@@ -66,10 +67,11 @@ def test_status_with_nothing_up(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert code == 2 and "testbed 'nosuch' is not up" in _one_line(err)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="down removes namespaces: root only")
 def test_down_is_idempotent_and_checks_names(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
+    if os.geteuid() != 0:
+        skip_or_fail("down removes namespaces: root only")
     state = str(tmp_path)
     code, out, _ = run_cli(capsys, "emulate", "down", "never-up", "--state-dir", state)
     assert code == 0 and "nothing to remove" in out
@@ -79,12 +81,13 @@ def test_down_is_idempotent_and_checks_names(
     assert code == 2 and "not a testbed name" in _one_line(err)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the checks run as root only")
 def test_up_refuses_more_cpu_than_the_machine(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    if testbed.requirements_unavailable() is not None:
-        pytest.skip("no netns/cgroups/sshd here")
+    if os.geteuid() != 0:
+        skip_or_fail("the checks run as root only")
+    if (reason := testbed.requirements_unavailable()) is not None:
+        skip_or_fail(reason)
     spec = tmp_path / "big.toml"
     cpus = (os.cpu_count() or 1) + 1
     spec.write_text(

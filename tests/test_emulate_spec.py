@@ -8,8 +8,8 @@ import pytest
 
 from edgetrain.emulate.spec import SpecError, load_spec, parse_rate, parse_size, parse_spec
 from edgetrain.emulate.topology import GATEWAY, build, gateway_dev, owned_namespace
+from tests.helpers.paths import TESTBEDS
 
-TESTBEDS = Path(__file__).resolve().parent.parent / "recipes" / "testbeds"
 PAPERS = ("edgegossip-4", "dlion-4", "mercury-4", "dynacomm", "mcpipe-3")
 
 
@@ -84,7 +84,8 @@ def test_parse_size() -> None:
         (_spec(extra=1), "unknown key 'extra'"),
         (_spec(sites=[]), "sites"),
         (_spec(name="Bad_Name"), "lower-case"),
-        (_spec(sites=[{"name": "a", "hosts": [{"name": "h", "cpu": 1}]}]), "sites[1].lan: missing"),
+        (_spec(sites=[{"name": "a", "hosts": [{"name": "h", "cpu": 1}]}]),
+         "[[sites]] #1 lan: missing"),
         (_spec(sites=[{"name": "a", "lan": "fast", "hosts": [{"name": "h", "cpu": 1}]}]),
          "not a rate"),
         (_spec(sites=[{"name": "a", "lan": "1gbit", "hosts": [{"name": "h", "cpu": 0}]}]),

@@ -140,7 +140,7 @@ def test_up_verify_ssh_launch_status_down(bed: tuple[str, Path, Path], tmp_path:
     # the gossip demo across the emulated hosts, over ssh
     (tmp_path / "recipe.toml").write_text(RECIPE)
     run = _cli("launch", str(tmp_path / "recipe.toml"), "--hosts", data["hosts_file"],
-               "--run-dir", str(tmp_path / "runs"), "--format", "json", "--quiet-logs",
+               "--runs-root", str(tmp_path / "runs"), "--format", "json", "--quiet-logs",
                timeout=400)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-2000:]
     summary = json.loads(run.stdout)

@@ -6,19 +6,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from edgetrain.rundir import read_jsonl
-from tests.cli import run_cli
-from tests.procs import edgetrain_processes
-from tests.test_gossip_run import _launch, _wait_for_training, _workers
+from tests.helpers.cli import last_error, run_cli
+from tests.helpers.launching import Launch
+from tests.helpers.procs import edgetrain_processes
 
 RECIPE = """
 [run]
@@ -53,15 +53,14 @@ def _recipe(tmp_path: Path, epochs: int, heartbeat: float = 1.0, checkpoint_ever
 
 
 @contextlib.contextmanager
-def _run(tmp_path: Path, recipe: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
-    runs = tmp_path / "runs"
-    proc = _launch(recipe, runs, start_new_session=True)
+def _run(tmp_path: Path, recipe: Path) -> Iterator[tuple[Launch, Path]]:
+    """A run whose every worker has ended an epoch; the launcher is always reaped."""
+    launch = Launch(recipe, tmp_path / "runs")
     try:
-        yield proc, _wait_for_training(runs, proc)
+        launch.wait_epochs(3)
+        yield launch, launch.run_dir
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=30)
+        launch.kill()
 
 
 def _epochs_done(run: Path, worker: int) -> int:
@@ -71,12 +70,12 @@ def _epochs_done(run: Path, worker: int) -> int:
 
 @pytest.mark.timeout(240)
 def test_run_completes_without_a_killed_worker(tmp_path: Path) -> None:
-    with _run(tmp_path, _recipe(tmp_path, epochs=30)) as (proc, run):
-        run_id, pids = _workers(run)
+    with _run(tmp_path, _recipe(tmp_path, epochs=30)) as (launch, run):
+        run_id, pids = launch.manifest()["run_id"], launch.pids()
         os.kill(pids[2], signal.SIGKILL)
-        out, err = proc.communicate(timeout=200)
-    assert proc.returncode == 0, err
-    summary = json.loads(out)
+        code, summary = launch.finish(timeout=200)
+    assert code == 0, launch.stderr
+    assert summary is not None
     assert summary["status"] == "completed"
     assert [w["status"] for w in summary["workers"]] == ["completed", "completed", "failed"]
     assert summary["averaged_test_accuracy"] > 0.8  # the two survivors' average
@@ -90,14 +89,15 @@ def test_run_completes_without_a_killed_worker(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(240)
 def test_run_stops_cleanly_when_too_many_workers_fail(tmp_path: Path) -> None:
-    with _run(tmp_path, _recipe(tmp_path, epochs=100_000)) as (proc, run):
-        run_id, pids = _workers(run)
+    with _run(tmp_path, _recipe(tmp_path, epochs=100_000)) as (launch, run):
+        run_id, pids = launch.manifest()["run_id"], launch.pids()
         os.kill(pids[0], signal.SIGKILL)
         os.kill(pids[1], signal.SIGKILL)
-        _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 1
+        code, _ = launch.finish(timeout=60)
+    err = launch.stderr
+    assert code == 1
     assert "Traceback" not in err
-    last = err.strip().splitlines()[-1]
+    last = last_error(err)
     assert last.startswith("error: run failed: 2 of 3 workers failed (67% > max_failed_fraction")
     assert "worker 0 (host localhost)" in last and "worker 1 (host localhost)" in last
     manifest = json.loads((run / "manifest.json").read_text())
@@ -108,44 +108,45 @@ def test_run_stops_cleanly_when_too_many_workers_fail(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(240)
 def test_a_hung_worker_is_failed_by_its_missing_heartbeats(tmp_path: Path) -> None:
-    with _run(tmp_path, _recipe(tmp_path, epochs=100_000, heartbeat=1.0)) as (proc, run):
-        run_id, pids = _workers(run)
-        stopped_at = time.monotonic()
+    with _run(tmp_path, _recipe(tmp_path, epochs=100_000, heartbeat=1.0)) as (launch, run):
+        run_id, pids = launch.manifest()["run_id"], launch.pids()
         os.kill(pids[2], signal.SIGSTOP)  # alive, but silent: what a hung device looks like
-        deadline = time.monotonic() + 30
-        failed: list[dict] = []
-        while not failed and time.monotonic() < deadline:
-            rows = read_jsonl(run / "metrics" / "worker-2.jsonl")
-            failed = [r for r in rows if r["event"] == "failed"]
-            time.sleep(0.1)
-        detected_s = time.monotonic() - stopped_at
-        assert failed, "the stopped worker was never declared failed"
-        assert "stopped heartbeating" in failed[0]["reason"]
-        assert detected_s < 3 * 1.0 + 3.0  # 3 intervals, plus polling and scheduling slack
-        epochs_then = _epochs_done(run, 0)
-        deadline = time.monotonic() + 60
-        while _epochs_done(run, 0) < epochs_then + 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert _epochs_done(run, 0) >= epochs_then + 2  # the others go on without it
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.communicate(timeout=60)
-    assert proc.returncode == 130
+        failed = launch.wait_event(
+            lambda r: r.get("event") == "failed" and r.get("worker") == 2, 30, "worker 2 fails"
+        )
+        assert "stopped heartbeating" in failed["reason"]
+        # the coordinator's own measure: silent for just over 3 intervals, noticed within one
+        # of its polls (200 ms) after that
+        silent = float(re.search(r"nothing for ([0-9.]+) s", failed["reason"]).group(1))
+        assert 3.0 <= silent < 3.0 + 1.0, failed["reason"]
+        epochs_then = max(
+            r["epoch"] for r in launch.rows if r.get("event") == "epoch" and r["worker"] == 0
+        )
+        launch.wait_event(  # the others go on without it
+            lambda r: r.get("event") == "epoch" and r.get("worker") == 0
+            and r["epoch"] >= epochs_then + 2,
+            60,
+            "worker 0 trains two more epochs",
+        )  # fmt: skip
+        launch.signal(signal.SIGINT)
+        code, _ = launch.finish(timeout=60)
+    assert code == 130
     assert edgetrain_processes(run_id) == {}
 
 
 @pytest.mark.timeout(300)
 def test_resume_continues_from_the_last_checkpoint(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path, epochs=24, checkpoint_every=2)
-    with _run(tmp_path, recipe) as (proc, run):
-        first_id, _ = _workers(run)
-        deadline = time.monotonic() + 60
-        marker = run / "checkpoints" / "epoch-0002" / "checkpoint.json"
-        while not marker.is_file() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert marker.is_file()
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.communicate(timeout=60)
-    assert proc.returncode == 130
+    with _run(tmp_path, recipe) as (launch, run):
+        first_id = launch.manifest()["run_id"]
+        launch.wait_event(
+            lambda r: r.get("event") == "checkpoint_written" and r["epoch"] >= 2,
+            60,
+            "the checkpoint of epoch 2 is written",
+        )
+        launch.signal(signal.SIGINT)
+        code, _ = launch.finish(timeout=60)
+    assert code == 130
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "interrupted"
     checkpoints = sorted(p.name for p in (run / "checkpoints").iterdir())

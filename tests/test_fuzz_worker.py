@@ -5,9 +5,6 @@ from __future__ import annotations
 import json
 import random
 import re
-import subprocess
-import sys
-import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -16,9 +13,10 @@ import numpy as np
 import pytest
 import zmq
 
-from edgetrain.comm import protocol
 from edgetrain.comm.wire import MAX_FRAME_BYTES, MAX_HEADER_BYTES, Message, encode
+from edgetrain.gossip.node import GOSSIP
 from edgetrain.rundir import read_jsonl
+from tests.helpers.launching import Launch
 
 RECIPE = """
 [run]
@@ -43,36 +41,23 @@ INBOX = re.compile(r"gossip inbox listening on (tcp://\S+)")
 READY = re.compile(r"training samples, model")
 
 
-def _launch(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
+def _launch(tmp_path: Path) -> Launch:
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "recipe.toml").write_text(RECIPE)
-    runs = tmp_path / "runs"
-    argv = [sys.executable, "-m", "edgetrain", "launch", "recipe.toml", "--run-dir", str(runs),
-            "--format", "json"]  # fmt: skip
-    proc = subprocess.Popen(
-        argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    return Launch(tmp_path / "recipe.toml", tmp_path / "runs")
+
+
+def _wait_for_worker(launch: Launch) -> tuple[str, str]:
+    """The run id and the worker's gossip inbox endpoint, once it is ready to train."""
+    ready = launch.wait_event(
+        lambda r: r.get("event") == "ready" and r.get("worker") == 0, 120, "the worker is ready"
     )
-    return proc, runs
-
-
-def _wait_for_worker(runs: Path, proc: subprocess.Popen[str]) -> tuple[str, str]:
-    """The run id and the worker's gossip inbox endpoint, once its log says training is next."""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()
-        for log in runs.glob("*/logs/worker-0.log"):
-            text = log.read_text()
-            found = INBOX.search(text)
-            if found and READY.search(text):
-                run_id = json.loads((log.parents[1] / "manifest.json").read_text())["run_id"]
-                return str(run_id), found.group(1)
-        time.sleep(0.05)
-    raise AssertionError("the worker never got ready to train")
+    return str(launch.manifest()["run_id"]), str(ready["endpoints"]["gossip"])
 
 
 def _valid(rng: random.Random, run_id: str, sender: str = "w0") -> Frames:
     tensors = {"fc.weight": np.full((4, 3), rng.random(), np.float32)}
-    msg = Message(protocol.GOSSIP, sender, run_id, 1, 1, {"alpha": 0.5}, tensors)
+    msg = Message(GOSSIP, sender, run_id, 1, 1, {"alpha": 0.5}, tensors)
     return [bytes(f) for f in encode(msg)]
 
 
@@ -150,13 +135,13 @@ def _fuzz(endpoint: str, run_id: str) -> Counter[str]:
     return sent
 
 
-def _finish(proc: subprocess.Popen[str]) -> dict[str, object]:
+def _finish(launch: Launch) -> dict[str, object]:
     try:
-        out, err = proc.communicate(timeout=120)
+        code, summary = launch.finish(timeout=120)
     finally:
-        proc.kill()
-    assert proc.returncode == 0, err
-    return dict(json.loads(out))
+        launch.kill()
+    assert code == 0 and summary is not None, launch.stderr
+    return summary
 
 
 def _trajectory(runs: Path) -> list[tuple[object, ...]]:
@@ -171,17 +156,17 @@ def _trajectory(runs: Path) -> list[tuple[object, ...]]:
 
 @pytest.mark.timeout(300)
 def test_a_fuzzed_worker_survives_counts_everything_and_trains_the_same(tmp_path: Path) -> None:
-    clean_proc, clean_runs = _launch(tmp_path / "clean")
-    fuzzed_proc, fuzzed_runs = _launch(tmp_path / "fuzzed")
+    clean_run = _launch(tmp_path / "clean")
+    fuzzed_run = _launch(tmp_path / "fuzzed")
+    clean_runs, fuzzed_runs = tmp_path / "clean" / "runs", tmp_path / "fuzzed" / "runs"
     try:
-        run_id, endpoint = _wait_for_worker(fuzzed_runs, fuzzed_proc)
+        run_id, endpoint = _wait_for_worker(fuzzed_run)
         sent = _fuzz(endpoint, run_id)
         assert sum(sent.values()) >= 10_000
-        fuzzed, clean = _finish(fuzzed_proc), _finish(clean_proc)
+        fuzzed, clean = _finish(fuzzed_run), _finish(clean_run)
     finally:
-        for proc in (clean_proc, fuzzed_proc):
-            proc.kill()
-            proc.wait()
+        for launch in (clean_run, fuzzed_run):
+            launch.kill()
 
     assert fuzzed["status"] == clean["status"] == "completed"
     (run,) = [p for p in fuzzed_runs.iterdir() if p.is_dir()]

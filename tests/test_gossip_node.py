@@ -6,10 +6,10 @@ import numpy as np
 import torch
 import zmq
 
-from edgetrain.comm import channel, protocol
+from edgetrain.comm import channel
 from edgetrain.comm.channel import Traffic
 from edgetrain.comm.wire import Message, arrays_from_state
-from edgetrain.gossip.node import GossipNode
+from edgetrain.gossip.node import GOSSIP, GossipNode
 
 
 def test_sent_weights_are_a_snapshot_and_counted() -> None:
@@ -20,9 +20,7 @@ def test_sent_weights_are_a_snapshot_and_counted() -> None:
         a.connect({0: a.endpoint, 1: b.endpoint})
         b.connect({0: a.endpoint, 1: b.endpoint})
         weights = {"w": torch.zeros(512, 512)}  # 1 MiB: sent zero-copy
-        msg = Message(
-            protocol.GOSSIP, a.name, "run", 1, 1, {"alpha": 0.5}, arrays_from_state(weights)
-        )
+        msg = Message(GOSSIP, a.name, "run", 1, 1, {"alpha": 0.5}, arrays_from_state(weights))
         assert a.send(1, msg)
         weights["w"].add_(1.0)  # training goes on in place right after the send
         got: list[Message] = []
@@ -35,7 +33,7 @@ def test_sent_weights_are_a_snapshot_and_counted() -> None:
         # a message from a sender that is not a peer is counted and dropped
         stranger = ctx.socket(zmq.PUSH)
         stranger.connect(b.endpoint)
-        channel.send(stranger, Message(protocol.GOSSIP, "w7", "run", meta={"alpha": 0.1}))
+        channel.send(stranger, Message(GOSSIP, "w7", "run", meta={"alpha": 0.1}))
         while not b.traffic.dropped["unknown_peer"]:
             assert b.inbox.poll(5000)
             assert b.receive_all() == []

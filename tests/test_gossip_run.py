@@ -9,14 +9,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from edgetrain.rundir import read_jsonl
-from tests.procs import edgetrain_processes
+from tests.helpers.cli import last_error
+from tests.helpers.launching import Launch
+from tests.helpers.procs import edgetrain_processes
+from tests.helpers.waiting import wait_until
 
 RECIPE = """
 [run]
@@ -48,25 +50,8 @@ def _recipe(tmp_path: Path, **kw: object) -> Path:
     return path
 
 
-def _launch(recipe: Path, runs: Path, **popen: object) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "edgetrain",
-            "launch",
-            str(recipe),
-            "--run-dir",
-            str(runs),
-            "--format",
-            "json",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=runs.parent,
-        **popen,
-    )
+def _launch(recipe: Path, runs: Path, **popen: object) -> Launch:
+    return Launch(recipe, runs, **popen)
 
 
 def _only_run(runs: Path) -> Path:
@@ -78,13 +63,13 @@ def _only_run(runs: Path) -> Path:
 @pytest.mark.timeout(240)
 def test_three_workers_gossip_on_digits(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    proc = _launch(_recipe(tmp_path), runs)
+    launch = _launch(_recipe(tmp_path), runs)
     try:
-        out, err = proc.communicate(timeout=200)
+        code, summary = launch.finish(timeout=200)
     finally:
-        proc.kill()
-    assert proc.returncode == 0, err
-    summary = json.loads(out)
+        launch.kill()
+    assert code == 0, launch.stderr
+    assert summary is not None
     run = _only_run(runs)
     assert summary["status"] == "completed"
     assert summary["averaged_test_accuracy"] >= 0.9
@@ -134,61 +119,34 @@ def test_three_workers_gossip_on_digits(tmp_path: Path) -> None:
         check=True,
     )
     assert json.loads(rep.stdout)["workers"] == summary["workers"]
+    assert json.loads(rep.stdout)["model_sha256"] == summary["model_sha256"]
     assert (run / "report" / "summary.json").is_file()
 
 
-def _wait_for_training(runs: Path, proc: subprocess.Popen[str], workers: int = 3) -> Path:
-    """Wait until every worker has finished an epoch; return the run directory."""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        dirs = [p for p in runs.iterdir() if p.is_dir()] if runs.exists() else []
-        if dirs and all(
-            any(
-                e["event"] == "epoch" for e in read_jsonl(dirs[0] / "metrics" / f"worker-{i}.jsonl")
-            )
-            for i in range(workers)
-        ):
-            return dirs[0]
-        assert proc.poll() is None, proc.communicate()[1]
-        time.sleep(0.2)
-    pytest.fail("training did not start within 120 s")
-
-
-def _workers(run: Path) -> tuple[str, dict[int, int]]:
-    """The run id and each worker's pid, from the manifest."""
-    manifest = json.loads((run / "manifest.json").read_text())
-    return manifest["run_id"], {w["id"]: w["pid"] for w in manifest["workers"]}
-
-
 def _wait_gone(run_id: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while edgetrain_processes(run_id) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert edgetrain_processes(run_id) == {}
+    wait_until(lambda: not edgetrain_processes(run_id), timeout, "every worker process exits")
 
 
 @contextlib.contextmanager
-def _long_run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path, str, dict[int, int]]]:
+def _long_run(tmp_path: Path) -> Iterator[tuple[Launch, Path, str, dict[int, int]]]:
     """A long 3-worker run, in training; the launcher is always reaped afterwards."""
-    runs = tmp_path / "runs"
-    proc = _launch(_recipe(tmp_path, epochs=100_000, slowdown=3.0), runs, start_new_session=True)
+    launch = _launch(_recipe(tmp_path, epochs=100_000, slowdown=3.0), tmp_path / "runs")
     try:
-        run = _wait_for_training(runs, proc)
-        run_id, pids = _workers(run)
-        yield proc, run, run_id, pids
+        launch.wait_epochs(3)
+        manifest = launch.manifest()
+        yield launch, launch.run_dir, manifest["run_id"], launch.pids()
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=30)
+        launch.kill()
 
 
 @pytest.mark.timeout(240)
 def test_ctrl_c_stops_every_process_and_marks_the_run(tmp_path: Path) -> None:
-    with _long_run(tmp_path) as (proc, run, run_id, _):
+    with _long_run(tmp_path) as (launch, run, run_id, _):
         assert len(edgetrain_processes(run_id)) == 3
-        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
-        _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+        launch.signal(signal.SIGINT)  # what a terminal's Ctrl-C does
+        code, _ = launch.finish(timeout=60)
+    err = launch.stderr
+    assert code == 130, err
     assert "Traceback" not in err
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "interrupted" and manifest["end_time"]
@@ -199,11 +157,12 @@ def test_ctrl_c_stops_every_process_and_marks_the_run(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(240)
 def test_a_dead_worker_fails_the_run_cleanly(tmp_path: Path) -> None:
-    with _long_run(tmp_path) as (proc, run, run_id, pids):
+    with _long_run(tmp_path) as (launch, run, run_id, pids):
         os.kill(pids[1], signal.SIGKILL)
-        _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 1
-    last = err.strip().splitlines()[-1]  # 1 of 3 is above the default max_failed_fraction
+        code, _ = launch.finish(timeout=60)
+    err = launch.stderr
+    assert code == 1
+    last = last_error(err)  # 1 of 3 is above the default max_failed_fraction
     assert last.startswith("error: run failed: 1 of 3 workers failed (33% > max_failed_fraction")
     assert "worker 1 (host localhost): was killed by SIGKILL" in last
     assert "was killed by SIGKILL" in err and "Traceback" not in err
@@ -217,7 +176,7 @@ def test_a_dead_worker_fails_the_run_cleanly(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(240)
 def test_workers_exit_when_the_launcher_is_killed(tmp_path: Path) -> None:
-    with _long_run(tmp_path) as (proc, _, run_id, _):
-        proc.kill()  # SIGKILL: no clean-up code runs in the launcher
-        proc.communicate(timeout=30)
+    with _long_run(tmp_path) as (launch, _, run_id, _):
+        launch.proc.kill()  # SIGKILL: no clean-up code runs in the launcher
+        launch.proc.wait(timeout=30)
         _wait_gone(run_id)  # each worker sees its stdin close and exits by itself

@@ -94,7 +94,7 @@ def test_unknown_key_names_file_and_key(tmp_path: Path) -> None:
     with pytest.raises(HostsError) as exc:
         load_hosts(path)
     msg = str(exc.value)
-    assert msg.startswith(f"{path}: unknown key 'worker' in [[hosts]] #1; valid keys:")
+    assert msg.startswith(f"{path}: unknown key 'worker' in [[hosts]] #1; did you mean 'workers'?")
     assert "\n" not in msg and exc.value.exit_code == 2
     with pytest.raises(HostsError, match=r"unknown key 'coordinatr' in the top level"):
         load_hosts(_write(tmp_path, 'coordinatr = "x"\n[[hosts]]\naddress = "a"\n'))
@@ -107,7 +107,7 @@ def test_unknown_key_names_file_and_key(tmp_path: Path) -> None:
         ('[[hosts]]\naddress = "a"\nport = "x"\n', "[[hosts]] #1 port:"),
         ("[[hosts]]\nworkers = 1\n", "[[hosts]] #1 address: missing"),
         ("x = 1\n", "unknown key 'x'"),
-        ('coordinator = "c"\n', "no [[hosts]] entries"),
+        ('coordinator = "c"\n', "[[hosts]]: missing; add one [[hosts]] table per machine"),
         ("[[hosts]\n", "not valid TOML"),
         ('[[hosts]]\naddress = "a"\n[[hosts]]\naddress = "a"\n', "host name 'a' is used twice"),
     ],
@@ -136,7 +136,7 @@ def test_host_list_like_horovodrun() -> None:
     assert hosts.python_for(hosts.hosts[0]) == "/opt/py"
     assert not hosts.hosts[0].is_loopback
     text = to_toml(hosts)
-    assert parse_hosts(__import__("tomllib").loads(text), "x") == hosts
+    assert parse_hosts(__import__("edgetrain.tomlconfig").tomlconfig.loads(text), "x") == hosts
     local = parse_host_list("localhost:2,127.0.0.1:1")
     assert local.coordinator_address() == "127.0.0.1" and local.bind_address() == "127.0.0.1"
     assert Placement.of(local.hosts[0]).bind == "127.0.0.1"
@@ -175,14 +175,14 @@ def test_launch_rejects_bad_hosts_before_anything_starts(
     args: list[str],
     needle: str | None,
 ) -> None:
-    from tests.cli import run_cli
+    from tests.helpers.cli import run_cli
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "r.toml").write_text(RECIPE)
     # a host name that cannot resolve: ssh fails fast, without touching the network
     args = [a.replace("a:", "no-such-host.invalid:") if a.startswith("a:") else a for a in args]
     needle = needle and needle.replace("'a:", "'no-such-host.invalid:")
-    code, out, err = run_cli(capsys, "launch", "r.toml", "--run-dir", "runs", *args)
+    code, out, err = run_cli(capsys, "launch", "r.toml", "--runs-root", "runs", *args)
     assert code == 2, err
     if needle is None:
         assert "ssh preflight failed on 2 of 2 hosts" in err

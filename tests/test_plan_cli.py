@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import run_cli
+from tests.helpers.cli import run_cli
 
 CONTRACT_KEYS = {
     "forward_cuts",

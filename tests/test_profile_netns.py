@@ -10,7 +10,7 @@ import pytest
 
 from edgetrain.emulate import netns
 from tests.conftest import skip_or_fail
-from tests.profile_cli import cli_argv
+from tests.helpers.profile_cli import cli_argv
 
 RATE_BPS = 100e6 / 8  # tc's 100mbit, in bytes/s
 

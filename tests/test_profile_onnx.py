@@ -10,7 +10,7 @@ import pytest
 from edgetrain.models import build_model, export_onnx, layer_specs
 from edgetrain.profile.compute import ComputeConfig
 from edgetrain.profile.onnx_costs import graph_input_shape, layer_costs, profile_onnx
-from tests.profile_cli import run_profile
+from tests.helpers.profile_cli import run_profile
 
 SHAPE = (3, 32, 32)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ from edgetrain.profile.predictor import (
     platform_throughput,
     read_history,
 )
+from tests.helpers.waiting import wait_until
 
 
 def _records(run: str, levels: list[float], noise: float, seed: int) -> list[ContentionRecord]:
@@ -70,16 +70,13 @@ def test_load_generator_runs_and_is_reaped(tmp_path: Path) -> None:
     with load(0.5, cpu_workers=1, disk=True, directory=tmp_path) as procs:
         assert len(procs) == 2
         cpu = procs[0]
-        deadline = time.monotonic() + 15
-        ticks = 0
-        while time.monotonic() < deadline and ticks < 5:
+
+        def ticks() -> int:
             stat = Path(f"/proc/{cpu.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            ticks = int(stat[11]) + int(stat[12])
-            time.sleep(0.05)
-        assert ticks >= 5  # it burns CPU
-        while time.monotonic() < deadline and not list(tmp_path.iterdir()):
-            time.sleep(0.05)
-        assert list(tmp_path.iterdir())  # the disk writer's file
+            return int(stat[11]) + int(stat[12])
+
+        wait_until(lambda: ticks() >= 5, 15, "the CPU load burns 5 ticks")
+        wait_until(lambda: list(tmp_path.iterdir()), 15, "the disk writer's file")
     assert all(p.poll() is not None for p in procs)
     assert not list(tmp_path.iterdir())  # removed on exit
     with load(0.0) as none:

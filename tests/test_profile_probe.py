@@ -18,7 +18,7 @@ from edgetrain.profile.probe import (
     fit_overhead,
     probe_link,
 )
-from tests.profile_cli import cli_argv
+from tests.helpers.profile_cli import cli_argv
 
 SMALL = ProbeConfig(pings=5, sizes=(2**12, 2**16, 2**20), repeats=2, connect_timeout_s=5)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from edgetrain.profile.sampler import Sampler, Snapshot, snapshot, usage
+from tests.helpers.waiting import wait_until
 
 
 def _snap(
@@ -71,9 +72,7 @@ def test_live_snapshot_sees_own_cpu_and_disk(tmp_path: Path) -> None:
 
 def test_sampler_thread_is_cheap() -> None:
     with Sampler(interval_s=0.02) as sampler:
-        deadline = time.monotonic() + 10
-        while len(sampler.samples) < 10 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(sampler.samples) >= 10, 10, "10 samples", every=0.01)
     assert len(sampler.samples) >= 10
     mean = sampler.mean()
     assert mean is not None and mean.cores == (os.cpu_count() or 1)

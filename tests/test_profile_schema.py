@@ -10,7 +10,7 @@ import pytest
 
 from edgetrain.models import build_model, layer_specs
 from edgetrain.profile import schema
-from tests.profile_cli import run_profile
+from tests.helpers.profile_cli import run_profile
 
 FAST = ("--repeats", "3", "--warmup", "1", "--threads", "1")
 

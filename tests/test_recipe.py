@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from edgetrain.errors import RecipeError
+from edgetrain import tomlconfig
+from edgetrain.errors import DeprecatedSpelling, RecipeError
+from edgetrain.launch.api import load_checked_recipe
 from edgetrain.recipe import load_recipe, parse_recipe
-from tests.cli import run_cli
+from tests.helpers.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -25,7 +27,8 @@ def test_quickstart_recipe_loads() -> None:
     recipe, text = load_recipe(REPO / "recipes" / "quickstart.toml")
     assert "[[workers]]" in text
     assert [w.slowdown for w in recipe.expanded_workers()] == [1, 1, 2, 4]
-    assert recipe.train.technique == "gossip" and recipe.train.algorithm == "gosgd"
+    assert recipe.train.family == "gossip" and recipe.train.technique == "gosgd"
+    assert recipe.role_names() == ["trainer"] * 4 and recipe.run.runs_root == "runs"
     assert recipe.data.dataset == "digits"
 
 
@@ -51,7 +54,13 @@ def test_defaults_and_round_trip() -> None:
             "fractions must be positive and sum to 1",
         ),
         ("[data]\ndataset = 'mnist'\n[[workers]]\n", "needs root"),
-        ("[train]\nalgorithm = 'sgdx'\n[[workers]]\n", "algorithm 'sgdx'"),
+        (
+            "[train]\ntechnique = 'sgdx'\n[[workers]]\n",
+            "technique 'sgdx' is not a gossip technique; known families and techniques: gossip:",
+        ),
+        ("[train]\nfamily = 'nope'\n[[workers]]\n", "unknown family 'nope'"),
+        ("[[workers]]\nrole = 'server'\n", "role 'server' is not a role of gossip/gosgd"),
+        ("[gossip]\nprobabilty = 0.5\n[[workers]]\n", "did you mean 'probability'"),
         ("[run]\nname = 'x'\n", "[[workers]]: missing; add"),
         ("[run\nname = 'x'\n", "not valid TOML"),
         ("[model]\nname = 'resnet19'\n[[workers]]\n", "[model] unknown model 'resnet19'"),
@@ -64,13 +73,37 @@ def test_defaults_and_round_trip() -> None:
 def test_bad_recipes_name_the_file_and_the_key(tmp_path, capsys, body, expected) -> None:
     path = write(tmp_path, body)
     with pytest.raises(RecipeError) as exc:
-        load_recipe(path)
+        load_checked_recipe(path)
     assert expected in str(exc.value)
     assert str(path) in str(exc.value)
-    code, out, err = run_cli(capsys, "launch", str(path), "--run-dir", str(tmp_path / "runs"))
+    code, out, err = run_cli(capsys, "launch", str(path), "--runs-root", str(tmp_path / "runs"))
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("error: ") and expected in err
     assert not (tmp_path / "runs").exists()  # nothing half-written
+
+
+def test_the_old_spelling_loads_with_one_notice(tmp_path, capsys) -> None:
+    old = (
+        "[run]\nrun_dir = 'old'\n[train]\ntechnique = 'gossip'\nalgorithm = 'gosgd'\n[[workers]]\n"
+    )
+    with pytest.warns(DeprecatedSpelling) as notes:
+        recipe = parse_recipe(tomlconfig.loads(old))
+    assert recipe.train.family == "gossip" and recipe.train.technique == "gosgd"
+    assert recipe.run.runs_root == "old"
+    assert len(notes) == 2 and 'family = "gossip" with technique = "gosgd"' in str(notes[1].message)
+    body = "[train]\ntechnique = 'gossip'\nepochs = 0\n[[workers]]\n"  # bad: stops at the check
+    code, _, err = run_cli(capsys, "launch", str(write(tmp_path, body)))
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 2
+    assert (
+        lines[0].startswith('note: [train] technique = "gossip"') and "[train] epochs" in lines[1]
+    )
+
+
+def test_a_technique_alone_names_its_family() -> None:
+    recipe = parse_recipe({"train": {"technique": "gosgd"}, "workers": [{}]})
+    assert recipe.train.family == "gossip"
+    assert parse_recipe(recipe.to_dict()) == recipe
 
 
 def test_missing_recipe_file(tmp_path, capsys) -> None:
@@ -91,12 +124,12 @@ def test_bad_data_fails_before_anything_starts(tmp_path, capsys) -> None:
     empty.mkdir()
     body = f"[data]\ndataset = 'mnist'\nroot = '{empty}'\n[[workers]]\n"
     code, _, err = run_cli(
-        capsys, "launch", str(write(tmp_path, body)), "--run-dir", str(tmp_path / "runs")
+        capsys, "launch", str(write(tmp_path, body)), "--runs-root", str(tmp_path / "runs")
     )
     assert code == 2 and err.count("\n") == 1 and "no mnist IDX files" in err
     body = "[data]\nmax_samples = 3\n[[workers]]\ncount = 4\n"
     code, _, err = run_cli(
-        capsys, "launch", str(write(tmp_path, body)), "--run-dir", str(tmp_path / "runs")
+        capsys, "launch", str(write(tmp_path, body)), "--runs-root", str(tmp_path / "runs")
     )
     assert code == 2 and "cannot split 3 samples across 4 workers" in err
     assert not (tmp_path / "runs").exists()

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from tests.cli import run_cli
-from tests.test_gossip_run import _launch
+from tests.helpers.cli import run_cli
+from tests.helpers.launching import Launch
 
 RECIPE = """
 [run]
@@ -36,13 +35,13 @@ def test_encrypted_run_completes(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert code == 0, err
     recipe = tmp_path / "r.toml"
     recipe.write_text(RECIPE.format(keys="keys"))  # relative to the current directory
-    proc = _launch(recipe, tmp_path / "runs")  # runs in tmp_path, where keys/ is
+    launch = Launch(recipe, tmp_path / "runs")  # runs in tmp_path, where keys/ is
     try:
-        out, err = proc.communicate(timeout=200)
+        code, summary = launch.finish(timeout=200)
     finally:
-        proc.kill()
-    assert proc.returncode == 0, err
-    summary = json.loads(out)
+        launch.kill()
+    assert code == 0, launch.stderr
+    assert summary is not None
     assert summary["status"] == "completed" and summary["averaged_test_accuracy"] > 0.8
     assert sum(w["gossip_merged"] for w in summary["workers"]) > 0  # peers talked, encrypted
     logs = sorted((tmp_path / "runs").glob("sec-*/logs/worker-0.log"))
@@ -55,7 +54,7 @@ def test_missing_keys_are_one_line_and_nothing_starts(
     monkeypatch.chdir(tmp_path)
     recipe = tmp_path / "r.toml"
     recipe.write_text(RECIPE.format(keys="nokeys"))
-    code, _, err = run_cli(capsys, "launch", str(recipe), "--run-dir", "runs")
+    code, _, err = run_cli(capsys, "launch", str(recipe), "--runs-root", "runs")
     assert code == 2
     assert err.count("\n") == 1 and "edgetrain keys generate" in err
     assert not (tmp_path / "runs").exists()

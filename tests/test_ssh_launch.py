@@ -5,11 +5,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,8 +18,11 @@ from edgetrain.launch.base import WorkerSpec
 from edgetrain.launch.hosts import parse_hosts
 from edgetrain.launch.ssh import SshLauncher
 from edgetrain.rundir import read_jsonl
-from tests.procs import edgetrain_processes
-from tests.sshd import Sshd, sshd  # noqa: F401 - the fixture
+from tests.helpers.cli import last_error, plain_errors
+from tests.helpers.launching import Launch
+from tests.helpers.procs import edgetrain_processes
+from tests.helpers.sshd import Sshd, sshd  # noqa: F401 - the fixture
+from tests.helpers.waiting import wait_until
 
 VENV = Path(sys.executable).parent.parent
 
@@ -77,7 +80,7 @@ def _setup(tmp_path: Path, server: Sshd, epochs: int = 4, slowdown: float = 2.0)
 
 def _launch(tmp_path: Path, *extra: str, **popen: object) -> subprocess.Popen[str]:
     argv = [sys.executable, "-m", "edgetrain", "launch", str(tmp_path / "recipe.toml")]
-    argv += ["--run-dir", str(tmp_path / "runs"), "--format", "json", *extra]
+    argv += ["--runs-root", str(tmp_path / "runs"), "--format", "json", *extra]
     return subprocess.Popen(
         argv,
         stdout=subprocess.PIPE,
@@ -105,13 +108,8 @@ def ssh_clients(port: int) -> dict[int, str]:
     return out
 
 
-def _wait_until(check: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not check():  # type: ignore[operator]
-            return
-        time.sleep(0.1)
-    pytest.fail(f"{what} still there after {timeout} s: {check()}")  # type: ignore[operator]
+def _wait_gone(check: Callable[[], object], timeout: float, what: str) -> None:
+    wait_until(lambda: not check(), timeout, f"{what} gone")
 
 
 def _only_run(runs: Path) -> Path:
@@ -162,6 +160,7 @@ def test_preflight_names_each_failing_host_and_starts_nothing(tmp_path: Path, ss
     hosts.write_text(_hosts_toml(sshd, pythons, [1, 1, 1]))
     proc = _launch(tmp_path, "--hosts", str(hosts))
     out, err = proc.communicate(timeout=90)
+    err = plain_errors(err)
     assert proc.returncode == 2, err
     assert "ssh preflight failed on 2 of 3 hosts" in err
     lines = [ln.strip() for ln in err.splitlines()]
@@ -184,68 +183,52 @@ def test_unreachable_host_fails_preflight(tmp_path: Path, sshd: Sshd) -> None:  
     hosts.write_text(text.replace(f"port = {sshd.port}", "port = 1", 1))
     proc = _launch(tmp_path, "--hosts", str(hosts))
     _, err = proc.communicate(timeout=90)
+    err = plain_errors(err)
     assert proc.returncode == 2, err
     assert "failed on 1 of 3 hosts" in err
     assert "h0 (127.0.0.1): unreachable over ssh:" in err and "Connection refused" in err
 
 
 @contextlib.contextmanager
-def _long_ssh_run(tmp_path: Path, server: Sshd) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+def _long_ssh_run(tmp_path: Path, server: Sshd) -> Iterator[tuple[Launch, Path]]:
     hosts = _setup(tmp_path, server, epochs=100_000, slowdown=3.0)
-    proc = _launch(tmp_path, "--hosts", str(hosts), start_new_session=True)
+    launch = Launch(tmp_path / "recipe.toml", tmp_path / "runs", "--hosts", str(hosts))
     try:
-        runs = tmp_path / "runs"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            dirs = [p for p in runs.iterdir() if p.is_dir()] if runs.exists() else []
-            if dirs and all(
-                any(
-                    e["event"] == "epoch"
-                    for e in read_jsonl(dirs[0] / "metrics" / f"worker-{i}.jsonl")
-                )
-                for i in range(3)
-            ):
-                break
-            assert proc.poll() is None, proc.communicate()[1]
-            time.sleep(0.2)
-        else:
-            pytest.fail("training over ssh did not start within 120 s")
-        yield proc, dirs[0]
+        launch.wait_epochs(3)
+        yield launch, launch.run_dir
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=30)
+        launch.kill()
 
 
 @pytest.mark.timeout(300)
 def test_ctrl_c_over_ssh_leaves_no_process_anywhere(tmp_path: Path, sshd: Sshd) -> None:  # noqa: F811
-    with _long_ssh_run(tmp_path, sshd) as (proc, run):
+    with _long_ssh_run(tmp_path, sshd) as (launch, run):
         run_id = json.loads((run / "manifest.json").read_text())["run_id"]
         argv0 = [c.split()[0] for c in edgetrain_processes(run_id).values()]
         pythons = [a for a in argv0 if a.endswith("/bin/python")]
         # each remote worker runs under its own host's venv path
         assert sorted(pythons) == [f"{tmp_path}/venv-{i}/bin/python" for i in range(3)]
-        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
-        _, err = proc.communicate(timeout=90)
-    assert proc.returncode == 130, err
-    assert "Traceback" not in err
+        launch.signal(signal.SIGINT)  # what a terminal's Ctrl-C does
+        code, _ = launch.finish(timeout=90)
+    assert code == 130, launch.stderr
+    assert "Traceback" not in launch.stderr
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "interrupted"
     # (the launcher stops every worker before it exits: no waiting should be needed)
-    _wait_until(lambda: edgetrain_processes(run_id), 30, "worker processes")
-    _wait_until(lambda: ssh_clients(sshd.port), 30, "ssh clients")
+    _wait_gone(lambda: edgetrain_processes(run_id), 30, "worker processes")
+    _wait_gone(lambda: ssh_clients(sshd.port), 30, "ssh clients")
 
 
 @pytest.mark.timeout(300)
 def test_launcher_sigkill_over_ssh_workers_exit_by_themselves(tmp_path: Path, sshd: Sshd) -> None:  # noqa: F811
-    with _long_ssh_run(tmp_path, sshd) as (proc, run):
+    with _long_ssh_run(tmp_path, sshd) as (launch, run):
         run_id = json.loads((run / "manifest.json").read_text())["run_id"]
-        os.killpg(proc.pid, signal.SIGKILL)  # the launcher dies, no clean-up code runs
-        proc.communicate(timeout=30)
+        launch.signal(signal.SIGKILL)  # the launcher dies, no clean-up code runs
+        launch.proc.wait(timeout=30)
     # its ssh clients see their stdin close and pass end of file on; each remote worker reads
     # it and exits, and then its ssh client exits too
-    _wait_until(lambda: edgetrain_processes(run_id), 60, "remote worker processes")
-    _wait_until(lambda: ssh_clients(sshd.port), 30, "ssh clients")
+    _wait_gone(lambda: edgetrain_processes(run_id), 60, "remote worker processes")
+    _wait_gone(lambda: ssh_clients(sshd.port), 30, "ssh clients")
 
 
 @pytest.mark.timeout(300)
@@ -284,8 +267,8 @@ def test_ssh_process_reports_a_remote_kill_and_stops_idempotently(
     handles = [launcher.start(s) for s in specs]
     try:
         for h in handles:
-            _wait_until(lambda h=h: h.remote_pid is None, 30, "no remote pid")
-            _wait_until(
+            _wait_gone(lambda h=h: h.remote_pid is None, 30, "no remote pid")
+            _wait_gone(
                 lambda h=h: not edgetrain_processes(f"sshkill{h.worker_id}"), 30, "no worker"
             )
         assert all(h.poll() is None for h in handles)
@@ -299,7 +282,7 @@ def test_ssh_process_reports_a_remote_kill_and_stops_idempotently(
         handles[1].terminate()
         assert handles[1].wait(15) is not None
         handles[1].kill()
-        _wait_until(lambda: edgetrain_processes(f"sshkill1{os.getpid()}"), 15, "terminated worker")
+        _wait_gone(lambda: edgetrain_processes(f"sshkill1{os.getpid()}"), 15, "terminated worker")
     finally:
         for h in handles:
             h.kill()
@@ -319,12 +302,72 @@ def test_coordinator_port_unreachable_from_hosts_fails_before_workers(
     hosts.write_text('coordinator = "127.0.0.2"\n' + hosts.read_text())
     proc = _launch(tmp_path, "--hosts", str(hosts))
     _, err = proc.communicate(timeout=90)
+    err = plain_errors(err)
     assert proc.returncode == 2, err
     assert "ssh preflight failed on 3 of 3 hosts" in err
     assert "h0 (127.0.0.1): cannot reach the coordinator at 127.0.0.2:" in err
     assert "Traceback" not in err
+    # no worker was started and nothing is kept: the run directory made for it is gone
+    assert list((tmp_path / "runs").iterdir()) == []
+    assert ssh_clients(sshd.port) == {}
+
+
+@pytest.mark.timeout(180)
+def test_a_bind_address_the_machine_lacks_is_one_line_exit_2(tmp_path: Path, sshd: Sshd) -> None:  # noqa: F811
+    """Review B7: the coordinator's bind (hosts file ``bind``) and a worker's (a host's
+    ``bind``) each fail as one line naming the address, exit code 2, manifest failed."""
+    hosts = _setup(tmp_path, sshd)
+    text = hosts.read_text()
+    hosts.write_text('bind = "203.0.113.9"\n' + text)  # TEST-NET-3: no machine has it
+    proc = _launch(tmp_path, "--hosts", str(hosts))
+    _, err = proc.communicate(timeout=120)
+    err = plain_errors(err)
+    assert proc.returncode == 2, err
+    last = last_error(err)
+    assert last.startswith("error: the coordinator cannot bind to address '203.0.113.9'")
     manifest = json.loads((_only_run(tmp_path / "runs") / "manifest.json").read_text())
-    assert manifest["status"] == "failed" and "preflight" in manifest["error"]
-    assert all(w["pid"] is None for w in manifest["workers"])  # no worker was started
+    assert manifest["status"] == "failed" and "203.0.113.9" in manifest["error"]
+
+    shutil.rmtree(tmp_path / "runs")
+    worker_bind = text.replace('name = "h1"\n', 'name = "h1"\nbind = "203.0.113.9"\n')
+    hosts.write_text(worker_bind)
+    proc = _launch(tmp_path, "--hosts", str(hosts))
+    _, err = proc.communicate(timeout=120)
+    err = plain_errors(err)
+    assert proc.returncode == 2, err
+    last = last_error(err)
+    assert last.startswith("error: worker 1 (host h1): the gossip inbox of worker 1 cannot bind")
+    assert "'203.0.113.9'" in last and "Traceback" not in err
+    manifest = json.loads((_only_run(tmp_path / "runs") / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and manifest["workers"][1]["status"] == "failed"
     assert edgetrain_processes(manifest["run_id"]) == {}
+    assert ssh_clients(sshd.port) == {}
+
+
+@pytest.mark.timeout(240)
+def test_a_host_named_only_in_an_ssh_config(tmp_path: Path, sshd: Sshd) -> None:  # noqa: F811
+    """A hosts file may name hosts as the user's ssh config does: an alias with its own
+    HostName, Port, User and IdentityFile; the coordinator and the peers reach what ssh
+    resolves it to (``ssh -G``), not a DNS lookup of the alias."""
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host edge-alias\n  HostName {sshd.address}\n  Port {sshd.port}\n  User {sshd.user}\n"
+        f"  IdentityFile {sshd.identity}\n  StrictHostKeyChecking no\n"
+        "  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+    )
+    (tmp_path / "recipe.toml").write_text(RECIPE.format(epochs=2, slowdown=1.0))
+    link = _venv_links(tmp_path, 1)[0]
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(
+        f'ssh_config = "{config}"\n\n[[hosts]]\nname = "edge"\naddress = "edge-alias"\n'
+        f'python = "{link}/bin/python"\nworkers = 3\n'
+    )
+    proc = _launch(tmp_path, "--hosts", str(hosts))
+    out, err = proc.communicate(timeout=200)
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
+    assert summary["status"] == "completed" and summary["test_accuracy"] > 0.5
+    manifest = json.loads((_only_run(tmp_path / "runs") / "manifest.json").read_text())
+    assert manifest["coordinator"].startswith("tcp://127.0.0.1:")  # the alias' HostName
+    assert [w["host"] for w in manifest["workers"]] == ["edge"] * 3
     assert ssh_clients(sshd.port) == {}

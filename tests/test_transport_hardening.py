@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import zmq
 
-from edgetrain.comm import channel, protocol, sockets
+from edgetrain.comm import channel, sockets
 from edgetrain.comm.channel import MAX_TRACKED_PEERS, Traffic
 from edgetrain.comm.wire import MAX_FRAME_BYTES, Message, encode
-from edgetrain.gossip.node import GossipNode
+from edgetrain.gossip.node import GOSSIP, PEER_TYPES, GossipNode
 
 RUN = "run-h"
 
@@ -26,12 +26,12 @@ def ctx() -> Iterator[zmq.Context]:
 
 
 def _gossip(sender: str = "w1", run: str = RUN, **tensors: np.ndarray) -> Message:
-    return Message(protocol.GOSSIP, sender, run, 1, 1, {"alpha": 0.5}, dict(tensors))
+    return Message(GOSSIP, sender, run, 1, 1, {"alpha": 0.5}, dict(tensors))
 
 
 def _recv(sock: zmq.Socket, traffic: Traffic, timeout_ms: int = 5000) -> Message | None:
     assert sock.poll(timeout_ms), "nothing arrived"
-    got = channel.recv(sock, RUN, protocol.BETWEEN_PEERS, traffic)
+    got = channel.recv(sock, RUN, PEER_TYPES, traffic)
     return None if got is None else got[1]
 
 
@@ -77,9 +77,10 @@ def test_send_to_a_missing_peer_times_out_and_is_counted(ctx: zmq.Context) -> No
     push.bind("tcp://127.0.0.1:*")  # nobody will ever connect: no pipe, so send must wait
     traffic = Traffic()
     with pytest.raises(zmq.Again):
-        channel.send(push, _gossip(), traffic)
+        channel.send(push, _gossip(), traffic, peer="w2")  # w1 sends to w2
     assert traffic.dropped["send_timeout"] == 1
-    assert traffic.dropped_by_peer["w1"]["send_timeout"] == 1
+    # a send-side drop counts under the destination, not the sender itself (review B8)
+    assert traffic.dropped_by_peer == {"w2": {"send_timeout": 1}}
 
 
 def test_gossip_send_to_a_dead_peer_returns_false_once_its_queue_is_full(

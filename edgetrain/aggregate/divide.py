@@ -35,7 +35,8 @@ def apportion(counts: np.ndarray, total: int) -> np.ndarray:
     k = np.floor(quota).astype(np.int64)
     for i in np.argsort(-(quota - k), kind="stable")[: max(0, total - int(k.sum()))]:
         k[i] += 1
-    return np.minimum(np.maximum(k, (counts > 0).astype(np.int64)), counts)
+    shares: np.ndarray = np.minimum(np.maximum(k, (counts > 0).astype(np.int64)), counts)
+    return shares
 
 
 def subsets_per_class(counts: np.ndarray, ratio: int) -> np.ndarray:

@@ -49,7 +49,8 @@ def member_means(x: np.ndarray, offsets: np.ndarray, indices: np.ndarray) -> np.
 
 def subset_labels(labels: np.ndarray, offsets: np.ndarray, indices: np.ndarray) -> np.ndarray:
     """Each subset's class (the label of its first member; subsets never mix classes)."""
-    return np.asarray(labels, dtype=np.int64)[indices[offsets[:-1]]]
+    firsts: np.ndarray = np.asarray(labels, dtype=np.int64)[indices[offsets[:-1]]]
+    return firsts
 
 
 def subset_sizes(offsets: np.ndarray) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""Dimensionality reduction N x d -> N x d': SVD, incremental SVD, hashing, PCA, histogram."""
+"""Dimensionality reduction N x d -> N x d': SVD (whole dataset or per sample), incremental SVD,
+hashing, PCA, histogram."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 
 from edgetrain.data.dataset import derive_seed
 
-REDUCERS = ("svd", "isvd", "hash", "pca", "histogram")
+REDUCERS = ("svd", "svd-sample", "isvd", "hash", "pca", "histogram")
 DEFAULT_DIMS = 10
 DEFAULT_CHUNK = 128  # isvd rows per update: cost grows with N x chunk x d, memory chunk x d
 _BLOCK = 4096  # rows per block for the cheap reducers (hash, histogram)
@@ -38,6 +39,39 @@ def svd(x: np.ndarray, dims: int, seed: int) -> np.ndarray:
     return np.asarray(u * s, dtype=np.float32)
 
 
+def _matrices(x: np.ndarray) -> np.ndarray:
+    """``x`` as (N, C, H, W) matrices: images as they are, a flat square sample as one
+    sqrt(d) x sqrt(d) matrix, any other flat sample as a 1 x d row."""
+    if x.ndim == 4:
+        return x
+    if x.ndim == 3:
+        return x[:, None]
+    flat = x.reshape(len(x), -1)
+    side = math.isqrt(flat.shape[1])
+    if side * side == flat.shape[1]:
+        return flat.reshape(len(x), 1, side, side)
+    return flat.reshape(len(x), 1, 1, -1)
+
+
+def svd_sample(x: np.ndarray, dims: int, chunk: int = _BLOCK) -> np.ndarray:
+    """Per-sample SVD (EdgeGossip's "SVD"): each sample seen as a matrix, its top singular
+    values, largest first.
+
+    An H x W image gives its top min(dims, H, W); with C channels, each channel's top
+    min(ceil(dims / C), H, W), concatenated channel by channel. N small SVDs of sqrt(d) x
+    sqrt(d) matrices: O(N d^(3/2)), the cost the paper's Table 3 gives.
+    """
+    m = _matrices(x)
+    n, c, h, w = m.shape
+    k = min(-(-dims // c), h, w)
+    out = np.empty((n, c * k), dtype=np.float32)
+    for start in range(0, n, chunk):
+        block = np.asarray(m[start : start + chunk], dtype=np.float64)
+        s = np.linalg.svd(block, compute_uv=False)  # (rows, C, min(H, W)), descending
+        out[start : start + len(block)] = s[:, :, :k].reshape(len(block), c * k)
+    return out
+
+
 def streaming_basis(x: np.ndarray, dims: int, chunk: int = DEFAULT_CHUNK) -> np.ndarray:
     """The top ``dims`` right singular vectors of ``x``, streaming ``chunk`` rows at a time.
 
@@ -58,7 +92,8 @@ def streaming_basis(x: np.ndarray, dims: int, chunk: int = DEFAULT_CHUNK) -> np.
             state = eigvec[:, top].T @ stacked  # rows: s_i * v_i
     norms = np.linalg.norm(state, axis=1, keepdims=True)
     keep = norms[:, 0] > 1e-12 * max(1.0, float(norms.max(initial=0.0)))
-    return state[keep] / norms[keep]
+    basis: np.ndarray = state[keep] / norms[keep]
+    return basis
 
 
 def isvd(x: np.ndarray, dims: int, chunk: int = DEFAULT_CHUNK) -> np.ndarray:
@@ -124,6 +159,7 @@ def reduce_features(
     """``x`` (N, ...) reduced to float32 (N, d') by ``method``, deterministic in ``seed``."""
     reducers: dict[str, Callable[[], np.ndarray]] = {
         "svd": lambda: svd(x, min(dims, *x.reshape(len(x), -1).shape), seed),
+        "svd-sample": lambda: svd_sample(x, dims),
         "isvd": lambda: isvd(x, dims, chunk),
         "hash": lambda: hashing(x, dims, seed),
         "pca": lambda: pca(x, dims, seed),

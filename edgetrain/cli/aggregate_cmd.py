@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 class Reducer(str, Enum):
     svd = "svd"
+    svd_sample = "svd-sample"
     isvd = "isvd"
     hash = "hash"
     pca = "pca"
@@ -62,14 +63,14 @@ def aggregate_config(recipe: Recipe, flags: dict[str, Any]) -> AggregateConfig:
 
 
 def _run_dir(run_dir: Path | None, recipe: Recipe) -> Path:
-    """``--run-dir`` itself, or a fresh run directory under the recipe's ``[run] run_dir``."""
+    """``--run-dir`` itself, or a fresh run directory under the recipe's ``[run] runs_root``."""
     from edgetrain.rundir import RunDir
 
     if run_dir is not None:
         if run_dir.exists() and not run_dir.is_dir():
             raise EdgetrainError(f"--run-dir '{run_dir}' is not a directory", "pass a directory")
         return run_dir
-    return RunDir.create(recipe.run.run_dir, recipe.run.name).path
+    return RunDir.create(recipe.run.runs_root, recipe.run.name).path
 
 
 def _render(report: dict[str, Any]) -> None:
@@ -112,7 +113,7 @@ def _render(report: dict[str, Any]) -> None:
 def aggregate(
     recipe_path: Annotated[
         Path | None,
-        typer.Argument(metavar="[RECIPE]", help="Recipe giving data, workers and \\[aggregate]."),
+        typer.Argument(metavar="RECIPE", help="Recipe giving data, workers and \\[aggregate]."),
     ] = None,
     dataset: Annotated[DatasetName | None, typer.Option(help="Dataset (default: digits).")] = None,
     root: Annotated[
@@ -153,7 +154,7 @@ def aggregate(
     One file per worker partition (from a recipe or --workers): RUN/data/aggregates-<i>.npz.
     Without either, the whole training split: RUN/data/aggregates-all.npz.
     Flags override the recipe's \\[aggregate] and \\[data] sections.
-    Without --run-dir, a recipe's run gets a fresh directory under its \\[run] run_dir.
+    Without --run-dir, a recipe's run gets a fresh directory under its \\[run] runs_root.
 
     Examples:
 
@@ -187,7 +188,7 @@ def aggregate(
     parts = None
     if partitioned:  # the same call the workers make
         parts = partition_indices(
-            ds.y_train, recipe.num_workers, d.partition, recipe.run.seed, d.alpha, d.fractions
+            ds.y_train, recipe.num_data_workers, d.partition, recipe.run.seed, d.alpha, d.fractions
         )
     partitions = partitions_of(parts, len(ds.y_train))
     out_dir = _run_dir(run_dir, recipe)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from typing import Annotated
 
 import typer
@@ -11,18 +12,40 @@ import typer
 import edgetrain
 from edgetrain.cli import (
     aggregate_cmd,
+    compare_cmd,
     data_cmd,
     emulate_cmd,
     env_cmd,
+    hosts_cmd,
     keys_cmd,
     launch_cmd,
     models_cmd,
     plan_cmd,
     profile_cmd,
     report_cmd,
+    techniques_cmd,
     worker_cmd,
 )
-from edgetrain.errors import EdgetrainError
+from edgetrain.cli.common import error_line, wants_json
+from edgetrain.errors import DeprecatedSpelling, EdgetrainError
+
+
+def _flag_type_hidden() -> None:
+    """Help shows no type for on/off flags (typer 0.29 prints ``<bool>`` beside every flag,
+    ``--help`` included): a flag takes no value, so there is nothing to type."""
+    import typer.core
+
+    original = typer.core.TyperOption.display_type_rich
+
+    def display_type_rich(self: typer.core.TyperOption, ctx: object) -> str | None:
+        if getattr(self, "is_flag", False):
+            return None
+        return original(self, ctx)  # type: ignore[arg-type]
+
+    typer.core.TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flag_type_hidden()
 
 # Click's UsageError and ClickException, whether typer vendors click (>= 0.26) or depends on it.
 UsageError: type[Exception] = typer.BadParameter.__mro__[1]
@@ -61,31 +84,53 @@ app.command("env")(env_cmd.env)
 app.command("launch")(launch_cmd.launch)
 app.command("worker", hidden=True)(worker_cmd.worker)
 app.command("report")(report_cmd.report)
+app.command("compare")(compare_cmd.compare)
+app.command("techniques")(techniques_cmd.techniques)
 app.add_typer(profile_cmd.app, name="profile")
 app.command("plan")(plan_cmd.plan)
 app.command("aggregate")(aggregate_cmd.aggregate)
 app.command("aggregate-eval")(aggregate_cmd.aggregate_eval)
 app.add_typer(keys_cmd.app, name="keys")
+app.add_typer(hosts_cmd.app, name="hosts")
 app.add_typer(data_cmd.app, name="data")
 app.add_typer(models_cmd.app, name="models")
 app.add_typer(emulate_cmd.app, name="emulate")
 
 
-def _fail(message: str, code: int) -> None:
-    sys.stderr.write(f"error: {message}\n")
+_JSON_ERRORS = False
+
+
+def _fail(message: str, code: int, fix: str | None = None) -> None:
+    sys.stderr.write(error_line(message, fix, _JSON_ERRORS))
     sys.stderr.flush()
     sys.exit(code)
 
 
+def _note(message: object, category: type[Warning], *rest: object, **kw: object) -> None:
+    """Deprecation notices from the library as one line each; other warnings as Python's."""
+    if issubclass(category, DeprecatedSpelling):
+        sys.stderr.write(f"note: {message}\n")
+        sys.stderr.flush()
+    else:
+        _show_warning(message, category, *rest, **kw)  # type: ignore[arg-type]
+
+
+_show_warning = warnings.showwarning
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; every bad input becomes one line on stderr and exit code 2."""
+    global _JSON_ERRORS
     args = sys.argv[1:] if argv is None else argv
+    _JSON_ERRORS = wants_json(args)
+    warnings.showwarning = _note
+    warnings.simplefilter("always", DeprecatedSpelling)
     try:
         rv = app(args=args, standalone_mode=False, prog_name="edgetrain")
     except UsageError as exc:
         ctx = getattr(exc, "ctx", None)
         cmd = ctx.command_path if ctx is not None else "edgetrain"
-        _fail(f"{exc.format_message()} (see '{cmd} --help')", 2)  # type: ignore[attr-defined]
+        _fail(exc.format_message(), 2, f"see '{cmd} --help'")  # type: ignore[attr-defined]
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
@@ -94,13 +139,13 @@ def main(argv: list[str] | None = None) -> None:
     except ClickException as exc:
         _fail(exc.format_message(), 2)  # type: ignore[attr-defined]
     except EdgetrainError as exc:
-        _fail(str(exc), exc.exit_code)
+        _fail(exc.problem, exc.exit_code, exc.fix)
     except Exception as exc:  # noqa: BLE001 - the last line of defence: no tracebacks for users
         if os.environ.get("EDGETRAIN_DEBUG"):
             raise
         _fail(
-            f"internal error: {type(exc).__name__}: {exc} "
-            "(rerun with EDGETRAIN_DEBUG=1 for a traceback, and please report it)",
+            f"internal error: {type(exc).__name__}: {exc}",
             1,
+            "rerun with EDGETRAIN_DEBUG=1 for a traceback, and please report it",
         )
     sys.exit(rv if isinstance(rv, int) else 0)

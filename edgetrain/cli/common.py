@@ -26,6 +26,24 @@ FormatOption = Annotated[
 ]
 
 
+def error_line(problem: str, fix: str | None = None, as_json: bool = False) -> str:
+    """An error as the one line a user (``error: ...``) or a script (``{"error", "fix"}``)
+    reads on stderr."""
+    if as_json:
+        return json.dumps({"error": problem, "fix": fix}) + "\n"
+    return f"error: {problem}{'; ' + fix if fix else ''}\n"
+
+
+def wants_json(args: list[str]) -> bool:
+    """True if the command line asks for ``--format json`` (errors then come as JSON too)."""
+    for i, arg in enumerate(args):
+        if arg in ("--format", "-f") and i + 1 < len(args) and args[i + 1] == "json":
+            return True
+        if arg in ("--format=json", "-fjson"):
+            return True
+    return False
+
+
 def emit(data: Any, fmt: OutputFormat, render_text: Callable[[], None]) -> None:
     """Print ``data`` as JSON on stdout, or call ``render_text`` for the rich rendering."""
     if fmt == OutputFormat.json:

@@ -122,7 +122,7 @@ def _render(report: dict[str, Any]) -> None:
 def inspect(
     recipe_path: Annotated[
         Path | None,
-        typer.Argument(metavar="[RECIPE]", help="Recipe to take data, seed and workers from."),
+        typer.Argument(metavar="RECIPE", help="Recipe to take data, seed and workers from."),
     ] = None,
     dataset: Annotated[DatasetName | None, typer.Option(help="Dataset (default: digits).")] = None,
     root: Annotated[
@@ -170,7 +170,7 @@ def inspect(
     # the same call the workers make, so this shows exactly what each worker trains on
     parts = partition_indices(
         ds.y_train,
-        recipe.num_workers,
+        recipe.num_data_workers,
         cfg.partition,
         recipe.run.seed,
         alpha=cfg.alpha,
@@ -187,7 +187,7 @@ def inspect(
         "alpha": cfg.alpha if cfg.partition == "dirichlet" else None,
         "fractions": cfg.fractions if cfg.partition == "fractions" else None,
         "seed": recipe.run.seed,
-        "workers": recipe.num_workers,
+        "workers": recipe.num_data_workers,
         **partition_stats(ds.y_train, parts, ds.classes),
     }
     emit(report, fmt, lambda: _render(report))

@@ -151,6 +151,19 @@ def _verify_tables(v: dict[str, Any]) -> list[Table]:
     return [links, cpus]
 
 
+def _failed_verification(result: dict[str, Any], name: str) -> None:
+    """One line: why (the machine's own load, when that is it) and what to do; exit 1."""
+    why = result.get("busy") or "see the tables"
+    err_console.print(
+        f"error: testbed {name} is up but failed verification: {why}; inspect it, or remove "
+        f"it with `edgetrain emulate down {name}`",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
+    raise typer.Exit(1)
+
+
 def _run_verify(tb: Any, fmt: OutputFormat, cpu_seconds: float, rounds: int) -> dict[str, Any]:
     from edgetrain.emulate.verify import verify
 
@@ -212,12 +225,7 @@ def up(
 
     emit(data, fmt, render)
     if result is not None and not result["ok"]:
-        err_console.print(
-            f"error: testbed {spec.name} is up but failed verification (see the table); "
-            f"inspect it, or remove it with `edgetrain emulate down {spec.name}`",
-            highlight=False,
-        )
-        raise typer.Exit(1)
+        _failed_verification(result, spec.name)
 
 
 def _live(tb: Any) -> dict[str, Any]:
@@ -239,7 +247,9 @@ def _live(tb: Any) -> dict[str, Any]:
 
 @app.command("status")
 def status(
-    name: Annotated[str | None, typer.Argument(help="Testbed (default: every one).")] = None,
+    name: Annotated[
+        str | None, typer.Argument(metavar="NAME", help="Testbed (default: every one).")
+    ] = None,
     state_dir: StateDir = None,
     fmt: FormatOption = OutputFormat.text,
 ) -> None:
@@ -278,7 +288,9 @@ def status(
 
 @app.command("verify")
 def verify_cmd(
-    name: Annotated[str | None, typer.Argument(help="Testbed (default: the only one up).")] = None,
+    name: Annotated[
+        str | None, typer.Argument(metavar="NAME", help="Testbed (default: the only one up).")
+    ] = None,
     cpu_seconds: CpuSeconds = 2.0,
     cpu_rounds: CpuRounds = 3,
     state_dir: StateDir = None,
@@ -301,12 +313,12 @@ def verify_cmd(
 
     emit(result, fmt, render)
     if not result["ok"]:
-        raise typer.Exit(1)
+        _failed_verification(result, tb.spec.name)
 
 
 @app.command("trace")
 def trace_cmd(
-    name: Annotated[str, typer.Argument(help="Testbed that is up.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Testbed that is up.")],
     trace_path: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace file (TOML).")],
     speed: Annotated[
         float, typer.Option(help="Play the trace this many times faster.", min=0.01, max=1000)
@@ -366,7 +378,9 @@ def trace_cmd(
 
 @app.command("down")
 def down(
-    name: Annotated[str | None, typer.Argument(help="Testbed (default: the only one up).")] = None,
+    name: Annotated[
+        str | None, typer.Argument(metavar="NAME", help="Testbed (default: the only one up).")
+    ] = None,
     all_: Annotated[bool, typer.Option("--all", help="Remove every testbed.")] = False,
     state_dir: StateDir = None,
     fmt: FormatOption = OutputFormat.text,

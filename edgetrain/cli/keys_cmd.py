@@ -22,13 +22,15 @@ def _keys() -> None:
 
 @app.command("generate")
 def generate(
-    directory: Annotated[Path, typer.Argument(help="Keys directory to create (e.g. keys).")],
+    directory: Annotated[
+        Path, typer.Argument(metavar="DIRECTORY", help="Keys directory to create (e.g. keys).")
+    ],
     force: Annotated[bool, typer.Option(help="Replace keys already in DIRECTORY.")] = False,
     fmt: FormatOption = OutputFormat.text,
 ) -> None:
     """Write a server and a client CURVE key pair into DIRECTORY (mode 0700, files 0600).
 
-    Set [run] security = "curve" and keys = "DIRECTORY" in the recipe, and copy the directory
+    Set \\[run] security = "curve" and keys = "DIRECTORY" in the recipe, and copy the directory
     to every host of the run; whoever holds it can join the run.
 
     Example: edgetrain keys generate keys

@@ -171,7 +171,7 @@ def show(
 
 @app.command("export")
 def export(
-    name: Annotated[str, typer.Argument(help="Zoo model name.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Zoo model name.")],
     onnx: Annotated[Path, typer.Option("--onnx", "-o", help="ONNX file to write.")],
     input_shape: InputOption = DEFAULT_INPUT,
     classes: ClassesOption = DEFAULT_CLASSES,

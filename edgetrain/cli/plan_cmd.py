@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from edgetrain.cli.common import FormatOption, OutputFormat, console, emit, err_console
 from edgetrain.errors import EdgetrainError
+
+if TYPE_CHECKING:
+    from edgetrain.plan.strategies import StrategyResult
 
 
 def _name_ok(name: str) -> str:
@@ -44,6 +47,34 @@ def plan(
     ] = None,
     name: Annotated[str | None, typer.Option(help="Plan name (default: the input's stem).")] = None,
     plot: Annotated[bool, typer.Option("--plot", help="Also write a Gantt chart PNG.")] = False,
+    pipeline: Annotated[
+        bool, typer.Option("--pipeline", help="Cut the model into pipeline stages instead.")
+    ] = False,
+    stages: Annotated[int | None, typer.Option(help="--pipeline: number of stages.")] = None,
+    recipe: Annotated[
+        Path | None, typer.Option(help="--pipeline: the recipe (model, technique, window).")
+    ] = None,
+    objective: Annotated[
+        str, typer.Option(help="--pipeline: time, params or memory (min-max over stages).")
+    ] = "time",
+    technique: Annotated[
+        str | None, typer.Option(help="--pipeline: pipedream, greedy or mcpipe (memory model).")
+    ] = None,
+    microbatch: Annotated[
+        int | None, typer.Option(help="--pipeline: samples per microbatch.")
+    ] = None,
+    window_extra: Annotated[
+        int | None, typer.Option(help="--pipeline: extra window depth e (m_s = N - s + e).")
+    ] = None,
+    memory_cap: Annotated[
+        str | None, typer.Option(help="--pipeline: host memory per stage, e.g. 2g or 1g,2g.")
+    ] = None,
+    speeds: Annotated[
+        str | None, typer.Option(help="--pipeline: slowdown per stage's host, e.g. 1,1,1.5.")
+    ] = None,
+    testbed: Annotated[
+        Path | None, typer.Option(help="--pipeline: caps and speeds from a testbed spec's hosts.")
+    ] = None,
     fmt: FormatOption = OutputFormat.text,
 ) -> None:
     """Plan parameter pulls and gradient pushes: sequential, layer-by-layer, iBatch, DynaComm.
@@ -52,7 +83,20 @@ def plan(
     edgetrain plan --profile runs/r1/profiles/jetson.json --bandwidth 100mbit --rtt 10ms
     edgetrain plan --profile runs/r1/profiles/jetson.json --bandwidth 10mbit,100mbit,1gbit
     edgetrain plan --costs costs.json --format json
+    edgetrain plan --pipeline --recipe r.toml --profile RUN/profiles/h.json --stages 3
     """
+    if pipeline:
+        from edgetrain.cli.plan_pipeline import plan_pipeline
+
+        if costs is not None:
+            raise EdgetrainError("--pipeline takes --profile and/or --recipe, not --costs")
+        plan_pipeline(
+            profile=profile, recipe_path=recipe, stages=stages, objective=objective,
+            technique=technique, microbatch=microbatch, window_extra=window_extra,
+            memory_cap=memory_cap, speeds=speeds, testbed=testbed, bandwidth=bandwidth,
+            run_dir=run_dir, name=_name_ok(name or "pipeline"), fmt=fmt,
+        )  # fmt: skip
+        return
     from edgetrain.plan import inputs
     from edgetrain.plan.document import plan_document
     from edgetrain.plan.units import parse_bandwidth, parse_duration
@@ -98,7 +142,11 @@ def plan(
 
 
 def _write(
-    out: dict[str, Any], results_list: list, run_dir: Path | None, stem: str, plot: bool
+    out: dict[str, Any],
+    results_list: list[dict[str, StrategyResult]],
+    run_dir: Path | None,
+    stem: str,
+    plot: bool,
 ) -> list[Path]:
     from edgetrain.plan.gantt import plot_gantt
     from edgetrain.rundir import atomic_write_json

@@ -1,7 +1,8 @@
-"""``edgetrain worker``: one training worker; started by ``edgetrain launch``, not by hand."""
+"""``edgetrain worker``: one process of a run; started by ``edgetrain launch``, not by hand."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -14,10 +15,20 @@ def worker(
     run_id: Annotated[
         str, typer.Option("--run-id", help="The run's id (checked on every message).")
     ],
+    role: Annotated[
+        str | None,
+        typer.Option(
+            "--role",
+            metavar="ROLE:INDEX",
+            help="What this process runs (checked by the coordinator; default: what it says).",
+        ),
+    ] = None,
     host_label: Annotated[
         str | None, typer.Option("--host-label", help="Host name to report (default: hostname).")
     ] = None,
-    bind: Annotated[str, typer.Option(help="Address to bind the gossip inbox to.")] = "127.0.0.1",
+    bind: Annotated[
+        str, typer.Option(help="Address to bind this worker's sockets to.")
+    ] = "127.0.0.1",
     announce: Annotated[
         str | None, typer.Option(help="Address peers use to reach this worker (default: --bind).")
     ] = None,
@@ -31,14 +42,23 @@ def worker(
         ),
     ] = None,
 ) -> None:
-    """Run one training worker until the coordinator says stop.
+    """Run one worker until the coordinator says stop.
 
     Example (what launch runs):
-    edgetrain worker --coordinator tcp://127.0.0.1:5555 --worker-id 0 --run-id abc123
+    edgetrain worker --coordinator tcp://127.0.0.1:5555 --worker-id 0 --run-id abc --role trainer:0
     """
-    from edgetrain.worker.main import run_worker
+    from edgetrain.comm.control import Role
+    from edgetrain.errors import EdgetrainError
+    from edgetrain.worker.main import WorkerOptions, run_worker
 
-    code = run_worker(
-        coordinator, worker_id, run_id, host_label, bind, announce, watch_stdin, keys_dir=keys
+    try:
+        parsed = Role.parse(role) if role is not None else None
+    except ValueError as exc:
+        raise EdgetrainError(f"--role: {exc}", "write ROLE:INDEX, e.g. --role server:0") from None
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s w{worker_id} %(levelname)s %(message)s"
     )
-    raise typer.Exit(code)
+    opts = WorkerOptions(
+        coordinator, worker_id, run_id, parsed, host_label, bind, announce, watch_stdin, keys
+    )
+    raise typer.Exit(run_worker(opts))

@@ -17,6 +17,7 @@ from edgetrain.comm.wire import (
     decode,
     encode,
 )
+from edgetrain.errors import EdgetrainError
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ class Traffic:
 
     bytes_sent: int = 0
     bytes_received: int = 0
+    # Bytes sent per destination (a worker name, or "coordinator"), for traffic per link class.
+    bytes_sent_to: Counter[str] = field(default_factory=Counter)
     messages_sent: int = 0
     messages_received: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
@@ -57,6 +60,7 @@ class Traffic:
         return {
             "bytes_sent": self.bytes_sent,
             "bytes_received": self.bytes_received,
+            "bytes_sent_to": dict(self.bytes_sent_to),
             "messages_sent": self.messages_sent,
             "messages_received": self.messages_received,
             "dropped": dict(self.dropped),
@@ -72,24 +76,44 @@ def _peer_label(peer: str | None) -> str:
     return label or UNKNOWN_PEER
 
 
-def bind_random(sock: zmq.Socket, host: str = "127.0.0.1", announce: str | None = None) -> str:
-    """Bind to a free port chosen by the OS and return the endpoint peers should connect to."""
-    port = sock.bind_to_random_port(f"tcp://{host}")
+class BindError(EdgetrainError):
+    """A socket could not bind to the address it was given."""
+
+
+def bind_random(
+    sock: zmq.SyncSocket, host: str = "127.0.0.1", announce: str | None = None, what: str = "socket"
+) -> str:
+    """Bind to a free port chosen by the OS and return the endpoint peers should connect to.
+
+    An address this machine does not have (a wrong ``bind`` in a hosts file) raises
+    :class:`BindError` naming the address and ``what`` was binding."""
+    try:
+        port = sock.bind_to_random_port(f"tcp://{host}")
+    except zmq.ZMQError as exc:
+        raise BindError(
+            f"the {what} cannot bind to address '{host}': {exc.strerror}",
+            "use an address of this machine (fix `bind` in the hosts file, or leave it out)",
+        ) from None
     return f"tcp://{announce or host}:{port}"
 
 
 def send(
-    sock: zmq.Socket,
+    sock: zmq.SyncSocket,
     msg: Message,
     traffic: Traffic | None = None,
     identity: bytes | None = None,
     flags: int = 0,
+    peer: str | None = None,
 ) -> int:
     """Send ``msg`` (to ``identity`` on a ROUTER socket). Returns the bytes put on the wire.
 
-    Raises ``zmq.Again`` (counted as ``send_queue_full`` with NOBLOCK, else ``send_timeout``)
-    when the message cannot be queued: no peer, or its queue is full, for longer than SNDTIMEO.
+    ``peer`` names the destination for the counters (default: the ROUTER identity). Raises
+    ``zmq.Again`` (counted as ``send_queue_full`` with NOBLOCK, else ``send_timeout``, under
+    the destination) when the message cannot be queued: no peer, or its queue is full, for
+    longer than SNDTIMEO.
     """
+    if peer is None and identity is not None:
+        peer = identity.decode("latin-1")
     frames = encode(msg)
     nbytes = sum(len(f) for f in frames)
     if identity is not None:
@@ -100,16 +124,19 @@ def send(
     except zmq.Again:
         if traffic is not None:
             reason = "send_queue_full" if flags & zmq.NOBLOCK else "send_timeout"
-            traffic.drop(reason, msg.sender if identity is None else identity.decode("latin-1"))
+            traffic.drop(reason, peer)
         raise
     if traffic is not None:
         traffic.bytes_sent += nbytes
         traffic.messages_sent += 1
+        if peer is not None:
+            known = peer in traffic.bytes_sent_to or len(traffic.bytes_sent_to) < MAX_TRACKED_PEERS
+            traffic.bytes_sent_to[peer if known else OTHER_PEER] += nbytes
     return nbytes
 
 
 def recv(
-    sock: zmq.Socket,
+    sock: zmq.SyncSocket,
     run_id: str | None,
     allowed_types: Iterable[str] | None = None,
     traffic: Traffic | None = None,

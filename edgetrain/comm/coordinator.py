@@ -1,30 +1,51 @@
-"""Coordinator: rendezvous, heartbeats, epoch barriers, checkpoints, drain accounting and stop.
+"""Coordinator: the control plane of a run, for any family.
 
-Everything goes over one ROUTER socket. The coordinator decides nothing about training; it moves
-workers through the phases of :mod:`edgetrain.comm.protocol`, notices workers that stop
-heartbeating, and hands every event to the caller as plain data. Whether a run can go on
-without its failed workers is the caller's policy (:attr:`failed_fraction`).
+Everything goes over one ROUTER socket. The coordinator decides nothing about training: it moves
+workers through the phases of :mod:`edgetrain.comm.protocol`, asks the family's
+:class:`~edgetrain.comm.control.Controller` for per-worker directives at start, at each epoch
+barrier and at drain, collects checkpoints and final hand-ins without looking inside them,
+notices workers that stop heartbeating, resends what a worker has not acknowledged, and hands
+every event to the caller as plain data. Whether a run can go on without a failed worker is
+the caller's policy (:attr:`failed_fraction`, :attr:`fatal_failures`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import zmq
 
 from edgetrain.comm import channel, protocol, sockets
 from edgetrain.comm.channel import Traffic
+from edgetrain.comm.control import (
+    Controller,
+    ControlLog,
+    CoordinationPolicy,
+    Decision,
+    HandIn,
+    NoDirectives,
+    Role,
+)
 from edgetrain.comm.security import CurveKeys
 from edgetrain.comm.wire import Message
 
 log = logging.getLogger(__name__)
 
-# A worker is failed after this many heartbeat intervals without a word from it.
+# A worker is failed after this many heartbeat intervals without a word from it; an
+# unacknowledged control message is resent after as many.
 MISSED_HEARTBEATS = 3
+# A hand-in's or a report's metadata larger than this (as JSON) is refused: framing, not content.
+MAX_META_BYTES = 64 * 1024
+MAX_ENDPOINTS = 16
+
+Status = Literal["pending", "registered", "ready", "running", "done", "final", "failed"]
+Phase = Literal["registering", "training", "draining", "finished", "stopped"]
 
 
 @dataclass
@@ -32,46 +53,45 @@ class WorkerInfo:
     """What the coordinator knows of one worker."""
 
     id: int
+    role: Role
     host: str = ""
     pid: int | None = None
-    endpoint: str = ""
-    status: str = "pending"  # pending, registered, ready, running, done, final, failed
+    endpoints: dict[str, str] = field(default_factory=dict)
+    status: Status = "pending"
     epoch: int = 0
-    sent: dict[int, int] = field(default_factory=dict)
+    ready: dict[str, Any] = field(default_factory=dict)
+    done: dict[str, Any] = field(default_factory=dict)
     last_seen: float = 0.0
     error: str | None = None
+    error_kind: str | None = None
 
     @property
     def label(self) -> str:
-        return f"worker {self.id} (host {self.host})" if self.host else f"worker {self.id}"
+        """``worker 3 (host b)`` for a trainer; ``server 0 (worker 3, host b)`` otherwise."""
+        where = f", host {self.host}" if self.host else ""
+        if self.role.name == "trainer":
+            return f"worker {self.id} (host {self.host})" if self.host else f"worker {self.id}"
+        return f"{self.role.name} {self.role.index} (worker {self.id}{where})"
 
 
 @dataclass
 class Event:
-    """Something that happened (``at``: time.monotonic() when it did), for the caller."""
+    """Something that happened (``at``: time.monotonic() when it did), for the caller.
 
-    worker: int
+    ``worker`` is None for run-level events (the coordinator's own)."""
+
+    worker: int | None
     kind: str
     data: dict[str, Any]
     at: float = field(default_factory=time.monotonic)
 
 
-@dataclass
-class FinalState:
-    """A worker's weights (and optimiser state) and mixing weight: its final or checkpointed
-    state."""
-
-    alpha: float
-    weights: dict[str, np.ndarray]
-    meta: dict[str, Any]
-
-
 @dataclass(frozen=True)
 class Resume:
-    """Where a resumed run starts: the last checkpointed epoch and each worker's state."""
+    """Where a resumed run starts: the last checkpointed epoch and each worker's hand-in."""
 
     epoch: int
-    states: dict[int, FinalState]
+    handins: dict[int, HandIn]
 
 
 class Coordinator:
@@ -81,41 +101,59 @@ class Coordinator:
         self,
         run_id: str,
         recipe: dict[str, Any],
-        num_workers: int,
-        sync_epochs: bool = True,
+        roles: Sequence[Role],
+        policy: CoordinationPolicy | None = None,
+        controller: Controller | None = None,
         bind_host: str = "127.0.0.1",
         announce_host: str | None = None,
-        context: zmq.Context | None = None,
+        context: zmq.SyncContext | None = None,
         heartbeat_s: float = 1.0,
         resume: Resume | None = None,
         security: CurveKeys | None = None,
+        epochs: int | None = None,
+        placement: Mapping[int, Mapping[str, Any]] | None = None,
     ) -> None:
         self.run_id = run_id
         self.recipe = recipe
-        self.num_workers = num_workers
-        self.sync_epochs = sync_epochs
+        self.num_workers = len(roles)
+        self.policy = policy or CoordinationPolicy()
+        self.controller: Controller = controller or NoDirectives()
         self.heartbeat_s = heartbeat_s
         self.resume = resume
+        self.epochs = epochs
+        self.placement = {i: dict(p) for i, p in (placement or {}).items()}
         self.traffic = Traffic()
-        self.workers = {i: WorkerInfo(i) for i in range(num_workers)}
-        self.finals: dict[int, FinalState] = {}
-        # Complete checkpoints (every alive worker's state), for the caller to write and pop.
-        self.checkpoints: dict[int, dict[int, FinalState]] = {}
-        self.phase = "registering"  # registering, training, draining, finished, stopped
-        self._epoch_ends: dict[int, set[int]] = {}
+        self.workers = {i: WorkerInfo(i, role) for i, role in enumerate(roles)}
+        self.finals: dict[int, HandIn] = {}
+        # Complete checkpoints (every alive checkpointing worker's part), for the caller.
+        self.checkpoints: dict[int, dict[int, HandIn]] = {}
+        self.phase: Phase = "registering"
+        self.halted: str | None = None
+        self.control = ControlLog(MISSED_HEARTBEATS * heartbeat_s)
+        self._epoch_ends: dict[int, dict[int, dict[str, Any]]] = {}
         self._barrier_since: dict[int, float] = {}
-        self._partial: dict[int, dict[int, FinalState]] = {}
+        self._partial: dict[int, dict[int, HandIn]] = {}
         self._phase_since = time.monotonic()
         self._stopped = False
         self._ctx = context or zmq.Context.instance()
         self._sock = sockets.server(self._ctx, zmq.ROUTER, security)
-        self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self.endpoint = channel.bind_random(self._sock, bind_host, announce_host)
+        try:
+            self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            # A worker whose connection was replaced (a new socket, the same identity) takes its
+            # identity over at once instead of being ignored until the old one times out.
+            self._sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+            self.endpoint = channel.bind_random(
+                self._sock, bind_host, announce_host, what="coordinator"
+            )
+        except BaseException:
+            self._sock.close(linger=0)
+            raise
 
     # ------------------------------------------------------------------ public
 
     def poll(self, timeout_ms: int) -> list[Event]:
-        """Wait up to ``timeout_ms`` for messages, handle all that wait, then check heartbeats."""
+        """Wait up to ``timeout_ms`` for messages, handle all that wait, then check heartbeats
+        and resend what stays unacknowledged."""
         events: list[Event] = []
         if self._sock.poll(timeout_ms, zmq.POLLIN):
             while True:
@@ -127,36 +165,60 @@ class Coordinator:
                     events.extend(self._handle(identity or b"", msg))
                 if not self._sock.poll(0, zmq.POLLIN):
                     break
-        events.extend(self.check_heartbeats(time.monotonic()))
+        now = time.monotonic()
+        events.extend(self.check_heartbeats(now))
+        self.resend_stale(now)
         return events
+
+    def _alive(self, roles: frozenset[str] | None = None) -> list[int]:
+        return [
+            i
+            for i, w in self.workers.items()
+            if w.status != "failed" and (roles is None or w.role.name in roles)
+        ]
 
     @property
     def alive(self) -> list[int]:
-        return [i for i, w in self.workers.items() if w.status != "failed"]
+        return self._alive()
 
     @property
     def failed(self) -> list[int]:
         return [i for i, w in self.workers.items() if w.status == "failed"]
 
     @property
+    def fatal_failures(self) -> list[int]:
+        """Failed workers whose role the run cannot lose."""
+        return [i for i in self.failed if self.workers[i].role.name in self.policy.fatal_roles]
+
+    @property
     def failed_fraction(self) -> float:
-        return len(self.failed) / self.num_workers
+        """The failed share of the workers the run may lose (those of non-fatal roles)."""
+        losable = [w for w in self.workers.values() if w.role.name not in self.policy.fatal_roles]
+        if not losable:
+            return 0.0
+        return sum(w.status == "failed" for w in losable) / len(losable)
+
+    @property
+    def diverged(self) -> list[int]:
+        return [i for i in self.failed if self.workers[i].error_kind == "diverged"]
 
     @property
     def finished(self) -> bool:
         return self.phase == "finished"
 
-    def mark_failed(self, worker_id: int, reason: str) -> list[Event]:
+    def mark_failed(self, worker_id: int, reason: str, kind: str = "failed") -> list[Event]:
         """Record that a worker died, stopped heartbeating or reported an error.
 
-        The run's other workers are told to stop gossiping with it, and every barrier it held
-        is re-examined, so the run can go on without it."""
+        The run's other workers are told (``peers``), and every barrier, checkpoint and drain it
+        held is re-examined, so the run can go on without it."""
         info = self.workers[worker_id]
-        if info.status == "failed":
+        if info.status in ("failed", "final"):  # a worker that handed in is done with the run
             return []
         info.status = "failed"
         info.error = reason
-        events = [Event(worker_id, "failed", {"reason": reason, "host": info.host})]
+        info.error_kind = kind
+        self.control.forget(worker_id)
+        events = [Event(worker_id, "failed", {"reason": reason, "host": info.host, "kind": kind})]
         if self._stopped:
             return events
         failed = self.failed
@@ -166,7 +228,7 @@ class Coordinator:
         events.extend(self._maybe_start())
         events.extend(self._release_barriers())
         events.extend(self._complete_checkpoints())
-        events.extend(self._maybe_drain())
+        events.extend(self._maybe_drain(redrain=self.phase == "draining"))
         events.extend(self._maybe_finish())
         return events
 
@@ -186,21 +248,25 @@ class Coordinator:
             )
         return events
 
+    def resend_stale(self, now: float) -> None:
+        """Send again every control message a live worker has not acknowledged in time."""
+        for wid, entry in self.control.stale(now):
+            if self.workers[wid].status != "failed":
+                log.info("resending %s #%d to worker %d", entry.kind, entry.seq, wid)
+                self._transmit(wid, entry.kind, entry.meta, entry.epoch, entry.tensors)
+
     def waiting_on(self) -> list[int]:
         """Workers the current phase still waits for."""
-        if self.phase == "training" and self.sync_epochs and self._epoch_ends:
+        if self.phase == "training" and self.policy.barriers and self._epoch_ends:
             epoch = min(self._epoch_ends)
-            return [
-                i
-                for i in self.alive
-                if self.workers[i].status == "running" and i not in self._epoch_ends[epoch]
-            ]
-        want = {
-            "registering": ("pending", "registered"),
-            "training": ("running",),
-            "draining": ("done",),
-        }.get(self.phase, ())
-        return [i for i, w in self.workers.items() if w.status in want]
+            return [i for i in self._training() if i not in self._epoch_ends[epoch]]
+        if self.phase == "registering":
+            return [i for i in self.alive if self.workers[i].status in ("pending", "registered")]
+        if self.phase == "training":
+            return self._training()
+        if self.phase == "draining":
+            return [i for i in self.alive if self.workers[i].status != "final"]
+        return []
 
     def stall(self, now: float) -> tuple[float, str] | None:
         """How long the run has waited, and on what, in words; None when nothing waits."""
@@ -213,7 +279,7 @@ class Coordinator:
             pending = [i for i in ids if self.workers[i].status == "pending"]
             what = "to register" if pending else f"to load {its} data and model"
             since = self._phase_since
-        elif self.phase == "training" and self.sync_epochs and self._epoch_ends:
+        elif self.phase == "training" and self.policy.barriers and self._epoch_ends:
             epoch = min(self._epoch_ends)
             what = f"to finish epoch {epoch}"
             since = self._barrier_since.get(epoch, self._phase_since)
@@ -234,19 +300,31 @@ class Coordinator:
         if self.phase != "finished":
             self.phase = "stopped"
         for info in self.workers.values():
-            if info.endpoint:
+            if info.status not in ("pending", "failed"):
                 self._send(info.id, protocol.STOP, {})
 
     def close(self) -> None:
         self._sock.close(linger=500)
 
-    # ------------------------------------------------------------------ handling
+    # ------------------------------------------------------------------ sending
 
-    def _set_phase(self, phase: str) -> None:
+    def _set_phase(self, phase: Phase) -> None:
         self.phase = phase
         self._phase_since = time.monotonic()
 
     def _send(
+        self,
+        worker_id: int,
+        kind: str,
+        meta: dict[str, Any],
+        epoch: int = 0,
+        tensors: dict[str, np.ndarray] | None = None,
+    ) -> None:
+        """Number a message, keep it until acknowledged, and send it."""
+        entry = self.control.record(worker_id, kind, meta, epoch, tensors or {}, time.monotonic())
+        self._transmit(worker_id, kind, entry.meta, epoch, entry.tensors)
+
+    def _transmit(
         self,
         worker_id: int,
         kind: str,
@@ -265,62 +343,110 @@ class Coordinator:
                 identity=protocol.worker_name(worker_id).encode(),
                 flags=zmq.NOBLOCK,
             )
-        except zmq.ZMQError as exc:  # the worker is gone or its queue is full
-            log.info("could not send %s to worker %d: %s", kind, worker_id, exc)
+        except zmq.ZMQError as exc:  # gone, reconnecting, or its queue is full: resent later
+            log.info("could not send %s to worker %d now: %s", kind, worker_id, exc)
+
+    # ------------------------------------------------------------------ handling
 
     def _handle(self, identity: bytes, msg: Message) -> list[Event]:
-        wid = _worker_id(msg.sender)
+        wid = protocol.worker_id(msg.sender)
         if wid is None or wid not in self.workers:
-            self.traffic.dropped["bad_sender"] += 1
+            self.traffic.drop("bad_sender", msg.sender)
             return []
         expected = (
             protocol.heartbeat_identity(wid) if msg.type == protocol.HEARTBEAT else msg.sender
         )
         if identity != expected.encode():
-            self.traffic.dropped["bad_sender"] += 1
+            self.traffic.drop("bad_sender", msg.sender)
             return []
         info = self.workers[wid]
         if info.status == "failed":
-            self.traffic.dropped["failed_sender"] += 1
+            self.traffic.drop("failed_sender", msg.sender)
             return []
         if msg.type == protocol.HEARTBEAT:
             if info.status != "pending":
                 info.last_seen = time.monotonic()
+                self._ack(info, msg.meta.get("ack"))
+            return []
+        if msg.type != protocol.REGISTER and info.status == "pending":
+            self.traffic.drop("not_registered", msg.sender)
             return []
         info.last_seen = time.monotonic()
         handler = {
             protocol.REGISTER: self._on_register,
             protocol.READY: self._on_ready,
             protocol.PROGRESS: self._on_progress,
+            protocol.CHECKPOINT: self._on_checkpoint,
             protocol.EPOCH_END: self._on_epoch_end,
             protocol.DONE: self._on_done,
             protocol.FINAL: self._on_final,
             protocol.ERROR: self._on_error,
+            protocol.SYNC: self._on_sync,
         }[msg.type]
         return handler(info, msg)
 
+    def _ack(self, info: WorkerInfo, seq: object) -> None:
+        if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0:
+            self.control.ack(info.id, seq)
+
+    def _bad(self, info: WorkerInfo, reason: str) -> list[Event]:
+        self.traffic.drop(reason, protocol.worker_name(info.id))
+        return []
+
     def _on_register(self, info: WorkerInfo, msg: Message) -> list[Event]:
-        endpoint = msg.meta.get("endpoint")
-        if info.status != "pending" or not isinstance(endpoint, str):
-            self.traffic.dropped["bad_register"] += 1
-            return []
-        info.endpoint = endpoint
+        role = msg.meta.get("role")
+        if info.status != "pending" or (role is not None and role != str(info.role)):
+            return self._bad(info, "bad_register")
         info.host = str(msg.meta.get("host", ""))[:255]
         pid = msg.meta.get("pid")
         info.pid = pid if isinstance(pid, int) else None
         info.status = "registered"
-        meta: dict[str, Any] = {"recipe": self.recipe, "num_workers": self.num_workers}
+        meta: dict[str, Any] = {
+            "recipe": self.recipe,
+            "num_workers": self.num_workers,
+            "role": str(info.role),
+        }
         tensors: dict[str, np.ndarray] = {}
-        if self.resume is not None:
-            state = self.resume.states[info.id]
-            meta["resume"] = {"epoch": self.resume.epoch, "alpha": state.alpha}
-            tensors = state.weights
+        if self.resume is not None:  # a worker with no part in the checkpoint gets no hand-in
+            handin = self.resume.handins.get(info.id)
+            meta["resume"] = {
+                "epoch": self.resume.epoch,
+                "handin": handin.meta if handin is not None else None,
+            }
+            tensors = handin.weights if handin is not None else {}
         self._send(info.id, protocol.WELCOME, meta, tensors=tensors)
-        return [Event(info.id, "registered", {"host": info.host, "pid": info.pid})]
+        event = {"host": info.host, "pid": info.pid, "role": str(info.role)}
+        return [Event(info.id, "registered", event)]
 
     def _on_ready(self, info: WorkerInfo, msg: Message) -> list[Event]:
+        endpoints = msg.meta.get("endpoints", {})
+        if info.status != "registered" or not _endpoints_ok(endpoints) or not _small(msg.meta):
+            return self._bad(info, "bad_ready")
+        info.endpoints = dict(endpoints)
+        info.ready = {k: v for k, v in msg.meta.items() if k not in ("endpoints", "seq")}
         info.status = "ready"
         return [Event(info.id, "ready", dict(msg.meta)), *self._maybe_start()]
+
+    def roster(self) -> dict[str, dict[str, Any]]:
+        """Every worker still in the run: role, host, endpoints (and its placement)."""
+        return {
+            str(i): {
+                "role": w.role.name,
+                "index": w.role.index,
+                "host": w.host,
+                "endpoints": w.endpoints,
+                **self.placement.get(i, {}),
+            }
+            for i, w in self.workers.items()
+            if w.status != "failed"
+        }
+
+    def _decide(self, decision: Decision, stage: str) -> list[Event]:
+        """Record a controller's halt (the caller's policy stops the run on it)."""
+        if decision.halt is None or self.halted is not None:
+            return []
+        self.halted = decision.halt
+        return [Event(None, "halt", {"reason": decision.halt, "at": stage})]
 
     def _maybe_start(self) -> list[Event]:
         """Start training once every worker that has not failed is ready."""
@@ -329,121 +455,175 @@ class Coordinator:
             return []
         if any(self.workers[i].status != "ready" for i in alive):
             return []
-        peers = {str(i): self.workers[i].endpoint for i in alive}
+        decision = self.controller.on_start({i: self.workers[i].ready for i in alive})
+        roster = self.roster()
         self._set_phase("training")
         for i in alive:
             self.workers[i].status = "running"
-            self._send(i, protocol.START, {"peers": peers})
-        return [Event(-1, "started", {"workers": len(alive)})]
+            meta = {
+                "roster": roster,
+                "barriers": self.policy.barriers,
+                "checkpoints": self.policy.checkpoints(self.workers[i].role.name),
+                "directive": decision.directive(i),
+            }
+            self._send(i, protocol.START, meta)
+        started = Event(None, "started", {"workers": len(alive), "barriers": self.policy.barriers})
+        return [started, *self._decide(decision, "start")]
 
     def _on_progress(self, info: WorkerInfo, msg: Message) -> list[Event]:
         return [Event(info.id, "progress", {**msg.meta, "epoch": msg.epoch, "step": msg.step})]
 
+    def _on_checkpoint(self, info: WorkerInfo, msg: Message) -> list[Event]:
+        handin = msg.meta.get("handin")
+        if not self.policy.checkpoints(info.role.name) or not isinstance(handin, dict):
+            return self._bad(info, "bad_checkpoint")
+        if not _small(handin):
+            return self._bad(info, "bad_checkpoint")
+        # Copy: received tensors are read-only views of the receive buffers.
+        weights = {k: np.array(v) for k, v in msg.tensors.items()}
+        self._partial.setdefault(msg.epoch, {})[info.id] = HandIn(weights, dict(handin))
+        return self._complete_checkpoints()
+
     def _on_epoch_end(self, info: WorkerInfo, msg: Message) -> list[Event]:
+        if info.role.name not in self.policy.epoch_roles or info.status != "running":
+            return self._bad(info, "bad_epoch_end")
         info.epoch = msg.epoch
-        meta = {k: v for k, v in msg.meta.items() if k != "checkpoint"}
-        events = [Event(info.id, "epoch", {**meta, "epoch": msg.epoch, "step": msg.step})]
-        ckpt = msg.meta.get("checkpoint")
-        if msg.tensors and isinstance(ckpt, dict):
-            alpha = ckpt.get("alpha")
-            if isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and alpha >= 0:
-                weights = {k: np.array(v) for k, v in msg.tensors.items()}
-                state = FinalState(float(alpha), weights, {"epoch": msg.epoch})
-                self._partial.setdefault(msg.epoch, {})[info.id] = state
-            else:
-                self.traffic.dropped["bad_checkpoint"] += 1
-        self._epoch_ends.setdefault(msg.epoch, set()).add(info.id)
-        self._barrier_since.setdefault(msg.epoch, time.monotonic())
-        events.extend(self._complete_checkpoints())
-        events.extend(self._release_barriers())
+        report = {k: v for k, v in msg.meta.items() if k != "seq"}
+        events = [Event(info.id, "epoch", {**report, "epoch": msg.epoch, "step": msg.step})]
+        if self.policy.barriers:
+            self._epoch_ends.setdefault(msg.epoch, {})[info.id] = report
+            self._barrier_since.setdefault(msg.epoch, time.monotonic())
+            events.extend(self._release_barriers())
+        return events
+
+    def _training(self) -> list[int]:
+        """Alive workers of epoch roles still training."""
+        return [
+            i for i in self._alive(self.policy.epoch_roles) if self.workers[i].status == "running"
+        ]
+
+    def _release_barriers(self) -> list[Event]:
+        """Release every epoch that all alive, still-training workers have ended: ask the
+        controller for directives and send each worker its ``go``."""
+        if not self.policy.barriers:
+            return []
+        events: list[Event] = []
+        for epoch in sorted(self._epoch_ends):
+            training = self._training()
+            reports = self._epoch_ends[epoch]
+            ended = [i for i in self._alive(self.policy.epoch_roles) if i in reports]
+            if not set(training) <= set(reports) or not ended:
+                break
+            decision = self.controller.on_barrier(epoch, {i: reports[i] for i in ended})
+            last = self.epochs is not None and epoch >= self.epochs
+            for i in training:
+                if not last:
+                    self._send(i, protocol.GO, {"directive": decision.directive(i)}, epoch + 1)
+            del self._epoch_ends[epoch]
+            self._barrier_since.pop(epoch, None)
+            events.append(Event(None, "barrier", {"epoch": epoch}))
+            events.extend(self._decide(decision, f"epoch {epoch}"))
         return events
 
     def _complete_checkpoints(self) -> list[Event]:
-        """Move a checkpoint to :attr:`checkpoints` once every alive worker has sent its part."""
+        """Move a checkpoint to :attr:`checkpoints` once every alive worker that checkpoints
+        has sent its part."""
         events: list[Event] = []
         for epoch in sorted(self._partial):
             parts = self._partial[epoch]
-            alive = set(self.alive)
+            alive = {i for i in self.alive if self.policy.checkpoints(self.workers[i].role.name)}
             if not alive or not alive <= set(parts):
                 continue
             self.checkpoints[epoch] = {i: parts[i] for i in sorted(alive)}
             del self._partial[epoch]
-            events.append(Event(-1, "checkpoint", {"epoch": epoch, "workers": sorted(alive)}))
-        return events
-
-    def _release_barriers(self) -> list[Event]:
-        """Send ``go`` for every epoch that all alive, still-training workers have ended."""
-        if not self.sync_epochs:
-            return []
-        events: list[Event] = []
-        training = [i for i in self.alive if self.workers[i].status == "running"]
-        for epoch in sorted(self._epoch_ends):
-            if not set(training) <= self._epoch_ends[epoch]:
-                break
-            for i in training:
-                self._send(i, protocol.GO, {}, epoch=epoch + 1)
-            del self._epoch_ends[epoch]
-            self._barrier_since.pop(epoch, None)
-            events.append(Event(-1, "barrier", {"epoch": epoch}))
+            events.append(Event(None, "checkpoint", {"epoch": epoch, "workers": sorted(alive)}))
         return events
 
     def _on_done(self, info: WorkerInfo, msg: Message) -> list[Event]:
-        sent = msg.meta.get("sent", {})
-        if not isinstance(sent, dict):
-            self.traffic.dropped["bad_done"] += 1
-            return []
-        info.sent = {
-            int(k): int(v)
-            for k, v in sent.items()
-            if str(k).isdigit() and isinstance(v, int) and v >= 0
-        }
+        if info.role.name not in self.policy.epoch_roles or not _small(msg.meta):
+            return self._bad(info, "bad_done")
+        info.done = {k: v for k, v in msg.meta.items() if k != "seq"}
         info.status = "done"
-        events = [Event(info.id, "done", dict(msg.meta))]
+        events = [Event(info.id, "done", dict(info.done))]
         events.extend(self._release_barriers())
         events.extend(self._maybe_drain())
         return events
 
-    def _maybe_drain(self) -> list[Event]:
-        """Once every alive worker is done, tell each how many messages each alive peer sent it.
-
-        Messages from failed workers are not counted: they may or may not have arrived."""
-        alive = self.alive
-        if self.phase != "training" or any(self.workers[i].status != "done" for i in alive):
+    def _maybe_drain(self, redrain: bool = False) -> list[Event]:
+        """Once every alive training worker is done, send every worker its drain directive;
+        with ``redrain`` (a worker failed while the others drain), send the new directives to
+        those still draining, so nobody waits for what the failed worker will never send."""
+        trainers = self._alive(self.policy.epoch_roles)
+        if redrain:
+            targets = [i for i in self.alive if self.workers[i].status != "final"]
+        elif self.phase == "training" and trainers:
+            if any(self.workers[i].status != "done" for i in trainers):
+                return []
+            targets = self.alive
+        else:
             return []
-        self._set_phase("draining")
-        for i in alive:
-            expect_from = {str(j): self.workers[j].sent.get(i, 0) for j in alive if j != i}
-            self._send(
-                i,
-                protocol.DRAIN,
-                {"expect": sum(expect_from.values()), "expect_from": expect_from},
-            )
-        return [Event(-1, "draining", {})]
+        if not targets:
+            return []
+        decision = self.controller.on_drain({i: self.workers[i].done for i in trainers})
+        if not redrain:
+            self._set_phase("draining")
+        for i in targets:
+            self._send(i, protocol.DRAIN, {"directive": decision.directive(i)})
+        return [Event(None, "draining", {"again": redrain}), *self._decide(decision, "drain")]
 
     def _on_final(self, info: WorkerInfo, msg: Message) -> list[Event]:
-        alpha = msg.meta.get("alpha")
-        if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or alpha < 0:
-            self.traffic.dropped["bad_final"] += 1
-            return []
+        handin = msg.meta.get("handin")
+        if self.phase != "draining" or info.status == "final" or not isinstance(handin, dict):
+            return self._bad(info, "bad_final")
+        if not _small(handin):
+            return self._bad(info, "bad_final")
         # Copy: received tensors are read-only views of the receive buffers.
         weights = {k: np.array(v) for k, v in msg.tensors.items()}
-        self.finals[info.id] = FinalState(float(alpha), weights, dict(msg.meta))
+        self.finals[info.id] = HandIn(weights, dict(handin))
         info.status = "final"
-        return [Event(info.id, "final", dict(msg.meta)), *self._maybe_finish()]
+        report = {k: v for k, v in msg.meta.items() if k != "seq"}
+        return [Event(info.id, "final", report), *self._maybe_finish()]
 
     def _maybe_finish(self) -> list[Event]:
         alive = self.alive
         if self.phase != "draining" or not all(self.workers[i].status == "final" for i in alive):
             return []
         self._set_phase("finished")
-        return [Event(-1, "finished", {})]
+        return [Event(None, "finished", {})]
 
     def _on_error(self, info: WorkerInfo, msg: Message) -> list[Event]:
         reason = str(msg.meta.get("message", "unknown error"))[:2000]
-        return [Event(info.id, "error", {"message": reason}), *self.mark_failed(info.id, reason)]
+        kind = str(msg.meta.get("kind", "error"))[:32]
+        events = [Event(info.id, "error", {"message": reason, "kind": kind})]
+        return [*events, *self.mark_failed(info.id, reason, kind)]
+
+    def _on_sync(self, info: WorkerInfo, msg: Message) -> list[Event]:
+        """A worker waited too long: resend what it lacks, then tell it where the run is."""
+        have = msg.meta.get("have")
+        if not isinstance(have, int) or isinstance(have, bool) or have < 0:
+            return self._bad(info, "bad_sync")
+        self.control.ack(info.id, have)
+        lacking = self.control.after(info.id, have, time.monotonic())
+        for entry in lacking:
+            self._transmit(info.id, entry.kind, entry.meta, entry.epoch, entry.tensors)
+        state = {"phase": self.phase, "seq": self.control.last(info.id), "resent": len(lacking)}
+        self._transmit(info.id, protocol.STATE, state)
+        return [Event(info.id, "sync", {"have": have, "resent": len(lacking)})]
 
 
-def _worker_id(sender: str) -> int | None:
-    if sender.startswith("w") and sender[1:].isdigit():
-        return int(sender[1:])
-    return None
+def _endpoints_ok(value: object) -> bool:
+    """``{name: "tcp://host:port"}`` with short strings, at most :data:`MAX_ENDPOINTS`."""
+    if not isinstance(value, dict) or len(value) > MAX_ENDPOINTS:
+        return False
+    return all(
+        isinstance(k, str) and isinstance(v, str) and 0 < len(k) <= 64 and 0 < len(v) <= 256
+        for k, v in value.items()
+    )
+
+
+def _small(meta: Mapping[str, Any]) -> bool:
+    """True if ``meta`` is a JSON object of at most :data:`MAX_META_BYTES`."""
+    try:
+        return len(json.dumps(meta)) <= MAX_META_BYTES
+    except (TypeError, ValueError):
+        return False

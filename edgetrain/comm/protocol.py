@@ -1,25 +1,34 @@
-"""Message types between workers and the coordinator, and the order they come in.
+"""Control messages between workers and the coordinator, and the order they come in.
 
-worker                         coordinator
-register {worker, host, pid, endpoint}  ->
-                             <- welcome {recipe, num_workers}
-(load data, build model)
-ready                        ->
-                             <- start {peers}              once every worker is ready
-progress {epoch, step, loss} ->                             at most a few per second
-epoch_end {metrics}          ->
-                             <- go {epoch}                  once all alive workers ended it
-done {sent: {peer: count}}   ->
-                             <- drain {expect}              once every worker is done
-final {alpha, metrics} + weights ->
-                             <- stop                        at the end, or on any failure
-error {message}              ->                             a worker's failure, as data
-heartbeat                    ->                             every [run] heartbeat_s, own socket
-                             <- peers {failed}              when workers fail and the run goes on
+Only the control plane lives here; traffic between workers (gossip pushes, pulls and pushes,
+activations and errors) is declared by each family in its own package.
 
-epoch_end carries the worker's weights (and optimiser state) when the coordinator asked for a
-checkpoint of that epoch (``start``'s ``checkpoint_every``); on resume, ``welcome`` carries the
-worker's checkpointed weights and ``resume: {epoch, alpha}``.
+worker                                  coordinator
+register {host, pid, role}          ->
+                                    <-  welcome {recipe, num_workers, role, resume?} (+ weights)
+(load data, build model, bind sockets)
+ready {endpoints: {name: url}, ...} ->
+                                    <-  start {roster, directive}   once every worker is ready
+progress {epoch, epoch_step, ...}   ->                               a few per second at most
+checkpoint {handin} + weights       ->                               every [run] checkpoint_every
+epoch_end {metrics}                 ->                               epoch roles only
+                                    <-  go {directive}  epoch E+1    once every trainer ended E
+done {...}                          ->                               epoch roles only
+                                    <-  drain {directive}            once every trainer is done,
+                                                                     and again if one fails
+final {handin, metrics} + weights   ->
+                                    <-  stop                         at the end, or on failure
+error {message, kind}               ->                               a failure, as data
+heartbeat {ack}                     ->                               every [run] heartbeat_s
+sync {have}                         ->                               after 3 quiet intervals
+                                    <-  state {phase, seq}           the reply to sync
+                                    <-  peers {failed}               when workers fail
+
+Every coordinator message but ``state`` carries ``meta["seq"]``, numbered per worker from 1;
+a worker acknowledges the highest number it received in order in its heartbeats, and the
+coordinator resends what stays unacknowledged (:mod:`edgetrain.comm.control`). On resume,
+``welcome`` carries the worker's checkpointed hand-in: ``resume: {epoch, handin}`` plus its
+arrays.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ WELCOME = "welcome"
 READY = "ready"
 START = "start"
 PROGRESS = "progress"
+CHECKPOINT = "checkpoint"
 EPOCH_END = "epoch_end"
 GO = "go"
 DONE = "done"
@@ -36,13 +46,25 @@ DRAIN = "drain"
 FINAL = "final"
 STOP = "stop"
 ERROR = "error"
-GOSSIP = "gossip"
 HEARTBEAT = "heartbeat"
+SYNC = "sync"
+STATE = "state"
 PEERS = "peers"
 
-TO_COORDINATOR = (REGISTER, READY, PROGRESS, EPOCH_END, DONE, FINAL, ERROR, HEARTBEAT)
-TO_WORKER = (WELCOME, START, GO, DRAIN, STOP, PEERS)
-BETWEEN_PEERS = (GOSSIP,)
+TO_COORDINATOR = (
+    REGISTER,
+    READY,
+    PROGRESS,
+    CHECKPOINT,
+    EPOCH_END,
+    DONE,
+    FINAL,
+    ERROR,
+    HEARTBEAT,
+    SYNC,
+)
+TO_WORKER = (WELCOME, START, GO, DRAIN, STOP, PEERS, STATE)
+NUMBERED = (WELCOME, START, GO, DRAIN, STOP, PEERS)
 
 COORDINATOR = "coordinator"
 
@@ -50,6 +72,13 @@ COORDINATOR = "coordinator"
 def worker_name(worker_id: int) -> str:
     """The sender name and socket identity of a worker: ``w<id>``."""
     return f"w{worker_id}"
+
+
+def worker_id(sender: str) -> int | None:
+    """The id in a worker name ``w<id>``, or None for any other name."""
+    if sender.startswith("w") and sender[1:].isdigit() and len(sender) < 12:
+        return int(sender[1:])
+    return None
 
 
 def heartbeat_identity(worker_id: int) -> str:

@@ -47,7 +47,7 @@ class SocketOptions:
 DEFAULT = SocketOptions()
 
 
-def _apply(sock: zmq.Socket, opts: SocketOptions) -> None:
+def _apply(sock: zmq.SyncSocket, opts: SocketOptions) -> None:
     sock.setsockopt(zmq.SNDTIMEO, opts.send_timeout_ms)
     sock.setsockopt(zmq.RCVTIMEO, opts.recv_timeout_ms)
     sock.setsockopt(zmq.LINGER, opts.linger_ms)
@@ -123,7 +123,7 @@ def _zap_domain(keys: CurveKeys) -> str:
     return "edgetrain-" + keys.client_public.decode("ascii")
 
 
-def _acquire_auth(ctx: zmq.Context, keys: CurveKeys) -> None:
+def _acquire_auth(ctx: zmq.SyncContext, keys: CurveKeys) -> None:
     with _lock:
         auth, users = _auth.get(id(ctx), (None, 0))
         if auth is None or auth.context is not ctx:  # (the entry holds its context: no reuse)
@@ -134,7 +134,7 @@ def _acquire_auth(ctx: zmq.Context, keys: CurveKeys) -> None:
         _auth[id(ctx)] = (auth, users + 1)
 
 
-def _release_auth(ctx: zmq.Context) -> None:
+def _release_auth(ctx: zmq.SyncContext) -> None:
     with _lock:
         auth, users = _auth.get(id(ctx), (None, 0))
         if auth is None:
@@ -160,11 +160,11 @@ class ServerSocket(zmq.Socket):  # type: ignore[type-arg]
 
 
 def server(
-    ctx: zmq.Context,
+    ctx: zmq.SyncContext,
     kind: int,
     keys: CurveKeys | None = None,
     opts: SocketOptions = DEFAULT,
-) -> zmq.Socket:
+) -> zmq.SyncSocket:
     """A socket that binds (ROUTER, PULL); with ``keys``, a CURVE server checking client keys."""
     sock: Any = ctx.socket(kind, socket_class=ServerSocket)
     _apply(sock, opts)
@@ -178,12 +178,12 @@ def server(
 
 
 def client(
-    ctx: zmq.Context,
+    ctx: zmq.SyncContext,
     kind: int,
     keys: CurveKeys | None = None,
     opts: SocketOptions = DEFAULT,
     identity: bytes | None = None,
-) -> zmq.Socket:
+) -> zmq.SyncSocket:
     """A socket that connects (DEALER, PUSH); with ``keys``, a CURVE client of the run."""
     sock = ctx.socket(kind)
     _apply(sock, opts)

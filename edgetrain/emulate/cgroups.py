@@ -15,6 +15,12 @@ TOP = "edgetrain-emulate"
 CFS_PERIOD_US = 100_000  # the kernel's default; shorter periods lose a larger part of
 # small quotas to throttling latency (measured: 0.25 of a core gave 0.19 at 20 ms)
 MIN_QUOTA_US = 1000
+# CPU weight (cpu.shares) of one core of quota. A quota caps a host but guarantees nothing: with
+# other load on the machine each host also gets a weight in proportion to its quota, and the
+# testbed's group a weight well above any process outside it, so the hosts keep their ratios
+# (and their quotas, while the cores can give them) whatever else runs.
+SHARES_PER_CORE = 1024
+TESTBED_SHARES = 16 * 1024
 
 
 class CgroupError(RuntimeError):
@@ -63,8 +69,11 @@ def create(testbed: str, host: str, cpu: float, memory: int | None) -> list[Path
     made: list[Path] = []
     cdir = _mkgroup(cpu_dir(testbed, host))
     made.append(cdir)
+    for group in (cpu_dir(testbed).parent, cpu_dir(testbed)):  # edgetrain-emulate, the testbed
+        _write(group / "cpu.shares", str(TESTBED_SHARES))
     _write(cdir / "cpu.cfs_period_us", str(CFS_PERIOD_US))
     _write(cdir / "cpu.cfs_quota_us", str(max(MIN_QUOTA_US, round(cpu * CFS_PERIOD_US))))
+    _write(cdir / "cpu.shares", str(shares(cpu)))
     if memory is not None:
         mdir = _mkgroup(memory_dir(testbed, host))
         made.append(mdir)
@@ -95,11 +104,17 @@ def remove_filler(testbed: str) -> None:
         _rmdir(d, [])
 
 
+def shares(cpu: float) -> int:
+    """The CPU weight of a host with ``cpu`` cores of quota (the kernel's minimum is 2)."""
+    return max(2, round(SHARES_PER_CORE * cpu))
+
+
 def set_cpu(testbed: str, host: str, cpu: float) -> None:
     _write(
         cpu_dir(testbed, host) / "cpu.cfs_quota_us",
         str(max(MIN_QUOTA_US, round(cpu * CFS_PERIOD_US))),
     )
+    _write(cpu_dir(testbed, host) / "cpu.shares", str(shares(cpu)))
 
 
 def read_cpu(testbed: str, host: str) -> float | None:

@@ -27,12 +27,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from edgetrain import tomlconfig
 from edgetrain.errors import EdgetrainError
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,19}$"
+NAME_RULE = "use 1-20 lower-case letters, digits and '-' (starting with a letter or digit)"
 MIN_RATE_BPS = 100_000  # 100 kbit/s: tbf below that is mostly burst
 MAX_RATE_BPS = 100_000_000_000
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit|bps)?\s*$", re.IGNORECASE)
@@ -93,7 +94,7 @@ class _Model(BaseModel):
 class HostSpec(_Model):
     """One emulated device."""
 
-    name: str = Field(pattern=NAME_PATTERN)
+    name: str = Field(pattern=NAME_PATTERN, description=NAME_RULE)
     cpu: float = Field(ge=0.05, le=256, description="CPU share in cores")
     memory: int | None = None
     access: int | None = None
@@ -114,7 +115,7 @@ class HostSpec(_Model):
 class SiteSpec(_Model):
     """A site: hosts on one LAN, joined to the other sites by its WAN uplink."""
 
-    name: str = Field(pattern=NAME_PATTERN)
+    name: str = Field(pattern=NAME_PATTERN, description=NAME_RULE)
     lan: int
     wan: int | None = None
     hosts: list[HostSpec] = Field(min_length=1)
@@ -128,7 +129,7 @@ class SiteSpec(_Model):
 class TestbedSpec(_Model):
     """A whole testbed."""
 
-    name: str = Field(pattern=NAME_PATTERN)
+    name: str = Field(pattern=NAME_PATTERN, description=NAME_RULE)
     description: str = ""
     wan: int | None = None
     subnet: str | None = None
@@ -189,53 +190,16 @@ class TestbedSpec(_Model):
             ) from None
 
 
-def _loc(loc: tuple[Any, ...]) -> str:
-    parts: list[str] = []
-    for p in loc:
-        if isinstance(p, int):
-            parts[-1] = f"{parts[-1]}[{p + 1}]" if parts else f"#{p + 1}"
-        else:
-            parts.append(str(p))
-    return ".".join(parts) or "the top level"
-
-
-def _describe(err: dict[str, Any]) -> str:
-    loc = tuple(err.get("loc", ()))
-    kind = err.get("type", "")
-    if kind == "extra_forbidden":
-        return f"unknown key '{loc[-1]}' in {_loc(loc[:-1])}"
-    if kind == "missing":
-        return f"{_loc(loc)}: missing; add it"
-    msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
-    if kind == "string_pattern_mismatch":
-        msg = "use 1-20 lower-case letters, digits and '-' (starting with a letter or digit)"
-    given = err.get("input")
-    shown = "" if isinstance(given, (dict, list)) or given is None else f" (got {given!r})"
-    where = _loc(loc)
-    return f"{where}: {msg}{shown}" if loc else msg
-
-
 def parse_spec(data: dict[str, Any], source: str) -> TestbedSpec:
     """Validate a spec mapping; raise :class:`SpecError` naming ``source`` and the key."""
     if "name" not in data and source.endswith(".toml"):
         data = {**data, "name": Path(source).stem}
-    try:
-        return TestbedSpec.model_validate(data)
-    except ValidationError as exc:
-        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
-        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-        raise SpecError(f"{source}: {_describe(dict(errors[0]))}{more}") from None
+    return tomlconfig.validate(TestbedSpec, data, source, SpecError)
 
 
 def load_spec(path: str | Path) -> TestbedSpec:
     """Read and validate a testbed spec file."""
-    p = Path(path)
-    if not p.is_file():
-        raise SpecError(f"testbed spec '{p}' not found", "see recipes/testbeds/ for examples")
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"testbed spec '{p}' cannot be read: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{p}: not valid TOML: {exc}", "fix the syntax") from None
-    return parse_spec(data, str(p))
+    data, _ = tomlconfig.read_toml(
+        path, "testbed spec", SpecError, "see recipes/testbeds/ for examples"
+    )
+    return parse_spec(data, str(path))

@@ -302,9 +302,9 @@ def hosts_toml(tb: Testbed) -> str:
 
 
 def parse_hosts_text(text: str, source: str) -> None:
-    import tomllib
+    from edgetrain.tomlconfig import loads
 
-    parse_hosts(tomllib.loads(text), source)
+    parse_hosts(loads(text), source)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tomllib
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from edgetrain import tomlconfig
 from edgetrain.emulate import cgroups
 from edgetrain.emulate.spec import SpecError, format_rate, parse_rate
 from edgetrain.emulate.topology import Topology, tbf
@@ -88,21 +88,10 @@ class Action:
 
 
 def load_trace(path: str | Path) -> Trace:
-    p = Path(path)
-    if not p.is_file():
-        raise SpecError(f"trace '{p}' not found", "see recipes/testbeds/traces/ for examples")
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-        return Trace.model_validate(data)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"trace '{p}' cannot be read: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{p}: not valid TOML: {exc}", "fix the syntax") from None
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x + 1) if isinstance(x, int) else str(x) for x in err["loc"])
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        raise SpecError(f"{p}: {loc or 'the top level'}: {msg}") from None
+    trace, _ = tomlconfig.load_toml(
+        path, Trace, "trace", SpecError, "see recipes/testbeds/traces/ for examples"
+    )
+    return trace
 
 
 def _link(topo: Topology, host: str, bps: int) -> tuple[tuple[str, ...], ...]:

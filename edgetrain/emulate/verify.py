@@ -21,6 +21,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from edgetrain.emulate import cgroups
@@ -84,6 +85,7 @@ class Verification:
     links: list[LinkResult]
     cpus: list[CpuResult]
     baseline_ops_per_s: float
+    busy: str | None = None  # why the shares could not be granted: the machine's other load
 
     @property
     def ok(self) -> bool:
@@ -97,6 +99,7 @@ class Verification:
             "baseline_ops_per_s": self.baseline_ops_per_s,
             "links": [r.to_dict() for r in self.links],
             "cpus": [r.to_dict() for r in self.cpus],
+            "busy": self.busy,
         }
 
 
@@ -269,4 +272,50 @@ def verify(
                 cgroup=mine[0]["cgroup"],
             )
         )
-    return Verification(links, cpus, baseline)
+    busy = None if all(c.ok for c in cpus) else busy_note(tb.spec.name)
+    return Verification(links, cpus, baseline, busy)
+
+
+def _cpu_ticks() -> dict[int, tuple[int, str]]:
+    """Per process outside any testbed: (user + system ticks, command name)."""
+    out: dict[int, tuple[int, str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if cgroups.TOP in (entry / "cgroup").read_text():
+                continue
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        out[int(entry.name)] = (int(fields[11]) + int(fields[12]), name)
+    return out
+
+
+def busy_note(testbed: str, window_s: float = 1.0) -> str | None:
+    """One line naming the load that keeps the hosts from their shares, or None when the
+    machine is not busy: the load average against the cores, and the processes outside the
+    testbed that used the most CPU over ``window_s``."""
+    load = float(Path("/proc/loadavg").read_text().split()[0])
+    cores = os.cpu_count() or 1
+    before = _cpu_ticks()
+    time.sleep(window_s)  # (a measurement window, not a wait for an event)
+    after = _cpu_ticks()
+    tick = os.sysconf("SC_CLK_TCK")
+    use = sorted(
+        ((after[p][0] - before[p][0]) / tick / window_s, p, after[p][1])
+        for p in after
+        if p in before
+    )[::-1]
+    outside = sum(u for u, _, _ in use)
+    if load <= cores and outside < 0.5:
+        return None
+    top = ", ".join(f"{name} (pid {pid}, {u:.0%})" for u, pid, name in use[:3] if u >= 0.05)
+    return (
+        f"the machine is too busy to grant the hosts' shares: load average {load:.1f} on "
+        f"{cores} cores, {outside:.1f} cores used outside the testbed"
+        + (f" (most: {top})" if top else "")
+        + "; measure again on an idle machine"
+    )

@@ -1,229 +1,238 @@
 """GoSGD: local SGD steps; after a step, with probability p, push weights and half of alpha to a
-random peer, which merges them (ALGORITHMS.md section 2, the baseline)."""
+random peer, which merges them (ALGORITHMS.md section 2, the baseline).
+
+The worker side only: the run protocol (epochs, barriers, checkpoints, hand-ins) is the shared
+:func:`~edgetrain.runtime.epochs.run_epochs`; drain accounting and the averaged model are the
+family's (:mod:`edgetrain.gossip.family`).
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
+import torch
 import zmq
 
 from edgetrain.comm import protocol
+from edgetrain.comm.client import Serve
+from edgetrain.comm.control import HandIn
 from edgetrain.comm.wire import Message, arrays_from_state
+from edgetrain.gossip.config import GossipSection
 from edgetrain.gossip.mixing import check_compatible, merge_into
-from edgetrain.gossip.node import GossipNode
-from edgetrain.recipe import GossipSection
-from edgetrain.worker.client import CoordinatorClient
-from edgetrain.worker.trainer import LocalTrainer
+from edgetrain.gossip.node import GOSSIP, GossipNode
+from edgetrain.runtime.base import Final, Ready, WorkerContext, meta_float
+from edgetrain.runtime.epochs import run_epochs
+from edgetrain.runtime.session import Session
+from edgetrain.runtime.setup import build_run_model, load_run_data, worker_indices
+from edgetrain.runtime.trainer import LocalTrainer, resolve_device
+from edgetrain.runtime.weights import float_state, load_arrays, state_arrays
 
 log = logging.getLogger(__name__)
 
-PROGRESS_INTERVAL_S = 0.5
-BARRIER_TIMEOUT_S = 3600.0
-
 
 class GoSGD:
-    """One GoSGD worker: trains locally, gossips, and follows the coordinator's phases."""
+    """One GoSGD worker (role ``trainer``)."""
 
-    def __init__(
-        self,
-        trainer: LocalTrainer,
-        node: GossipNode,
-        client: CoordinatorClient,
-        cfg: GossipSection,
-        num_workers: int,
-        epochs: int,
-        eval_every: int,
-        seed: int,
-        checkpoint_every: int = 0,
-        start_epoch: int = 1,
-    ) -> None:
-        self.trainer = trainer
-        self.node = node
-        self.client = client
-        self.cfg = cfg
-        self.epochs = epochs
-        self.eval_every = eval_every
-        self.alpha = 1.0 / num_workers
-        self.checkpoint_every = checkpoint_every
-        self.start_epoch = start_epoch
-        self.rng = np.random.default_rng([seed, trainer.worker_id, 0x90551, start_epoch])
-        # Float entries of the state dict share storage with the model: merging updates it.
-        self.state = {k: v for k, v in trainer.model.state_dict().items() if v.is_floating_point()}
+    def __init__(self, ctx: WorkerContext) -> None:
+        self.ctx = ctx
+        self.cfg = ctx.recipe.section("gossip", GossipSection)
+        self.alpha = 1.0 / ctx.recipe.num_workers
+        self.rng = np.random.default_rng(
+            [ctx.recipe.run.seed, ctx.worker_id, 0x90551, ctx.start_epoch]
+        )
         self.merged = 0
         self.pushed = 0
         self.excluded: set[int] = set()  # failed peers: never gossip with them again
-        client.on_message = self.on_coordinator
+        self.node: GossipNode | None = None
+        self.trainer: LocalTrainer
 
-    def on_coordinator(self, msg: Message) -> None:
-        """A coordinator message nobody waited for: ``peers`` names the failed workers."""
-        if msg.type == protocol.PEERS:
-            failed = msg.meta.get("failed", [])
-            if isinstance(failed, list):
-                self.excluded.update(i for i in failed if isinstance(i, int))
-                log.info("peers %s failed; gossiping without them", sorted(self.excluded))
+    # ------------------------------------------------------------------ runner
+
+    def setup(self) -> Ready:
+        ctx = self.ctx
+        recipe = ctx.recipe
+        group = recipe.expanded_workers()[ctx.worker_id]
+        torch.set_num_threads(group.threads)
+        data = load_run_data(recipe)
+        mine = worker_indices(recipe, data, ctx.worker_id)
+        self.trainer = LocalTrainer(
+            build_run_model(recipe, data),
+            data.x_train[mine],
+            data.y_train[mine],
+            data.x_test,
+            data.y_test,
+            recipe.train,
+            recipe.run.seed,
+            ctx.worker_id,
+            group.slowdown,
+            resolve_device(recipe.train.device),
+        )
+        # Float entries of the state dict share storage with the model: merging updates it.
+        self.state = float_state(self.trainer.model)
+        if ctx.resume is not None:
+            load_arrays(self.state, ctx.resume.weights, self.trainer.optimizer)
+            self.alpha = meta_float(ctx.resume, "alpha", ctx.worker_id)
+            log.info("resuming after epoch %d with alpha %.4f", ctx.resume_epoch, self.alpha)
+        log.info(
+            "%d training samples, model %s on %s, slowdown %.2f",
+            len(mine),
+            recipe.model.name,
+            self.trainer.device,
+            group.slowdown,
+        )
+        self.node = GossipNode(
+            ctx.zmq,
+            ctx.worker_id,
+            ctx.run_id,
+            ctx.traffic,
+            ctx.bind_host,
+            ctx.announce_host,
+            send_hwm=self.cfg.outbox,
+            keys=ctx.keys,
+        )
+        meta = {
+            "samples": self.trainer.num_samples,
+            "steps_per_epoch": self.trainer.steps_per_epoch,
+        }
+        return Ready({"gossip": self.node.endpoint}, meta)
+
+    def run(self, session: Session) -> Final:
+        node = self._node
+        node.connect(session.roster.endpoints("trainer", "gossip"))
+        session.on_failed(self.excluded.update)
+        recipe = self.ctx.recipe
+        steps = run_epochs(
+            session,
+            self,
+            epochs=recipe.train.epochs,
+            start_epoch=self.ctx.start_epoch,
+            eval_every=recipe.train.eval_every,
+            worker_id=self.ctx.worker_id,
+        )
+        sent = {str(k): v for k, v in node.sent.items()}
+        drain = session.done({"sent": sent}, recipe.train.epochs, steps, self.serve())
+        expect = self._drain(session, drain)
+        acc, loss = self.trainer.evaluate()
+        metrics = {
+            "final_test_accuracy": acc,
+            "final_test_loss": loss,
+            "steps": self.trainer.steps,
+            "alpha": self.alpha,
+            "gossip_sent": self.pushed,
+            "gossip_merged": self.merged,
+            "gossip_expected": expect,
+            **node.traffic.as_dict(),
+        }
+        handin = HandIn(arrays_from_state(self.state), {"alpha": self.alpha})
+        return Final(handin, metrics)
+
+    def close(self) -> None:
+        if self.node is not None:
+            self.node.close()
+
+    @property
+    def _node(self) -> GossipNode:
+        assert self.node is not None, "setup() binds the gossip inbox"
+        return self.node
 
     # ------------------------------------------------------------------ gossip
 
     def absorb(self) -> None:
         """Merge every valid message waiting in the inbox."""
-        for msg in self.node.receive_all():
+        node = self._node
+        for msg in node.receive_all():
             alpha = msg.meta.get("alpha")
             reason = check_compatible(self.state, msg.tensors, alpha)
             if reason is not None:
-                self.node.traffic.drop(reason, msg.sender)
+                node.traffic.drop(reason, msg.sender)
                 continue
             assert isinstance(alpha, (int, float))  # check_compatible made sure
             self.alpha = merge_into(self.state, self.alpha, msg.tensors, float(alpha))
             self.merged += 1
 
     def maybe_push(self, epoch: int, step: int) -> None:
-        peers = [p for p in self.node.peers if p not in self.excluded]
+        node = self._node
+        peers = [p for p in node.peers if p not in self.excluded]
         if not peers or self.rng.random() >= self.cfg.probability:
             return
         target = peers[int(self.rng.integers(len(peers)))]
+        if not node.has_room(target):  # a full outbox: no snapshot, the alpha stays here
+            return
         half = self.alpha / 2.0
         msg = Message(
-            protocol.GOSSIP,
-            self.node.name,
-            self.node.run_id,
+            GOSSIP,
+            node.name,
+            node.run_id,
             step,
             epoch,
             {"alpha": half},
             arrays_from_state(self.state),
         )
-        if self.node.send(target, msg):
+        if node.send(target, msg):
             self.alpha = half
             self.pushed += 1
 
-    # ------------------------------------------------------------------ phases
+    def _missing(self, expect_from: Mapping[str, int]) -> int:
+        got = self._node.received_from
+        return sum(max(0, n - got[protocol.worker_name(int(p))]) for p, n in expect_from.items())
 
-    def _metrics(self, losses: list[float], started: float, evaluate: bool) -> dict[str, Any]:
+    def _drain(self, session: Session, directive: Mapping[str, Any]) -> int:
+        """Merge until every message the live peers sent here has arrived (or the timeout).
+
+        A drain directive sent again (a peer failed meanwhile) replaces the expectations."""
+        expect_from = _expectations(directive.get("expect_from"))
+        seen = session.drain_updates
+        deadline = time.monotonic() + self.cfg.drain_timeout_s
+        while self._missing(expect_from) and time.monotonic() < deadline:
+            if self._node.inbox.poll(200, zmq.POLLIN):
+                self.absorb()
+            session.poll()
+            if session.drain_updates != seen and session.drain_directive is not None:
+                seen = session.drain_updates
+                expect_from = _expectations(session.drain_directive.get("expect_from"))
+        expect = sum(expect_from.values())
+        if missing := self._missing(expect_from):
+            log.warning("drain: %d of %d gossip messages never arrived", missing, expect)
+        return expect
+
+    # ------------------------------------------------------------------ EpochWork
+
+    def batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        return self.trainer.batches(epoch)
+
+    def step(self, epoch: int, batch: tuple[torch.Tensor, torch.Tensor]) -> float:
+        self.absorb()
+        loss = self.trainer.step(*batch)
+        self.maybe_push(epoch, self.trainer.steps)
+        return loss
+
+    def evaluate(self) -> tuple[float, float]:
+        return self.trainer.evaluate()
+
+    def metrics(self) -> dict[str, Any]:
         t = self.trainer
-        m: dict[str, Any] = {
-            "loss": float(np.mean(losses)) if losses else None,
-            "steps": t.steps,
+        return {
             "samples": t.num_samples,
-            "epoch_s": time.monotonic() - started,
             "compute_s": t.times.compute_s,
             "sleep_s": t.times.sleep_s,
             "alpha": self.alpha,
             "gossip_sent": self.pushed,
             "gossip_merged": self.merged,
-            **self.node.traffic.as_dict(),
+            **self._node.traffic.as_dict(),
         }
-        if evaluate:
-            acc, loss = t.evaluate()
-            m["test_accuracy"] = acc
-            m["test_loss"] = loss
-        return m
 
-    def train(self) -> None:
-        """All epochs, with the coordinator's barrier between them when it asks for one."""
-        last_progress = 0.0
-        for epoch in range(self.start_epoch, self.epochs + 1):
-            started = time.monotonic()
-            losses: list[float] = []
-            for xb, yb in self.trainer.batches(epoch):
-                self.client.dispatch()
-                self.absorb()
-                losses.append(self.trainer.step(xb, yb))
-                self.maybe_push(epoch, self.trainer.steps)
-                now = time.monotonic()
-                if now - last_progress >= PROGRESS_INTERVAL_S:
-                    last_progress = now
-                    self.client.send(
-                        protocol.PROGRESS,
-                        {"loss": losses[-1]},
-                        epoch=epoch,
-                        step=self.trainer.steps,
-                    )
-            evaluate = epoch % self.eval_every == 0 or epoch == self.epochs
-            metrics = self._metrics(losses, started, evaluate)
-            tensors: dict[str, np.ndarray] = {}
-            if self.checkpoint_every and epoch % self.checkpoint_every == 0 and epoch < self.epochs:
-                metrics["checkpoint"] = {"alpha": self.alpha}
-                tensors = self.checkpoint_state()
-            self.client.send(
-                protocol.EPOCH_END, metrics, epoch=epoch, step=self.trainer.steps, tensors=tensors
-            )
-            if self.cfg.sync_epochs and epoch < self.epochs:
-                self.client.wait_for(protocol.GO, BARRIER_TIMEOUT_S, self.node.inbox, self.absorb)
+    def checkpoint(self) -> HandIn:
+        return HandIn(state_arrays(self.state, self.trainer.optimizer), {"alpha": self.alpha})
 
-    def _missing(self, expect_from: dict[str, int]) -> int:
-        return sum(
-            max(0, n - self.node.received_from[protocol.worker_name(int(peer))])
-            for peer, n in expect_from.items()
-        )
+    def apply(self, directive: Mapping[str, Any]) -> None:
+        return None
 
-    def checkpoint_state(self) -> dict[str, np.ndarray]:
-        """Weights plus the optimiser's per-parameter state (``optim.<i>.<key>``) as arrays."""
-        out = arrays_from_state(self.state)
-        opt_state = self.trainer.optimizer.state_dict()["state"]
-        for idx, entries in opt_state.items():
-            for key, value in entries.items():
-                if hasattr(value, "detach"):
-                    out[f"optim.{idx}.{key}"] = value.detach().cpu().numpy().copy()
-        return out
-
-    def load_checkpoint(self, tensors: dict[str, np.ndarray], alpha: float) -> None:
-        """Restore what :meth:`checkpoint_state` saved (on resume)."""
-        import torch
-
-        weights = {k: torch.from_numpy(np.array(v)) for k, v in tensors.items() if k in self.state}
-        missing = set(self.state) - set(weights)
-        if missing:
-            raise ValueError(f"checkpoint lacks {len(missing)} tensors, e.g. {sorted(missing)[0]}")
-        with torch.no_grad():
-            for k, v in weights.items():
-                self.state[k].copy_(v.reshape(self.state[k].shape))
-        opt = self.trainer.optimizer.state_dict()
-        restored: dict[int, dict[str, Any]] = {}
-        for name, value in tensors.items():
-            parts = name.split(".")
-            if len(parts) == 3 and parts[0] == "optim" and parts[1].isdigit():
-                t = torch.from_numpy(np.array(value))
-                restored.setdefault(int(parts[1]), {})[parts[2]] = t
-        if restored:
-            opt["state"] = restored
-            self.trainer.optimizer.load_state_dict(opt)
-        self.alpha = alpha
-
-    def finish(self) -> None:
-        """Report what was sent, drain what peers sent here, then hand in the final weights."""
-        sent = {str(k): v for k, v in self.node.sent.items()}
-        self.client.send(protocol.DONE, {"sent": sent}, epoch=self.epochs, step=self.trainer.steps)
-        drain = self.client.wait_for(
-            protocol.DRAIN, BARRIER_TIMEOUT_S, self.node.inbox, self.absorb
-        )
-        expect_from = _expectations(drain.meta.get("expect_from"))
-        expect = sum(expect_from.values())
-        deadline = time.monotonic() + self.cfg.drain_timeout_s
-        while self._missing(expect_from) and time.monotonic() < deadline:
-            if self.node.inbox.poll(200, zmq.POLLIN):
-                self.absorb()
-        if missing := self._missing(expect_from):
-            log.warning("drain: %d of %d gossip messages never arrived", missing, expect)
-        acc, loss = self.trainer.evaluate()
-        meta = {
-            "alpha": self.alpha,
-            "final_test_accuracy": acc,
-            "final_test_loss": loss,
-            "steps": self.trainer.steps,
-            "gossip_sent": self.pushed,
-            "gossip_merged": self.merged,
-            "gossip_expected": expect,
-            **self.node.traffic.as_dict(),
-        }
-        self.client.send(
-            protocol.FINAL,
-            meta,
-            epoch=self.epochs,
-            step=self.trainer.steps,
-            tensors=arrays_from_state(self.state),
-        )
+    def serve(self) -> Serve:
+        return [(self._node.inbox, self.absorb)]
 
 
 def _expectations(value: Any) -> dict[str, int]:

@@ -1,4 +1,10 @@
-"""A gossip node's sockets: one PULL inbox it binds, one PUSH outbox per peer."""
+"""A gossip node's sockets: one PULL inbox it binds, one PUSH outbox per peer.
+
+Gossip is the family's own peer traffic: its message type lives here, not in the control
+protocol. An outbox holds at most ``send_hwm`` messages (2 by default, ``[gossip] outbox``):
+a sender checks that there is room *before* it snapshots its weights, so a slow or dead peer
+costs a counted ``send_queue_full`` and never pins dozens of model copies in memory.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +20,9 @@ from edgetrain.comm.channel import Traffic
 from edgetrain.comm.security import CurveKeys
 from edgetrain.comm.wire import Message
 
+GOSSIP = "gossip"
+PEER_TYPES = (GOSSIP,)
+
 # The inbox drops what waits in it at close; outboxes get 2 s to hand over what they queued.
 INBOX = sockets.SocketOptions(linger_ms=0)
 OUTBOX = sockets.SocketOptions(linger_ms=2000)
@@ -26,13 +35,13 @@ class GossipNode:
 
     def __init__(
         self,
-        ctx: zmq.Context,
+        ctx: zmq.SyncContext,
         worker_id: int,
         run_id: str,
         traffic: Traffic,
         bind_host: str = "127.0.0.1",
         announce_host: str | None = None,
-        send_hwm: int = 64,
+        send_hwm: int = 2,
         keys: CurveKeys | None = None,
     ) -> None:
         self.ctx = ctx
@@ -44,9 +53,15 @@ class GossipNode:
         self.keys = keys
         sockets.keep_freed_buffers()  # received weights land in warm memory (no page faults)
         self.inbox = sockets.server(ctx, zmq.PULL, keys, INBOX)
-        self.endpoint = channel.bind_random(self.inbox, bind_host, announce_host)
+        try:
+            self.endpoint = channel.bind_random(
+                self.inbox, bind_host, announce_host, what=f"gossip inbox of worker {worker_id}"
+            )
+        except BaseException:
+            self.inbox.close(linger=0)
+            raise
         log.info("gossip inbox listening on %s", self.endpoint)
-        self.outboxes: dict[int, zmq.Socket] = {}
+        self.outboxes: dict[int, zmq.SyncSocket] = {}
         self.peer_names: set[str] = set()
         self.sent: Counter[int] = Counter()
         self.received_from: Counter[str] = Counter()  # valid messages, by sender name
@@ -66,6 +81,15 @@ class GossipNode:
     def peers(self) -> list[int]:
         return sorted(self.outboxes)
 
+    def has_room(self, peer_id: int) -> bool:
+        """True if a message for ``peer_id`` can be queued now; else counts ``send_queue_full``.
+
+        Ask before building a message: a full queue then costs no snapshot of the weights."""
+        if self.outboxes[peer_id].poll(0, zmq.POLLOUT):
+            return True
+        self.traffic.drop("send_queue_full", protocol.worker_name(peer_id))
+        return False
+
     def send(self, peer_id: int, msg: Message) -> bool:
         """Queue ``msg`` for ``peer_id`` without blocking; False (counted) if its queue is full.
 
@@ -73,7 +97,13 @@ class GossipNode:
         endpoint and delivers what waits there, up to ``send_hwm`` messages.
         """
         try:
-            channel.send(self.outboxes[peer_id], msg, self.traffic, flags=zmq.NOBLOCK)
+            channel.send(
+                self.outboxes[peer_id],
+                msg,
+                self.traffic,
+                flags=zmq.NOBLOCK,
+                peer=protocol.worker_name(peer_id),
+            )
         except zmq.Again:  # counted by channel.send as send_queue_full
             return False
         self.sent[peer_id] += 1
@@ -87,7 +117,7 @@ class GossipNode:
                 got = channel.recv(
                     self.inbox,
                     self.run_id,
-                    protocol.BETWEEN_PEERS,
+                    PEER_TYPES,
                     self.traffic,
                     flags=zmq.NOBLOCK,
                 )

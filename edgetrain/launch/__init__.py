@@ -1,1 +1,2 @@
-"""Launching runs: process starters (local now, ssh later), supervision and the run driver."""
+"""Launching runs: the launch entry point, process starters (local, ssh), placement,
+supervision and the run driver."""

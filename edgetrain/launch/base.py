@@ -9,13 +9,16 @@ from typing import Protocol
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """One worker to start: the ``edgetrain`` arguments, extra environment and its log file."""
+    """One worker to start: the ``edgetrain`` arguments, extra environment and its log file.
+
+    ``slot`` is the host slot it runs in (a launcher with hosts; default: its id)."""
 
     worker_id: int
     host: str
     args: tuple[str, ...]
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
+    slot: int | None = None
 
 
 class ProcessHandle(Protocol):
@@ -41,6 +44,7 @@ class ProcessHandle(Protocol):
 
 
 class Launcher(Protocol):
-    """Starts worker processes: :class:`~edgetrain.launch.local.LocalLauncher`, ssh later."""
+    """Starts worker processes: :class:`~edgetrain.launch.local.LocalLauncher` on this machine,
+    :class:`~edgetrain.launch.ssh.SshLauncher` on the hosts of a hosts file."""
 
     def start(self, spec: WorkerSpec) -> ProcessHandle: ...

@@ -1,29 +1,34 @@
 """The run driver: hosts the coordinator, starts and watches the workers, records everything.
 
-It never prints: it writes the run directory and hands events to an observer (the CLI's live
-progress). Whatever happens (success, a failed worker, Ctrl-C), the manifest records the
-status, and every worker process is gone when :func:`run` returns.
+It is the same for every family: the family gives the coordination policy and controller,
+combines the final hand-ins into the run's model and decides nothing else here. The driver
+never prints: it writes the run directory and hands events to an observer (the CLI's live
+progress, ``--events``). Whatever happens (success, a failed worker, a diverged loss, Ctrl-C or
+SIGTERM, twice), the manifest records the status, and every worker process is gone when
+:func:`run` returns.
 """
 
 from __future__ import annotations
 
 import logging
-import platform
+import shutil
 import signal
 import socket
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import edgetrain
+from edgetrain.comm.control import HandIn, Role
 from edgetrain.comm.coordinator import Coordinator, Event, Resume
 from edgetrain.comm.security import CurveKeys
-from edgetrain.errors import RunError
+from edgetrain.envinfo import versions
+from edgetrain.errors import EdgetrainError, RunError
 from edgetrain.launch.base import Launcher, WorkerSpec
 from edgetrain.launch.hosts import Placement
 from edgetrain.launch.supervisor import Supervisor
@@ -32,6 +37,7 @@ from edgetrain.rundir import (
     COORDINATOR_STEM,
     JsonlWriter,
     RunDir,
+    atomic_write_json,
     atomic_write_text,
     git_revision,
     now_iso,
@@ -40,6 +46,7 @@ from edgetrain.rundir import (
 
 if TYPE_CHECKING:
     from edgetrain.data import Dataset
+    from edgetrain.runtime.base import Family
 
 log = logging.getLogger(__name__)
 
@@ -67,32 +74,37 @@ class LaunchOptions:
 
 @dataclass
 class RunOutcome:
-    status: str  # completed, failed, interrupted
+    status: str  # completed, failed, diverged, interrupted
     error: str | None
     summary: dict[str, Any]
 
 
-def _versions() -> dict[str, str]:
-    import numpy
-    import torch
-    import zmq
+@dataclass
+class RunSetup:
+    """Everything a run needs, checked and prepared before anything starts
+    (:func:`edgetrain.launch.api.prepare`)."""
 
-    return {
-        "edgetrain": edgetrain.__version__,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": numpy.__version__,
-        "pyzmq": zmq.__version__,
-        "libzmq": zmq.zmq_version(),
-    }
+    recipe: Recipe
+    recipe_text: str
+    run_dir: RunDir
+    launcher: Launcher
+    data: Dataset
+    family: Family
+    roles: list[Role]
+    slots: list[int] | None = None  # each worker's host slot (a launcher with hosts)
+    opts: LaunchOptions = LaunchOptions()
+    resume: Resume | None = None
+    fresh: bool = False  # the run directory was made for this launch (nothing else in it)
 
 
-def initial_manifest(recipe: Recipe, run_id: str) -> dict[str, Any]:
+def initial_manifest(recipe: Recipe, run_id: str, roles: Sequence[Role]) -> dict[str, Any]:
     return {
         "run_id": run_id,
         "name": recipe.run.name,
         "status": "starting",
         "error": None,
+        "family": recipe.train.family,
+        "technique": recipe.train.technique,
         "seed": recipe.run.seed,
         "start_time": now_iso(),
         "end_time": None,
@@ -101,43 +113,52 @@ def initial_manifest(recipe: Recipe, run_id: str) -> dict[str, Any]:
         "hosts": sorted({g.host for g in recipe.workers}),
         "command": sys.argv,
         "git_revision": git_revision(),
-        "versions": _versions(),
+        "versions": versions(),
         "recipe": recipe.to_dict(),
         "workers": [
             {
                 "id": i,
+                "role": role.name,
+                "role_index": role.index,
                 "host": g.host,
                 "slowdown": g.slowdown,
                 "threads": g.threads,
                 "pid": None,
                 "status": "pending",
             }
-            for i, g in enumerate(recipe.expanded_workers())
+            for i, (g, role) in enumerate(zip(recipe.expanded_workers(), roles, strict=True))
         ],
     }
+
+
+# Events that open an attempt's rows in a metrics file carry the attempt's run id, so a resumed
+# run's appended files can be told apart (report.summary).
+ATTEMPT_EVENTS = ("registered", "resumed", "started", "end")
 
 
 class _Recorder:
     """Writes events to ``metrics/<worker>.jsonl`` and forwards them to the observer."""
 
-    def __init__(self, run_dir: RunDir, num_workers: int, observer: Observer | None) -> None:
+    def __init__(
+        self, run_dir: RunDir, num_workers: int, observer: Observer | None, run_id: str = ""
+    ) -> None:
         self.t0 = time.monotonic()
+        self.run_id = run_id
         self.observer = observer
-        self.files = {
+        self.files: dict[int | None, JsonlWriter] = {
             i: JsonlWriter(run_dir.metrics_file(worker_stem(i))) for i in range(num_workers)
         }
-        self.files[-1] = JsonlWriter(run_dir.metrics_file(COORDINATOR_STEM))
+        self.files[None] = JsonlWriter(run_dir.metrics_file(COORDINATOR_STEM))
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
 
     def record(self, event: Event) -> None:
         t = event.at - self.t0
+        if event.kind in ATTEMPT_EVENTS:
+            event.data.setdefault("run_id", self.run_id)
         if event.kind != "progress":  # progress is for the live view only
-            row = {"t": round(t, 4), "event": event.kind}
-            if event.worker >= 0:
-                row["worker"] = event.worker
-            self.files[event.worker].write({**event.data, **row})  # ours win over a peer's keys
+            self.files[event.worker].write(event_row(event, t))
         if self.observer is not None:
             self.observer.on_event(event, t)
 
@@ -146,50 +167,64 @@ class _Recorder:
             f.close()
 
 
+def event_row(event: Event, t: float) -> dict[str, Any]:
+    """An event as a metrics row: its data, then ``t``, ``event`` and ``worker`` (ours win
+    over a worker's keys of the same name)."""
+    row: dict[str, Any] = {"t": round(t, 4), "event": event.kind}
+    if event.worker is not None:
+        row["worker"] = event.worker
+    return {**event.data, **row}
+
+
 def preflight(recipe: Recipe) -> Dataset:
     """Check on this machine, before anything starts, that the data loads, splits across the
     workers and fits the model. Raises :class:`~edgetrain.errors.EdgetrainError` (exit 2)."""
-    from edgetrain.worker.setup import build_run_model, load_run_data, partitions
+    from edgetrain.runtime.setup import build_run_model, load_run_data, partitions
 
     data = load_run_data(recipe)
-    partitions(recipe, data)
+    if recipe.num_data_workers:
+        partitions(recipe, data)
     build_run_model(recipe, data)
     return data
 
 
-def _evaluate_average(recipe: Recipe, data: Dataset, coord: Coordinator) -> dict[str, Any]:
-    """Evaluate the alpha-weighted average of the workers' final weights on the test split."""
+def evaluate_weights(
+    recipe: Recipe, data: Dataset, weights: Mapping[str, Any]
+) -> tuple[float, float]:
+    """Test accuracy and loss of the recipe's model holding ``weights``."""
     import torch
 
-    from edgetrain.gossip.mixing import weighted_average
-    from edgetrain.worker.setup import build_run_model
-    from edgetrain.worker.trainer import evaluate
+    from edgetrain.runtime.setup import build_run_model
+    from edgetrain.runtime.trainer import evaluate
 
-    finals = [coord.finals[i] for i in sorted(coord.finals)]
-    avg = weighted_average([(f.alpha, f.weights) for f in finals])
     model = build_run_model(recipe, data)
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in avg.items()}, strict=False)
-    acc, loss = evaluate(model, torch.from_numpy(data.x_test), torch.from_numpy(data.y_test))
-    return {
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()}, strict=False)
+    return evaluate(model, torch.from_numpy(data.x_test), torch.from_numpy(data.y_test))
+
+
+def _final_model(setup: RunSetup, finals: Mapping[int, HandIn]) -> Event:
+    """The family's model from the final hand-ins, evaluated on the test split."""
+    from edgetrain.runtime.weights import model_sha256
+
+    final = setup.family.final_model(setup.recipe, finals, setup.roles)
+    acc, loss = evaluate_weights(setup.recipe, setup.data, final.weights)
+    data = {
         "test_accuracy": acc,
         "test_loss": loss,
-        "workers": len(finals),
-        "alpha_sum": sum(f.alpha for f in finals),
+        "model_sha256": model_sha256(final.weights),
+        **final.info,
     }
+    return Event(None, final.event, data)
 
 
 def _worker_specs(
-    recipe: Recipe,
-    run_dir: RunDir,
-    endpoint: str,
-    run_id: str,
-    opts: LaunchOptions,
-    launcher: Launcher | None = None,
+    setup: RunSetup, endpoint: str, run_id: str, placements: list[Placement] | None
 ) -> list[WorkerSpec]:
-    placements: list[Placement] | None = getattr(launcher, "placements", None)
+    recipe, opts = setup.recipe, setup.opts
     specs = []
-    for i, g in enumerate(recipe.expanded_workers()):
-        place = placements[i] if placements else None
+    for i, (g, role) in enumerate(zip(recipe.expanded_workers(), setup.roles, strict=True)):
+        slot = setup.slots[i] if setup.slots is not None else i
+        place = placements[slot] if placements else None
         host = place.host if place else g.host
         bind = place.bind if place else opts.bind_host
         announce = ("--announce", place.announce) if place and place.announce != bind else ()
@@ -201,6 +236,8 @@ def _worker_specs(
             str(i),
             "--run-id",
             run_id,
+            "--role",
+            str(role),
             "--host-label",
             host,
             "--bind",
@@ -209,18 +246,32 @@ def _worker_specs(
             *(("--keys", str(opts.keys_dir)) if opts.keys is not None else ()),
         )
         env = {"OMP_NUM_THREADS": str(g.threads), "MKL_NUM_THREADS": str(g.threads)}
-        specs.append(WorkerSpec(i, host, args, run_dir.log_file(worker_stem(i)), env))
+        log_path = setup.run_dir.log_file(worker_stem(i))
+        specs.append(WorkerSpec(i, host, args, log_path, env, slot if place else None))
     return specs
 
 
-def _before_workers(
-    launcher: Launcher, endpoint: str, manifest: dict[str, Any], run_dir: RunDir
-) -> None:
+def _placement_of(setup: RunSetup) -> dict[int, dict[str, Any]]:
+    """Each worker's site and labels (a launcher with hosts), for the roster and manifest."""
+    placements: list[Placement] | None = getattr(setup.launcher, "placements", None)
+    if not placements:
+        return {}
+    slots = setup.slots if setup.slots is not None else list(range(len(setup.roles)))
+    return {
+        i: {"site": placements[k].site, "labels": list(placements[k].labels)}
+        for i, k in enumerate(slots)
+    }
+
+
+def _before_workers(setup: RunSetup, endpoint: str, manifest: dict[str, Any]) -> None:
     """Launcher hook once the coordinator is bound: record where workers run, check the hosts
     (an ssh launcher checks the coordinator's port from each host)."""
+    launcher, run_dir = setup.launcher, setup.run_dir
     placements: list[Placement] | None = getattr(launcher, "placements", None)
     if placements:
-        for w, place in zip(manifest["workers"], placements, strict=True):
+        slots = setup.slots if setup.slots is not None else list(range(len(placements)))
+        for w, k in zip(manifest["workers"], slots, strict=True):
+            place = placements[k]
             w.update(host=place.host, site=place.site, labels=list(place.labels))
         manifest["hosts"] = sorted({p.host for p in placements})
         run_dir.write_manifest(manifest)
@@ -239,8 +290,8 @@ def _after_workers(launcher: Launcher) -> None:
         close()
 
 
-def _check_workers(coord: Coordinator, sup: Supervisor, events: list[Event]) -> list[Event]:
-    """Mark failed every worker that reported an error or whose process exited early."""
+def _check_workers(coord: Coordinator, sup: Supervisor) -> list[Event]:
+    """Mark failed every worker whose process exited before it handed in."""
     out: list[Event] = []
     for wid, code in sup.newly_exited():
         if coord.workers[wid].status not in ("final", "failed"):
@@ -248,27 +299,48 @@ def _check_workers(coord: Coordinator, sup: Supervisor, events: list[Event]) -> 
     return out
 
 
+class RunDiverged(RunError):
+    """A worker's loss stopped being finite: the run stops (status ``diverged``)."""
+
+
+class WorkerInputError(EdgetrainError):
+    """A worker refused its input (a bind address its host lacks, data missing there)."""
+
+
 def _apply_policy(
-    coord: Coordinator,
-    recipe: Recipe,
-    run_dir: RunDir,
-    started: float,
-    opts: LaunchOptions,
+    coord: Coordinator, recipe: Recipe, run_dir: RunDir, started: float, opts: LaunchOptions
 ) -> None:
-    """Raise :class:`RunError` when the run cannot go on: too many failed workers, or workers
-    that never registered."""
+    """Raise :class:`RunError` when the run cannot go on: a diverged loss, a lost worker of a
+    role the run cannot lose, too many failed trainers, a controller's halt, or workers that
+    never registered."""
+
+    def details(ids: Sequence[int]) -> str:
+        return "; ".join(
+            f"{coord.workers[i].label}: {coord.workers[i].error} "
+            f"(log: {run_dir.log_file(worker_stem(i))})"
+            for i in ids
+        )
+
+    if coord.diverged:
+        first = coord.workers[coord.diverged[0]]
+        raise RunDiverged(str(first.error))
+    refused = [i for i in coord.failed if coord.workers[i].error_kind == "input"]
+    if refused:
+        raise WorkerInputError(details(refused))
+    if coord.fatal_failures:
+        ids = coord.fatal_failures
+        raise RunError(
+            f"lost {details(ids)}; the run cannot go on without {'it' if len(ids) == 1 else 'them'}"
+        )
     failed = coord.failed
     limit = recipe.run.max_failed_fraction
     if failed and (coord.failed_fraction > limit or not coord.alive):
-        details = "; ".join(
-            f"{coord.workers[i].label}: {coord.workers[i].error} "
-            f"(log: {run_dir.log_file(worker_stem(i))})"
-            for i in failed
-        )
         raise RunError(
             f"{len(failed)} of {coord.num_workers} workers failed "
-            f"({coord.failed_fraction:.0%} > max_failed_fraction {limit:g}): {details}"
+            f"({coord.failed_fraction:.0%} > max_failed_fraction {limit:g}): {details(failed)}"
         )
+    if coord.halted is not None:
+        raise RunError(coord.halted)
     if coord.phase == "registering" and time.monotonic() - started > opts.register_timeout_s:
         missing = ", ".join(str(i) for i in coord.waiting_on())
         raise RunError(
@@ -291,19 +363,22 @@ class _Watchdog:
             return None
         self._last = now
         log.warning("%s", stall[1])
-        return Event(-1, "waiting", {"message": stall[1], "waited_s": round(stall[0], 1)})
+        return Event(None, "waiting", {"message": stall[1], "waited_s": round(stall[0], 1)})
 
 
-def _ignore_sigint() -> Callable[[], None]:
-    """Ignore SIGINT until the returned function is called (main thread only)."""
+@contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """Ignore SIGINT and SIGTERM inside the block (main thread only): a second Ctrl-C, or the
+    second SIGTERM of ``systemd``, ``docker stop`` or ``timeout``, must not cut clean-up short."""
     if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def restore() -> None:
-        signal.signal(signal.SIGINT, previous)
-
-    return restore
+        yield
+        return
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def _describe_exit(code: int) -> str:
@@ -323,119 +398,173 @@ def _worker_status(info_status: str, run_status: str) -> str:
     return "interrupted" if run_status == "interrupted" else "incomplete"
 
 
-def run(
-    recipe: Recipe,
-    recipe_text: str,
-    run_dir: RunDir,
-    launcher: Launcher,
-    data: Dataset,
-    observer: Observer | None = None,
-    opts: LaunchOptions | None = None,
-    resume: Resume | None = None,
-) -> RunOutcome:
+def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
     """Run the recipe's workers to completion and write the run directory and its report.
 
-    ``data`` is the run's dataset as :func:`preflight` loaded it; the averaged model is
-    evaluated on its test split. With ``resume``, the run goes on in ``run_dir`` from that
-    checkpoint: the manifest keeps the earlier attempts, metrics files are appended to."""
+    With ``setup.resume``, the run goes on in its directory from that checkpoint: the manifest
+    keeps the earlier attempts, metrics files are appended to. A user error found only now (an
+    address the coordinator cannot bind) is re-raised after the manifest records it."""
     from edgetrain.report.summary import write_report
 
-    opts = opts or LaunchOptions()
+    recipe, run_dir, opts = setup.recipe, setup.run_dir, setup.opts
     run_id = uuid.uuid4().hex[:16]
-    manifest = _start_manifest(recipe, run_id, run_dir, resume)
-    if resume is None:
-        atomic_write_text(run_dir.recipe, recipe_text)
+    manifest = _start_manifest(setup, run_id)
+    if setup.resume is None:
+        atomic_write_text(run_dir.recipe, setup.recipe_text)
     run_dir.write_manifest(manifest)
-    rec = _Recorder(run_dir, recipe.num_workers, observer)
-    coord = Coordinator(
-        run_id,
-        recipe.to_dict(),
-        recipe.num_workers,
-        recipe.gossip.sync_epochs,
-        opts.bind_host,
-        opts.announce_host,
-        heartbeat_s=recipe.run.heartbeat_s,
-        resume=resume,
-        security=opts.keys,
-    )
-    sup = Supervisor(launcher)
+    rec = _Recorder(run_dir, recipe.num_workers, observer, run_id)
+    sup = Supervisor(setup.launcher)
     watchdog = _Watchdog(opts.watchdog_after_s, opts.watchdog_every_s)
     status, error = "running", None
+    user_error: EdgetrainError | None = None
+    coord: Coordinator | None = None
     try:
+        coord = Coordinator(
+            run_id,
+            recipe.to_dict(),
+            setup.roles,
+            setup.family.policy(recipe),
+            setup.family.controller(recipe, setup.roles, run_dir.path),
+            opts.bind_host,
+            opts.announce_host,
+            heartbeat_s=recipe.run.heartbeat_s,
+            resume=setup.resume,
+            security=opts.keys,
+            epochs=recipe.train.epochs,
+            placement=_placement_of(setup),
+        )
+        log.info(
+            "run %s: %s/%s, %d workers, coordinator at %s",
+            run_id,
+            recipe.train.family,
+            recipe.train.technique,
+            recipe.num_workers,
+            coord.endpoint,
+        )
         started = time.monotonic()
-        if resume is not None:
-            rec.record(Event(-1, "resumed", {"epoch": resume.epoch}))
-        _before_workers(launcher, coord.endpoint, manifest, run_dir)
-        for spec in _worker_specs(recipe, run_dir, coord.endpoint, run_id, opts, launcher):
+        if setup.resume is not None:
+            rec.record(Event(None, "resumed", {"epoch": setup.resume.epoch}))
+        _before_workers(setup, coord.endpoint, manifest)
+        placements: list[Placement] | None = getattr(setup.launcher, "placements", None)
+        for spec in _worker_specs(setup, coord.endpoint, run_id, placements):
             handle = sup.start(spec)
             manifest["workers"][spec.worker_id]["pid"] = handle.pid
         manifest.update(status="running", coordinator=coord.endpoint)
         run_dir.write_manifest(manifest)
         while not coord.finished:
             events = coord.poll(opts.poll_ms)
-            events.extend(_check_workers(coord, sup, events))
+            events.extend(_check_workers(coord, sup))
             for ev in events:
                 rec.record(ev)
-            _write_checkpoints(coord, run_dir, rec)
+                _write_artifacts(setup, ev)
+            _write_checkpoints(coord, setup, rec)
             if (ev_wait := watchdog.check(coord, time.monotonic())) is not None:
                 rec.record(ev_wait)
             _apply_policy(coord, recipe, run_dir, started, opts)
-        rec.record(Event(-1, "averaged", _evaluate_average(recipe, data, coord)))
+        rec.record(_final_model(setup, coord.finals))
         coord.stop_all()
         if not sup.wait_all(opts.stop_timeout_s):
             log.warning("some workers did not exit within %.0f s of stop", opts.stop_timeout_s)
         status = "completed"
     except KeyboardInterrupt:
-        status, error = "interrupted", "interrupted by the user (Ctrl-C)"
+        status, error = "interrupted", "interrupted by the user (Ctrl-C or SIGTERM)"
+    except RunDiverged as exc:
+        status, error = "diverged", str(exc)
     except RunError as exc:
         status, error = "failed", str(exc)
+    except EdgetrainError as exc:  # a user error found only now: recorded, then exit 2
+        status, error, user_error = "failed", str(exc), exc
     except Exception as exc:
         status, error = "failed", f"{type(exc).__name__}: {exc}"
         raise
     finally:
-        restore = _ignore_sigint()  # a second Ctrl-C must not cut the clean-up short
+        with _signals_ignored():
+            _finish(setup, coord, sup, rec, manifest, status, error)
+    if user_error is not None and _nothing_ran(setup, sup, user_error):
+        shutil.rmtree(run_dir.path, ignore_errors=True)  # a failed preflight leaves no trace
+        raise user_error
+    summary = write_report(run_dir)
+    if user_error is not None:
+        raise user_error
+    return RunOutcome(status, error, summary)
+
+
+def _nothing_ran(setup: RunSetup, sup: Supervisor, error: EdgetrainError) -> bool:
+    """True if the hosts' preflight refused the run before any worker started, in a run
+    directory made for this launch: there is nothing to keep."""
+    from edgetrain.launch.ssh_preflight import PreflightError
+
+    return isinstance(error, PreflightError) and setup.fresh and not sup.handles
+
+
+def _finish(
+    setup: RunSetup,
+    coord: Coordinator | None,
+    sup: Supervisor,
+    rec: _Recorder,
+    manifest: dict[str, Any],
+    status: str,
+    error: str | None,
+) -> None:
+    """Stop every worker, close everything, and write the manifest's last word."""
+    if coord is not None:
         coord.stop_all()
-        sup.terminate_all()
-        _after_workers(launcher)
+    sup.terminate_all()
+    _after_workers(setup.launcher)
+    if coord is not None:
         coord.close()
-        rec.record(Event(-1, "end", {"status": status, "error": error}))
-        rec.close()
-        for w in manifest["workers"]:
-            w["status"] = _worker_status(coord.workers[w["id"]].status, status)
-            w["exit_code"] = sup.exit_codes.get(w["id"])
-            w["error"] = coord.workers[w["id"]].error
-        manifest.update(
-            status=status,
-            error=error,
-            end_time=now_iso(),
-            wall_s=round(rec.elapsed(), 3),
-            coordinator_traffic=coord.traffic.as_dict(),
-            failed_workers=coord.failed,
-        )
-        run_dir.write_manifest(manifest)
-        restore()
-    return RunOutcome(status, error, write_report(run_dir))
+    rec.record(Event(None, "end", {"status": status, "error": error}))
+    rec.close()
+    for w in manifest["workers"]:
+        info = coord.workers[w["id"]] if coord is not None else None
+        w["status"] = _worker_status(info.status if info else "pending", status)
+        w["exit_code"] = sup.exit_codes.get(w["id"])
+        w["error"] = info.error if info else None
+    manifest.update(
+        status=status,
+        error=error,
+        end_time=now_iso(),
+        wall_s=round(rec.elapsed(), 3),
+        coordinator_traffic=coord.traffic.as_dict() if coord is not None else None,
+        control_resent=coord.control.resent if coord is not None else 0,
+        failed_workers=coord.failed if coord is not None else [],
+    )
+    setup.run_dir.write_manifest(manifest)
 
 
-def _start_manifest(
-    recipe: Recipe, run_id: str, run_dir: RunDir, resume: Resume | None
-) -> dict[str, Any]:
+def _start_manifest(setup: RunSetup, run_id: str) -> dict[str, Any]:
     """A new manifest, or for a resumed run the old one with its last attempt kept."""
-    fresh = initial_manifest(recipe, run_id)
-    if resume is None:
+    fresh = initial_manifest(setup.recipe, run_id, setup.roles)
+    if setup.resume is None:
         return fresh
-    old = run_dir.read_manifest()
+    old = setup.run_dir.read_manifest()
     attempts = list(old.get("attempts", []))
     attempts.append(
         {k: old.get(k) for k in ("run_id", "status", "error", "start_time", "end_time")}
     )
-    return {**fresh, "attempts": attempts, "resumed_from_epoch": resume.epoch}
+    return {**fresh, "attempts": attempts, "resumed_from_epoch": setup.resume.epoch}
 
 
-def _write_checkpoints(coord: Coordinator, run_dir: RunDir, rec: _Recorder) -> None:
+def _write_artifacts(setup: RunSetup, event: Event) -> None:
+    """Write the files the family asks for on this event, inside the run directory only."""
+    root = setup.run_dir.path.resolve()
+    for rel, content in setup.family.artifacts(event).items():
+        path = (root / rel).resolve()
+        if root not in path.parents:
+            raise RunError(
+                f"the {setup.recipe.train.family} family asked to write {rel!r} outside the run "
+                "directory"
+            )
+        atomic_write_json(path, content)
+
+
+def _write_checkpoints(coord: Coordinator, setup: RunSetup, rec: _Recorder) -> None:
     """Write every checkpoint the coordinator has completed, and drop it from memory."""
     from edgetrain.checkpoints import write_checkpoint
 
+    roles = dict(enumerate(setup.roles))
+    about = {"family": setup.recipe.train.family, "technique": setup.recipe.train.technique}
     for epoch in sorted(coord.checkpoints):
-        folder = write_checkpoint(run_dir.path, epoch, coord.checkpoints.pop(epoch))
-        rec.record(Event(-1, "checkpoint_written", {"epoch": epoch, "path": str(folder)}))
+        handins = coord.checkpoints.pop(epoch)
+        folder = write_checkpoint(setup.run_dir.path, epoch, handins, roles, about)
+        rec.record(Event(None, "checkpoint_written", {"epoch": epoch, "path": str(folder)}))

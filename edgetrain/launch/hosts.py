@@ -7,12 +7,11 @@ import os
 import socket
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import tomllib
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from edgetrain import tomlconfig
 from edgetrain.errors import EdgetrainError
 
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
@@ -42,6 +41,14 @@ class Host(_Model):
     site: str | None = None
     bind: str | None = None
     announce: str | None = None
+    # The machine `address` names (an ssh alias resolves through ~/.ssh/config): what peers
+    # and the coordinator reach. Default: what `ssh -G` says, at launch.
+    hostname: str | None = None
+
+    @property
+    def reach(self) -> str:
+        """The name or address the network knows this host by."""
+        return self.hostname or self.address
 
     @property
     def label(self) -> str:
@@ -57,7 +64,7 @@ class Host(_Model):
 
     @property
     def is_loopback(self) -> bool:
-        return is_loopback(self.address)
+        return is_loopback(self.reach)
 
     def bind_address(self) -> str:
         """Where this host's workers bind their gossip inbox."""
@@ -70,7 +77,7 @@ class Host(_Model):
         if self.announce:
             return self.announce
         bind = self.bind_address()
-        return self.address if bind in ("0.0.0.0", "::", "*") else bind
+        return self.reach if bind in ("0.0.0.0", "::", "*") else bind
 
 
 class HostsFile(_Model):
@@ -82,7 +89,7 @@ class HostsFile(_Model):
     ssh_config: str | None = None
     python: str | None = None
     connect_timeout_s: int = Field(10, ge=1, le=600)
-    hosts: list[Host] = Field(min_length=1)
+    hosts: list[Host] = Field(min_length=1, description="add one [[hosts]] table per machine")
 
     @property
     def num_slots(self) -> int:
@@ -107,7 +114,7 @@ class HostsFile(_Model):
             return self.coordinator
         if all(h.is_loopback for h in self.hosts):
             return "127.0.0.1"
-        return route_source(self.hosts[0].address)
+        return route_source(self.hosts[0].reach)
 
     def bind_address(self) -> str:
         """Where the coordinator binds."""
@@ -139,40 +146,9 @@ def route_source(address: str, port: int = 22) -> str:
         ) from None
 
 
-def _loc(loc: tuple[Any, ...]) -> str:
-    if not loc:
-        return "the top level"
-    if loc[0] == "hosts" and len(loc) > 1 and isinstance(loc[1], int):
-        rest = ".".join(str(p) for p in loc[2:])
-        return f"[[hosts]] #{loc[1] + 1} {rest}".strip()
-    return ".".join(str(p) for p in loc)
-
-
-def _describe(err: dict[str, Any]) -> str:
-    loc = tuple(err.get("loc", ()))
-    kind = err.get("type", "")
-    if kind == "extra_forbidden":
-        model = Host if len(loc) > 2 and loc[0] == "hosts" else HostsFile
-        keys = ", ".join(model.model_fields)
-        return f"unknown key '{loc[-1]}' in {_loc(loc[:-1])}; valid keys: {keys}"
-    if loc == ("hosts",) and kind == "missing":
-        return "no [[hosts]] entries; add one per machine"
-    if kind == "missing":
-        return f"{_loc(loc)}: missing; add it"
-    msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
-    given = err.get("input")
-    shown = "" if isinstance(given, (dict, list)) or given is None else f" (got {given!r})"
-    return f"{_loc(loc)}: {msg}{shown}"
-
-
 def parse_hosts(data: dict[str, Any], source: str) -> HostsFile:
     """Validate a hosts mapping; raise :class:`HostsError` naming ``source`` and the key."""
-    try:
-        hosts = HostsFile.model_validate(data)
-    except ValidationError as exc:
-        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
-        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-        raise HostsError(f"{source}: {_describe(dict(errors[0]))}{more}") from None
+    hosts = tomlconfig.validate(HostsFile, data, source, HostsError)
     names = [h.label for h in hosts.hosts]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -184,17 +160,26 @@ def parse_hosts(data: dict[str, Any], source: str) -> HostsFile:
 
 def load_hosts(path: str | os.PathLike[str]) -> tuple[HostsFile, str]:
     """Read and validate a ``hosts.toml``. Returns the hosts and the file's text."""
-    p = Path(path)
-    if not p.is_file():
-        raise HostsError(f"hosts file '{p}' not found", "check the --hosts path")
-    try:
-        text = p.read_text(encoding="utf-8")
-        data = tomllib.loads(text)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise HostsError(f"hosts file '{p}' cannot be read: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise HostsError(f"{p}: not valid TOML: {exc}", "fix the syntax") from None
-    return parse_hosts(data, str(p)), text
+    data, text = tomlconfig.read_toml(path, "hosts file", HostsError, "check the --hosts path")
+    return parse_hosts(data, str(path)), text
+
+
+def hosts_option(
+    path: str | os.PathLike[str] | None, host_list: str | None, remote_python: str | None
+) -> tuple[HostsFile, str, str] | None:
+    """(hosts, their TOML text, where they came from) from ``--hosts FILE`` or
+    ``-H a:2,b:1``; None when neither is given (local processes)."""
+    if path is not None and host_list is not None:
+        raise HostsError("give --hosts FILE or -H HOST:N,..., not both")
+    if path is not None:
+        if remote_python is not None:
+            raise HostsError("--remote-python goes with -H; set `python` in the hosts file")
+        cfg, text = load_hosts(path)
+        return cfg, text, str(path)
+    if host_list is not None:
+        cfg = parse_host_list(host_list, remote_python)
+        return cfg, to_toml(cfg), f"-H '{host_list}'"
+    return None
 
 
 def parse_host_list(spec: str, python: str | None = None) -> HostsFile:

@@ -43,6 +43,31 @@ def ssh_command(hosts: HostsFile, host: Host, remote: str) -> list[str]:
     return [*argv, *hosts.ssh_options, "--", host.address, remote]
 
 
+def resolve_hostname(hosts: HostsFile, host: Host) -> str:
+    """What ssh itself connects to for ``host`` (``ssh -G``: an alias's HostName from the ssh
+    config), or the address unchanged if ssh cannot say."""
+    argv = ssh_command(hosts, host, "")[:-1]  # (no remote command)
+    argv.insert(1, "-G")
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return host.address
+    for line in done.stdout.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "hostname" and value.strip():
+            return value.strip()
+    return host.address
+
+
+def resolve_hosts(hosts: HostsFile) -> HostsFile:
+    """``hosts`` with each host's ``hostname`` filled from ssh's own resolution."""
+    resolved = [
+        h if h.hostname else h.model_copy(update={"hostname": resolve_hostname(hosts, h)})
+        for h in hosts.hosts
+    ]
+    return hosts.model_copy(update={"hosts": resolved})
+
+
 def worker_script(
     python: str, workdir: str | None, env: dict[str, str], args: tuple[str, ...]
 ) -> str:
@@ -169,7 +194,7 @@ class SshProcess:
 
 
 class SshLauncher:
-    """Starts each worker on its host from ``hosts`` (worker ids map onto the host slots)."""
+    """Starts each worker on its host slot from ``hosts`` (``spec.slot``, default its id)."""
 
     def __init__(
         self,
@@ -190,7 +215,7 @@ class SshLauncher:
         return [Placement.of(h) for h in self.slots]
 
     def start(self, spec: WorkerSpec) -> SshProcess:
-        host = self.slots[spec.worker_id]
+        host = self.slots[spec.worker_id if spec.slot is None else spec.slot]
         script = worker_script(self.hosts.python_for(host), host.workdir, spec.env, spec.args)
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         popen = subprocess.Popen(

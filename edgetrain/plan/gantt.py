@@ -15,6 +15,7 @@ def plot_gantt(results: dict[str, StrategyResult], path: Path, title: str = "") 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
 
     names = list(results)
     fig, ax = plt.subplots(figsize=(11, 1.0 + 1.1 * len(names)))
@@ -40,7 +41,7 @@ def plot_gantt(results: dict[str, StrategyResult], path: Path, title: str = "") 
     ax.set_yticks(yticks)
     ax.set_yticklabels(ylabels, fontsize=8)
     ax.set_xlabel("seconds (forward, then backward)")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
+    handles = [Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
     ax.legend(handles, list(COLOURS), loc="upper right", fontsize=8, ncol=4)
     ax.set_title(title or "predicted iteration timeline")
     fig.tight_layout()

@@ -7,7 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgetrain.plan import dynacomm
-from edgetrain.plan.baselines import ibatch_cuts, lbl_cuts, sequential_cuts
+from edgetrain.plan.baselines import (
+    ibatch_cuts,
+    ibatch_variant_cuts,
+    lbl_cuts,
+    sequential_cuts,
+)
 from edgetrain.plan.costs import LayerCosts
 from edgetrain.plan.simulator import Timeline, simulate
 
@@ -44,6 +49,9 @@ CUTTERS: dict[str, Callable[[LayerCosts], tuple[list[int], list[int]]]] = {
     "lbl": lbl_cuts,
     "ibatch": ibatch_cuts,
     "dynacomm": dynacomm_cuts,
+    # not one of the four planned strategies: the greedy edgetrain had before the faithful
+    # iBatch (first segment fixed to layer 1, two-sided slack), for comparison only
+    "ibatch-variant": ibatch_variant_cuts,
 }
 
 

@@ -6,7 +6,8 @@ but steps that no other process interrupted still occur, and a low percentile pi
 (a median would fold the background load into t0 and give RG < 1 later). Then at each load
 intensity (the load generator of :mod:`edgetrain.profile.loadgen` on every core plus disk
 writes) training steps run in ``windows`` windows of ``window_s`` seconds while the sampler
-records the co-running contention U. Each window is one :class:`ContentionRecord` (median step
+records the co-running contention U (inside an emulated host: its cgroup's other processes,
+:mod:`edgetrain.profile.scope`). Each window is one :class:`ContentionRecord` (median step
 time in the window). Records are appended to the history file, the predictor is fitted on the
 whole history, and its error is reported on held-out levels of this run.
 """
@@ -33,6 +34,7 @@ from edgetrain.profile.predictor import (
     read_history,
 )
 from edgetrain.profile.sampler import Sampler
+from edgetrain.profile.scope import resolve_scope
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,8 @@ def _window(
     """Step times and mean contention over one window of training steps."""
     x, y = tr.batch(bs)
     times: list[float] = []
-    with Sampler(interval_s=min(0.1, window_s / 10)) as sampler:
+    # On an emulated host the host's cgroup is the scope, as for EdgeGossip's live predictor.
+    with Sampler(interval_s=min(0.1, window_s / 10), scope=resolve_scope("auto")) as sampler:
         end = time.monotonic() + window_s
         while time.monotonic() < end or len(times) < 3:
             times.append(tr.plain_step(x, y))

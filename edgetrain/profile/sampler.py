@@ -14,6 +14,11 @@ compete for the cores, so each sample also counts co-running runnable tasks: ``p
 of ``/proc/stat`` minus the training process's own tasks in state R (``/proc/<pid>/task``).
 The contention vector's core component is the co-running CPU *demand*: the larger of the
 co-running busy cores and the mean co-running runnable tasks, as a fraction of the cores.
+
+With a :class:`~edgetrain.profile.scope.CgroupScope` (an emulated host's group) the co-running
+processes are the group's others instead, their demand a fraction of the group's CPU quota, and
+their disk bytes their own ``/proc/<pid>/io``; network bytes are those of the process's own
+network namespace, which on an emulated host is the host's.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from edgetrain.profile.scope import CgroupScope, delta, group_counters
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +52,9 @@ class Snapshot:
     own_disk_bytes: int
     own_net_bytes: int
     co_runnable: int = 0
+    # a cgroup scope: CPU ticks and disk bytes of each co-running process of the group
+    co_ticks: dict[int, int] | None = None
+    co_disk: dict[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -52,7 +62,7 @@ class Usage:
     """Rates between two snapshots. ``co_*`` exclude the training process."""
 
     interval_s: float
-    cores: int
+    cores: float  # the scope's cores: the machine's, or a cgroup's CPU quota
     machine_cores_busy: float
     own_cores_busy: float
     co_cores_busy: float
@@ -132,10 +142,31 @@ def _own(root: Path, pid: int) -> tuple[int, int]:
     return ticks, disk
 
 
-def snapshot(pid: int, own_net_bytes: int = 0, root: Path = Path("/proc")) -> Snapshot:
-    """Read the counters now (``pid``: the training process)."""
+def snapshot(
+    pid: int,
+    own_net_bytes: int = 0,
+    root: Path = Path("/proc"),
+    scope: CgroupScope | None = None,
+) -> Snapshot:
+    """Read the counters now (``pid``: the training process; ``scope``: its cgroup, whose
+    other processes are then the co-running ones)."""
     busy, total, running = _cpu_ticks(root)
     own_ticks, own_disk = _own(root, pid)
+    if scope is not None:
+        group = group_counters(scope, pid, root)
+        return Snapshot(
+            t=time.monotonic(),
+            busy_ticks=busy,
+            total_ticks=total,
+            net_bytes=_net_bytes(root),
+            disk_bytes=own_disk + sum(group.disk.values()),
+            own_ticks=own_ticks,
+            own_disk_bytes=own_disk,
+            own_net_bytes=own_net_bytes,
+            co_runnable=group.runnable,
+            co_ticks=group.ticks,
+            co_disk=group.disk,
+        )
     co_runnable = max(running - _own_running(root, pid), 0)
     return Snapshot(
         t=time.monotonic(),
@@ -150,9 +181,11 @@ def snapshot(pid: int, own_net_bytes: int = 0, root: Path = Path("/proc")) -> Sn
     )
 
 
-def usage(a: Snapshot, b: Snapshot, cores: int, hz: int = _HZ) -> Usage:
+def usage(a: Snapshot, b: Snapshot, cores: float, hz: int = _HZ) -> Usage:
     """Rates from snapshot ``a`` to the later ``b`` (pure)."""
     dt = max(b.t - a.t, 1e-9)
+    if a.co_ticks is not None and b.co_ticks is not None:
+        return _group_usage(a, b, cores, hz, dt)
     dticks = max(b.total_ticks - a.total_ticks, 1)
     machine = cores * (b.busy_ticks - a.busy_ticks) / dticks
     own = (b.own_ticks - a.own_ticks) / hz / dt
@@ -174,18 +207,45 @@ def usage(a: Snapshot, b: Snapshot, cores: int, hz: int = _HZ) -> Usage:
     )
 
 
+def _group_usage(a: Snapshot, b: Snapshot, cores: float, hz: int, dt: float) -> Usage:
+    """Rates of a cgroup scope: co-running = the group's other processes."""
+    own = (b.own_ticks - a.own_ticks) / hz / dt
+    co = delta(a.co_ticks or {}, b.co_ticks or {}) / hz / dt
+    co_disk = delta(a.co_disk or {}, b.co_disk or {}) / dt
+    own_disk = (b.own_disk_bytes - a.own_disk_bytes) / dt
+    net = (b.net_bytes - a.net_bytes) / dt
+    own_net = (b.own_net_bytes - a.own_net_bytes) / dt
+    return Usage(
+        interval_s=dt,
+        cores=cores,
+        machine_cores_busy=own + co,
+        own_cores_busy=own,
+        co_cores_busy=co,
+        net_Bps=net,
+        co_net_Bps=max(net - own_net, 0.0),
+        disk_Bps=own_disk + co_disk,
+        co_disk_Bps=co_disk,
+        co_runnable=float(b.co_runnable),
+    )
+
+
 class Sampler:
-    """Samples once per ``interval_s`` in a daemon thread; use as a context manager."""
+    """Samples once per ``interval_s`` in a daemon thread; use as a context manager.
+
+    ``interval_s`` may be changed while it runs (it takes effect after the next sample)."""
 
     def __init__(
         self,
         pid: int | None = None,
         interval_s: float = 1.0,
         own_net_bytes: Callable[[], int] | None = None,
+        scope: CgroupScope | None = None,
     ) -> None:
         self.pid = pid or os.getpid()
         self.interval_s = interval_s
-        self.cores = os.cpu_count() or 1
+        self.scope = scope
+        share = scope.share() if scope is not None else None
+        self.cores: float = share or float(os.cpu_count() or 1)
         self.own_net = own_net_bytes or (lambda: 0)
         self.samples: list[Usage] = []
         self.cost_s = 0.0  # CPU time the sampler thread spent sampling
@@ -204,11 +264,11 @@ class Sampler:
         self._thread.join()
 
     def _run(self) -> None:
-        prev = snapshot(self.pid, self.own_net())
+        prev = snapshot(self.pid, self.own_net(), scope=self.scope)
         while not self._stop.wait(self.interval_s):
             c0 = time.thread_time()
             try:
-                cur = snapshot(self.pid, self.own_net())
+                cur = snapshot(self.pid, self.own_net(), scope=self.scope)
             except OSError as exc:  # the process ended
                 log.info("sampler stopped: %s", exc)
                 return
@@ -223,16 +283,23 @@ class Sampler:
         wall = time.monotonic() - self._start_wall
         return self.cost_s / wall if wall > 0 else 0.0
 
-    def mean(self) -> Usage | None:
-        """The mean of the samples so far (None before the first)."""
+    @property
+    def count(self) -> int:
+        """Samples taken so far."""
         with self._lock:
-            s = list(self.samples)
+            return len(self.samples)
+
+    def mean(self, since: int = 0) -> Usage | None:
+        """The mean of the samples so far, from sample number ``since`` on (None: none)."""
+        with self._lock:
+            s = list(self.samples[since:])
         if not s:
             return None
         n = len(s)
 
         def avg(attr: str) -> float:
-            return sum(getattr(u, attr) for u in s) / n
+            total: float = sum(getattr(u, attr) for u in s)
+            return total / n
 
         return Usage(
             interval_s=sum(u.interval_s for u in s),

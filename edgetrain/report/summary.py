@@ -1,9 +1,21 @@
-"""Summarise a run directory: per-worker results, the averaged model, wall time and traffic."""
+"""Summarise a run directory: per-worker results, the run's model, the training clock, traffic.
+
+``report/summary.json`` carries, besides status and wall time: ``family`` and ``technique``;
+each worker's ``role``; ``test_accuracy`` and ``model_sha256`` of the final model (the gossip
+family's averaged model is also ``averaged_test_accuracy``); ``train_s``, the training time
+with evaluation excluded (:mod:`edgetrain.report.clock`), and the ``curve`` of accuracy against
+it per epoch; ``iterations``; and bytes sent per link class (``lan`` within a site, ``wan``
+between sites, ``peer`` where the hosts name no sites, ``control`` to the coordinator).
+"""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
+from edgetrain.report.clock import Point, Report, attempt_curve, join_attempts
 from edgetrain.rundir import (
     COORDINATOR_STEM,
     RunDir,
@@ -16,16 +28,44 @@ from edgetrain.rundir import (
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
 ACCURACY_PNG = "accuracy.png"
+MODEL_EVENTS = ("averaged", "final_model")
+ATTEMPT_OPENERS = ("registered", "resumed", "started")
 
 
-def _last(events: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
+def _last(events: list[dict[str, Any]], kind: str | tuple[str, ...]) -> dict[str, Any] | None:
+    kinds = (kind,) if isinstance(kind, str) else kind
+    ev: dict[str, Any]  # (mypy infers Any for reversed() of a list of Any-valued dicts)
     for ev in reversed(events):
-        if ev.get("event") == kind:
+        if ev.get("event") in kinds:
             return ev
     return None
 
 
-def _worker_summary(worker: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:
+def link_class(src_site: str | None, dest: str, sites: Mapping[str, str | None]) -> str:
+    """``control`` (to the coordinator), ``lan`` (same site), ``wan`` (other site), or
+    ``peer`` (a site unknown: no hosts file, or one that names no sites)."""
+    if dest == "coordinator":
+        return "control"
+    dest_site = sites.get(dest)
+    if src_site is None or dest_site is None:
+        return "peer"
+    return "lan" if src_site == dest_site else "wan"
+
+
+def _by_class(
+    sent_to: object, src_site: str | None, sites: Mapping[str, str | None]
+) -> dict[str, int]:
+    out: Counter[str] = Counter()
+    if isinstance(sent_to, dict):
+        for dest, n in sent_to.items():
+            if isinstance(n, int):
+                out[link_class(src_site, str(dest), sites)] += n
+    return dict(out)
+
+
+def _worker_summary(
+    worker: dict[str, Any], events: list[dict[str, Any]], sites: Mapping[str, str | None]
+) -> dict[str, Any]:
     final = _last(events, "final")
     last_epoch = _last(events, "epoch")
     src = final or last_epoch or {}
@@ -35,13 +75,16 @@ def _worker_summary(worker: dict[str, Any], events: list[dict[str, Any]]) -> dic
         accuracy = evaluated[-1]["test_accuracy"] if evaluated else None
     return {
         "id": worker["id"],
+        "role": worker.get("role", "trainer"),
         "host": worker.get("host", "localhost"),
+        "site": worker.get("site"),
         "status": worker.get("status", "unknown"),
         "final_test_accuracy": accuracy,
         "epochs": last_epoch.get("epoch", 0) if last_epoch else 0,
         "steps": src.get("steps", 0),
         "bytes_sent": src.get("bytes_sent", 0),
         "bytes_received": src.get("bytes_received", 0),
+        "bytes_by_class": _by_class(src.get("bytes_sent_to"), worker.get("site"), sites),
         "gossip_sent": src.get("gossip_sent", 0),
         "gossip_merged": src.get("gossip_merged", 0),
         "dropped": src.get("dropped", {}),
@@ -51,15 +94,72 @@ def _worker_summary(worker: dict[str, Any], events: list[dict[str, Any]]) -> dic
     }
 
 
+def _attempts(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Rows of an appended metrics file, by the attempt (run id) that wrote them: an
+    attempt's rows follow its ``registered`` (worker) or ``resumed``/``started`` event."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    current: str | None = None
+    for row in rows:
+        if row.get("event") in ATTEMPT_OPENERS and isinstance(row.get("run_id"), str):
+            current = row["run_id"]
+        if current is not None:
+            out.setdefault(current, []).append(row)
+    return out
+
+
+def training_curve(
+    coordinator: list[dict[str, Any]], workers: Mapping[int, list[dict[str, Any]]]
+) -> list[Point]:
+    """The run's curve from its metrics files (every attempt of a resumed run)."""
+    worker_parts = {w: _attempts(rows) for w, rows in workers.items()}
+    joined: list[tuple[int, list[Point]]] = []
+    for run_id, part in _attempts(coordinator).items():
+        started = _last(part, "started")
+        if started is None:
+            continue
+        resumed = _last(part, "resumed")
+        releases = {int(e["epoch"]): float(e["t"]) for e in part if e.get("event") == "barrier"}
+        reports = [
+            Report(
+                w,
+                int(e["epoch"]),
+                float(e["t"]),
+                float(e.get("eval_s") or 0.0),
+                e.get("test_accuracy"),
+            )
+            for w, parts in worker_parts.items()
+            for e in parts.get(run_id, [])
+            if e.get("event") == "epoch" and isinstance(e.get("epoch"), int)
+        ]
+        barriers = bool(started.get("barriers", bool(releases)))
+        curve = attempt_curve(float(started["t"]), reports, releases if barriers else None)
+        joined.append((int(resumed["epoch"]) if resumed else 0, curve))
+    return join_attempts(joined)
+
+
 def build_summary(run_dir: RunDir) -> dict[str, Any]:
     """Read the manifest and the metrics files into the summary (pure reading, no writing)."""
     manifest = run_dir.read_manifest()
-    workers = [
-        _worker_summary(w, read_jsonl(run_dir.metrics_file(worker_stem(w["id"]))))
-        for w in manifest.get("workers", [])
-    ]
-    averaged = _last(read_jsonl(run_dir.metrics_file(COORDINATOR_STEM)), "averaged")
     recipe = manifest.get("recipe", {})
+    train = recipe.get("train", {})
+    family = manifest.get("family") or train.get("family") or train.get("technique")
+    technique = manifest.get("technique") or (
+        train.get("technique") if "family" in train else train.get("algorithm")
+    )
+    worker_rows = {
+        w["id"]: read_jsonl(run_dir.metrics_file(worker_stem(w["id"])))
+        for w in manifest.get("workers", [])
+    }
+    sites = {f"w{w['id']}": w.get("site") for w in manifest.get("workers", [])}
+    workers = [_worker_summary(w, worker_rows[w["id"]], sites) for w in manifest.get("workers", [])]
+    coordinator = read_jsonl(run_dir.metrics_file(COORDINATOR_STEM))
+    model = _last(coordinator, MODEL_EVENTS)
+    curve = training_curve(coordinator, worker_rows)
+    by_class: Counter[str] = Counter()
+    for w in workers:
+        by_class.update(w["bytes_by_class"])
+    own = _technique_report(family, manifest, worker_rows, coordinator)
+    curve = family_accuracy(curve, own)
     return {
         "run": str(run_dir.path),
         "name": manifest.get("name"),
@@ -67,16 +167,72 @@ def build_summary(run_dir: RunDir) -> dict[str, Any]:
         "status": manifest.get("status"),
         "error": manifest.get("error"),
         "wall_s": manifest.get("wall_s"),
-        "technique": recipe.get("train", {}).get("technique"),
-        "algorithm": recipe.get("train", {}).get("algorithm"),
+        "train_s": curve[-1].train_s if curve else None,
+        "family": family,
+        "technique": technique,
         "model": recipe.get("model", {}).get("name"),
         "dataset": recipe.get("data", {}).get("dataset"),
-        "epochs": recipe.get("train", {}).get("epochs"),
-        "averaged_test_accuracy": averaged.get("test_accuracy") if averaged else None,
+        "epochs": train.get("epochs"),
+        "seed": manifest.get("seed"),
+        "test_accuracy": model.get("test_accuracy") if model else None,
+        "averaged_test_accuracy": (
+            model.get("test_accuracy") if model and model.get("event") == "averaged" else None
+        ),
+        "model_sha256": model.get("model_sha256") if model else None,
+        "iterations": sum(int(w["steps"] or 0) for w in workers),
         "bytes_sent": sum(w["bytes_sent"] for w in workers),
         "bytes_received": sum(w["bytes_received"] for w in workers),
+        "bytes_by_class": dict(by_class),
+        "curve": [p.as_dict() for p in curve],
         "workers": workers,
+        **({"technique_report": own} if own else {}),
     }
+
+
+def _technique_report(
+    family: object,
+    manifest: dict[str, Any],
+    workers: Mapping[int, list[dict[str, Any]]],
+    coordinator: list[dict[str, Any]],
+) -> dict[str, Any] | None:
+    """What the run's family adds to its report (its optional ``report`` method: plain data,
+    with an optional ``markdown`` section), from the same metrics rows."""
+    from edgetrain import techniques
+
+    if not isinstance(family, str) or family not in techniques.families():
+        return None
+    hook = getattr(techniques.load_family(family), "report", None)
+    if hook is None:
+        return None
+    result = hook(manifest, workers, coordinator)
+    return dict(result) if result else None
+
+
+def family_accuracy(curve: list[Point], own: Mapping[str, Any] | None) -> list[Point]:
+    """The curve with the accuracies a family scored after the run filled in (its report's
+    ``epoch_accuracy``, ``{epoch: accuracy}``) for epochs its workers did not evaluate: the
+    pipeline family's evaluator scores epoch-end snapshots once training is over."""
+    scored = (own or {}).get("epoch_accuracy")
+    if not isinstance(scored, dict):
+        return curve
+    out = []
+    for p in curve:
+        acc = scored.get(str(p.epoch))
+        if p.accuracy is None and isinstance(acc, (int, float)) and not isinstance(acc, bool):
+            p = replace(p, accuracy=float(acc))
+        out.append(p)
+    return out
+
+
+def _technique_files(summary: dict[str, Any], run_dir: RunDir) -> list[str]:
+    """Files the family draws for its report (its optional ``report_files`` hook)."""
+    from edgetrain import techniques
+
+    family = summary.get("family")
+    if not isinstance(family, str) or family not in techniques.families():
+        return []
+    hook = getattr(techniques.load_family(family), "report_files", None)
+    return list(hook(run_dir.report, summary["technique_report"])) if hook else []
 
 
 def _fmt_acc(x: Any) -> str:
@@ -93,29 +249,41 @@ def human_bytes(n: Any) -> str:
     return f"{n:.1f} GiB"
 
 
+def _seconds(x: Any) -> str:
+    return f"{x:.1f} s" if isinstance(x, (int, float)) else "-"
+
+
 def render_markdown(summary: dict[str, Any]) -> str:
-    wall = summary.get("wall_s")
+    classes = ", ".join(
+        f"{k} {human_bytes(v)}" for k, v in sorted(summary.get("bytes_by_class", {}).items())
+    )
     lines = [
         f"# Run {summary.get('name')} ({summary.get('run_id')})",
         "",
         f"- status: **{summary.get('status')}**"
         + (f" - {summary['error']}" if summary.get("error") else ""),
-        f"- {summary.get('technique')}/{summary.get('algorithm')}, model {summary.get('model')}, "
+        f"- {summary.get('family')}/{summary.get('technique')}, model {summary.get('model')}, "
         f"dataset {summary.get('dataset')}, {summary.get('epochs')} epochs",
-        f"- wall time: {wall:.1f} s" if isinstance(wall, (int, float)) else "- wall time: -",
-        f"- averaged model test accuracy: {_fmt_acc(summary.get('averaged_test_accuracy'))}",
+        f"- wall time: {_seconds(summary.get('wall_s'))}; training time (evaluation "
+        f"excluded): {_seconds(summary.get('train_s'))}",
+        f"- final model test accuracy: {_fmt_acc(summary.get('test_accuracy'))}"
+        + (f" (sha256 {summary['model_sha256'][:16]}...)" if summary.get("model_sha256") else ""),
         f"- traffic: {human_bytes(summary.get('bytes_sent'))} sent, "
-        f"{human_bytes(summary.get('bytes_received'))} received",
+        f"{human_bytes(summary.get('bytes_received'))} received"
+        + (f" ({classes})" if classes else ""),
         "",
-        "| worker | host | slowdown | status | test accuracy | steps | sent | received |",
-        "|---:|---|---:|---|---:|---:|---:|---:|",
+        "| worker | role | host | slowdown | status | test accuracy | steps | sent | received |",
+        "|---:|---|---|---:|---|---:|---:|---:|---:|",
     ]
     for w in summary["workers"]:
         lines.append(
-            f"| {w['id']} | {w['host']} | {w['slowdown']:g} | {w['status']} | "
+            f"| {w['id']} | {w['role']} | {w['host']} | {w['slowdown']:g} | {w['status']} | "
             f"{_fmt_acc(w['final_test_accuracy'])} | {w['steps']} | "
             f"{human_bytes(w['bytes_sent'])} | {human_bytes(w['bytes_received'])} |"
         )
+    own = summary.get("technique_report") or {}
+    if own.get("markdown"):
+        lines += ["", str(own["markdown"]).rstrip()]
     return "\n".join(lines) + "\n"
 
 
@@ -126,6 +294,8 @@ def write_report(run_dir: RunDir) -> dict[str, Any]:
     summary = build_summary(run_dir)
     run_dir.report.mkdir(parents=True, exist_ok=True)
     summary["plot"] = plot_accuracy(run_dir, run_dir.report / ACCURACY_PNG)
+    if summary.get("technique_report"):
+        summary["technique_plots"] = _technique_files(summary, run_dir)
     atomic_write_json(run_dir.report / SUMMARY_JSON, summary)
     atomic_write_text(run_dir.report / SUMMARY_MD, render_markdown(summary))
     return summary

@@ -1,7 +1,11 @@
-"""A worker process from start to exit: register, set up, train, hand in, stop.
+"""A worker process from start to exit: register, set up, run its role, hand in, stop.
 
-The process exits when the coordinator says stop, on SIGTERM/SIGINT, or when its standard input
-closes (the launcher, or the ssh session that started it, is gone): no worker outlives its run.
+This module is the process lifecycle only; what a worker does is its technique's runner
+(:mod:`edgetrain.techniques`). The process exits when the coordinator says stop, on
+SIGTERM/SIGINT, or when its standard input closes (the launcher, or the ssh session that
+started it, is gone): no worker outlives its run. Every failure after the coordinator client
+exists (a socket that cannot bind, bad data, a diverging loss) travels back to the coordinator
+as an ``error`` message before the process exits.
 """
 
 from __future__ import annotations
@@ -13,31 +17,34 @@ import signal
 import socket
 import threading
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
 
 import zmq
 
+from edgetrain import techniques
 from edgetrain.comm import protocol
 from edgetrain.comm.channel import Traffic
+from edgetrain.comm.client import CoordinatorClient, StopRequested
+from edgetrain.comm.control import HandIn, Role
 from edgetrain.comm.security import SecurityConfig, load_keys
 from edgetrain.comm.wire import Message
-from edgetrain.errors import EdgetrainError
-from edgetrain.recipe import Recipe, parse_recipe
-from edgetrain.worker.client import CoordinatorClient, StopRequested
-
-if TYPE_CHECKING:
-    from edgetrain.gossip.gosgd import GoSGD
-    from edgetrain.gossip.node import GossipNode
+from edgetrain.errors import Diverged, EdgetrainError
+from edgetrain.recipe import parse_recipe
+from edgetrain.runtime.base import Runner, WorkerContext
+from edgetrain.runtime.session import Session
 
 log = logging.getLogger(__name__)
 
 SETUP_TIMEOUT_S = 600.0
 
 
-class Terminated(Exception):
-    """SIGTERM or SIGINT arrived, or standard input closed."""
+class Terminated(BaseException):
+    """SIGTERM or SIGINT arrived, or standard input closed.
+
+    A ``BaseException``, like ``KeyboardInterrupt``: code that turns any ``Exception`` into
+    its own error (a corrupt-file check around a data loader) must not swallow a stop."""
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
@@ -63,147 +70,119 @@ def _watch_stdin() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _build(
-    recipe: Recipe,
-    worker_id: int,
-    client: CoordinatorClient,
-    node: GossipNode,
-    start_epoch: int = 1,
-) -> GoSGD:
-    """Load this worker's partition, build the model and the technique's runner."""
-    import torch
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How ``edgetrain worker`` was started (by the launcher)."""
 
-    from edgetrain.gossip.gosgd import GoSGD
-    from edgetrain.worker.setup import build_run_model, load_run_data, worker_indices
-    from edgetrain.worker.trainer import LocalTrainer, resolve_device
-
-    group = recipe.expanded_workers()[worker_id]
-    torch.set_num_threads(group.threads)
-    data = load_run_data(recipe)
-    mine = worker_indices(recipe, data, worker_id)
-    model = build_run_model(recipe, data)
-    trainer = LocalTrainer(
-        model,
-        data.x_train[mine],
-        data.y_train[mine],
-        data.x_test,
-        data.y_test,
-        recipe.train,
-        recipe.run.seed,
-        worker_id,
-        group.slowdown,
-        resolve_device(recipe.train.device),
-    )
-    log.info(
-        "%d training samples, model %s on %s, slowdown %.2f",
-        len(mine),
-        recipe.model.name,
-        trainer.device,
-        group.slowdown,
-    )
-    return GoSGD(
-        trainer,
-        node,
-        client,
-        recipe.gossip,
-        recipe.num_workers,
-        recipe.train.epochs,
-        recipe.train.eval_every,
-        recipe.run.seed,
-        checkpoint_every=recipe.run.checkpoint_every,
-        start_epoch=start_epoch,
-    )
+    coordinator: str
+    worker_id: int
+    run_id: str
+    role: Role | None = None  # None: the role the coordinator gives in ``welcome``
+    host_label: str | None = None
+    bind_host: str = "127.0.0.1"
+    announce_host: str | None = None
+    watch_stdin: bool = True
+    keys_dir: Path | None = None
 
 
-def _resume_point(welcome: Message) -> tuple[int, float] | None:
-    """The (epoch, alpha) a resumed run starts from, from ``welcome``; None for a fresh run."""
+def _resume(welcome: Message) -> tuple[int, HandIn | None]:
+    """The epoch a resumed run starts after, and this worker's hand-in; (0, None) when fresh."""
     resume = welcome.meta.get("resume")
     if not isinstance(resume, dict):
-        return None
-    epoch, alpha = resume.get("epoch"), resume.get("alpha")
-    if not isinstance(epoch, int) or epoch < 0 or not isinstance(alpha, (int, float)):
+        return 0, None
+    epoch, meta = resume.get("epoch"), resume.get("handin")
+    if not isinstance(epoch, int) or epoch < 0 or not isinstance(meta, (dict, type(None))):
         raise EdgetrainError("the coordinator sent a malformed resume point")
-    return epoch, float(alpha)
+    if meta is None:  # resumed, with no part of the checkpoint to restore
+        return epoch, None
+    return epoch, HandIn(dict(welcome.tensors), meta)
 
 
-def run_worker(
-    coordinator: str,
-    worker_id: int,
-    run_id: str,
-    host_label: str | None = None,
-    bind_host: str = "127.0.0.1",
-    announce_host: str | None = None,
-    watch_stdin: bool = True,
-    keys_dir: Path | None = None,
-) -> int:
+def run_worker(opts: WorkerOptions) -> int:
     """Run one worker to completion. Returns the process exit code.
 
     ``keys_dir`` turns CURVE on (the run's keys, see :mod:`edgetrain.comm.security`); unusable
     keys raise :class:`~edgetrain.comm.security.SecurityError` before anything starts.
     """
-    from edgetrain.gossip.node import GossipNode
-
-    keys = load_keys(SecurityConfig("curve", keys_dir)) if keys_dir is not None else None
-
-    logging.basicConfig(
-        level=logging.INFO, format=f"%(asctime)s w{worker_id} %(levelname)s %(message)s"
-    )
+    keys = load_keys(SecurityConfig("curve", opts.keys_dir)) if opts.keys_dir else None
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    if watch_stdin:
+    if opts.watch_stdin:
         threading.Thread(target=_watch_stdin, daemon=True, name="stdin-watch").start()
     ctx = zmq.Context()
     traffic = Traffic()
-    client = CoordinatorClient(ctx, coordinator, worker_id, run_id, traffic, keys)
-    node = GossipNode(ctx, worker_id, run_id, traffic, bind_host, announce_host, keys=keys)
+    client = CoordinatorClient(ctx, opts.coordinator, opts.worker_id, opts.run_id, traffic, keys)
+    runner: Runner | None = None
     code = 0
     try:
         # Import torch before registering: a long import holds the interpreter lock and would
         # starve the heartbeat thread.
         import torch  # noqa: F401
 
-        client.send(
-            protocol.REGISTER,
-            {
-                "endpoint": node.endpoint,
-                "host": host_label or socket.gethostname(),
-                "pid": os.getpid(),
-            },
-        )
-        welcome = client.wait_for(protocol.WELCOME, SETUP_TIMEOUT_S)
+        host = opts.host_label or socket.gethostname()
+        register: dict[str, object] = {"host": host, "pid": os.getpid()}
+        if opts.role is not None:
+            register["role"] = str(opts.role)
+        client.send(protocol.REGISTER, register)
+        welcome = client.wait_for(protocol.WELCOME, SETUP_TIMEOUT_S, sync=False)
         recipe = parse_recipe(welcome.meta.get("recipe", {}), "recipe from the coordinator")
+        role = Role.parse(str(welcome.meta.get("role", "")))
         client.start_heartbeat(recipe.run.heartbeat_s)
-        resume = _resume_point(welcome)
-        runner = _build(recipe, worker_id, client, node, resume[0] + 1 if resume else 1)
-        if resume is not None:
-            runner.load_checkpoint(welcome.tensors, resume[1])
-            log.info("resuming after epoch %d with alpha %.4f", resume[0], resume[1])
-        client.send(
-            protocol.READY,
-            {
-                "samples": runner.trainer.num_samples,
-                "steps_per_epoch": runner.trainer.steps_per_epoch,
-            },
+        resume_epoch, resume = _resume(welcome)
+        wctx = WorkerContext(
+            recipe,
+            opts.run_id,
+            opts.worker_id,
+            role,
+            host,
+            ctx,
+            traffic,
+            keys,
+            opts.bind_host,
+            opts.announce_host,
+            resume,
+            resume_epoch,
         )
+        runner = techniques.runner_factory(recipe.train.family, recipe.train.technique)(wctx)
+        ready = runner.setup()
+        client.send(protocol.READY, {"endpoints": ready.endpoints, **ready.meta})
         start = client.wait_for(protocol.START, SETUP_TIMEOUT_S)
-        peers = start.meta.get("peers", {})
-        node.connect({int(k): str(v) for k, v in peers.items() if str(k).isdigit()})
-        runner.train()
-        runner.finish()
+        session = Session(client, wctx, start)
+        final = runner.run(session)
+        steps = int(final.metrics.get("steps", 0) or 0)
+        session.hand_in(final, recipe.train.epochs, steps)
         client.wait_for(protocol.STOP, SETUP_TIMEOUT_S)
     except StopRequested:
         log.info("stopped by the coordinator")
     except Terminated as exc:
         log.info("terminated (%s)", exc)
         code = 143
+    except Diverged as exc:
+        log.error("%s", exc)
+        _report(client, str(exc), "diverged", epoch=exc.epoch, step=exc.step)
+        code = 1
     except Exception as exc:  # noqa: BLE001 - failures travel back to the coordinator as data
         message = str(exc) if isinstance(exc, EdgetrainError) else f"{type(exc).__name__}: {exc}"
-        log.error("failed: %s\n%s", message, traceback.format_exc())
-        with contextlib.suppress(zmq.ZMQError):
-            client.send(protocol.ERROR, {"message": message})
+        # A user's error (a bind address the host lacks, data missing there) is not a crash the
+        # run should ride out: the launcher stops the run and exits with 2, as for bad input;
+        # its line says all there is (no traceback), a crash's log keeps the traceback.
+        user = isinstance(exc, EdgetrainError) and exc.exit_code == 2
+        log.error("failed: %s%s", message, "" if user else "\n" + traceback.format_exc())
+        _report(client, message, "input" if user else "error")
         code = 1
     finally:
-        node.close()
+        # Clean-up runs to its end: a stop arriving now (the launcher ends a failed run) would
+        # only cut it short; sockets linger at most a few seconds to deliver the last report.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
+        if runner is not None:
+            runner.close()
         client.close()
         ctx.term()
     return code
+
+
+def _report(client: CoordinatorClient, message: str, kind: str, **extra: int) -> None:
+    """Send a failure to the coordinator, if it can still be reached."""
+    with contextlib.suppress(zmq.ZMQError, EdgetrainError):
+        client.send(protocol.ERROR, {"message": message, "kind": kind, **extra})

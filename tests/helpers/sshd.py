@@ -7,7 +7,6 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import skip_or_fail
+from tests.helpers.waiting import wait_until
 
 SSHD = Path("/usr/sbin/sshd")
 
@@ -58,17 +58,26 @@ def _keygen(path: Path) -> None:
     )
 
 
-def _wait_listening(
-    port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 20
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def _banner(port: int) -> bytes:
+    """The first bytes a server on ``port`` says (b"" if nothing answers)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), 0.5) as conn:
+            conn.settimeout(2)
+            return conn.recv(64)
+    except OSError:
+        return b""
+
+
+def _listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 20) -> bool:
+    """True once our sshd answers on ``port`` with an OpenSSH banner; False if it exited
+    (another process took the port between our pick and its bind)."""
+
+    def ready() -> str:
         if proc.poll() is not None:
-            pytest.fail(f"sshd exited with {proc.returncode}: {log.read_text()[-2000:]}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
-            return
-        time.sleep(0.05)
-    pytest.fail(f"sshd did not listen on port {port} within {timeout} s")
+            return "exited"
+        return "ok" if _banner(port).startswith(b"SSH-2.0-OpenSSH") else ""
+
+    return wait_until(ready, timeout, f"sshd answers on port {port}") == "ok"
 
 
 def _check_prerequisites() -> None:
@@ -76,6 +85,25 @@ def _check_prerequisites() -> None:
         skip_or_fail("OpenSSH server/client not installed (apt-get install openssh-server)")
     if os.geteuid() != 0:
         skip_or_fail("the sshd tests run sshd as root (not root here)")
+
+
+def _start(tmp: Path, port: int, host_key: Path) -> subprocess.Popen[bytes]:
+    config = tmp / "sshd_config"
+    config.write_text(
+        f"ListenAddress 127.0.0.1\nPort {port}\nHostKey {host_key}\n"
+        f"AuthorizedKeysFile {tmp / 'authorized_keys'}\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
+        f"PermitRootLogin prohibit-password\nPidFile {tmp / 'sshd.pid'}\n"
+        "MaxStartups 64:30:128\nMaxSessions 64\n"
+    )
+    with (tmp / "sshd.log").open("ab") as log:
+        return subprocess.Popen(
+            [str(SSHD), "-D", "-e", "-f", str(config)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 @contextlib.contextmanager
@@ -87,26 +115,20 @@ def running_sshd(tmp: Path) -> Iterator[Sshd]:
     _keygen(host_key)
     _keygen(client_key)
     (tmp / "authorized_keys").write_text(Path(f"{client_key}.pub").read_text())
-    port = _free_port()
-    config = tmp / "sshd_config"
-    config.write_text(
-        f"ListenAddress 127.0.0.1\nPort {port}\nHostKey {host_key}\n"
-        f"AuthorizedKeysFile {tmp / 'authorized_keys'}\nPasswordAuthentication no\n"
-        "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
-        f"PermitRootLogin prohibit-password\nPidFile {tmp / 'sshd.pid'}\n"
-        "MaxStartups 64:30:128\nMaxSessions 64\n"
-    )
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)
-    with (tmp / "sshd.log").open("wb") as log:
-        proc = subprocess.Popen(
-            [str(SSHD), "-D", "-e", "-f", str(config)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+    # sshd cannot announce a port: pick a free one, and if another process takes it before
+    # sshd binds (sshd then exits: "Bind to port ... failed"), pick again
+    for _attempt in range(5):
+        port = _free_port()
+        proc = _start(tmp, port, host_key)
+        if _listening(port, proc):
+            break
+        proc.wait(10)
+    else:
+        pytest.fail(
+            f"sshd could not bind a port in 5 tries: {(tmp / 'sshd.log').read_text()[-2000:]}"
         )
     try:
-        _wait_listening(port, proc, tmp / "sshd.log")
         yield Sshd("127.0.0.1", port, client_key, "root")
     finally:
         proc.terminate()

@@ -1,4 +1,4 @@
-"""Build what a run trains on from its recipe: the dataset, a worker's partition, the model."""
+"""Build what a run trains on from its recipe: the dataset, a worker's shard of it, the model."""
 
 from __future__ import annotations
 
@@ -21,12 +21,13 @@ def load_run_data(recipe: Recipe) -> Dataset:
 
 
 def partitions(recipe: Recipe, data: Dataset) -> list[np.ndarray]:
-    """The recipe's partition of the training split: one index array per worker."""
+    """The recipe's partition of the training split: one index array per worker that trains on
+    data (the family's data roles), in worker-id order."""
     from edgetrain.data import partition_indices
 
     return partition_indices(
         data.y_train,
-        recipe.num_workers,
+        recipe.num_data_workers,
         recipe.data.partition,
         recipe.run.seed,
         alpha=recipe.data.alpha,
@@ -34,9 +35,24 @@ def partitions(recipe: Recipe, data: Dataset) -> list[np.ndarray]:
     )
 
 
+def data_shard(recipe: Recipe, worker_id: int) -> int | None:
+    """Which shard of the partition worker ``worker_id`` trains on (None: its role has none)."""
+    data_roles = recipe.family_spec.data_roles
+    shard = 0
+    for wid, role in enumerate(recipe.role_names()):
+        if role in data_roles:
+            if wid == worker_id:
+                return shard
+            shard += 1
+    return None
+
+
 def worker_indices(recipe: Recipe, data: Dataset, worker_id: int) -> np.ndarray:
-    """Indices into the training split that this worker trains on."""
-    return partitions(recipe, data)[worker_id]
+    """Indices into the training split that this worker trains on (empty: none)."""
+    shard = data_shard(recipe, worker_id)
+    if shard is None:
+        return np.zeros(0, dtype=np.int64)
+    return partitions(recipe, data)[shard]
 
 
 def build_run_model(recipe: Recipe, data: Dataset) -> nn.Module:

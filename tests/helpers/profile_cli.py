@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from tests.cli import run_cli
+from tests.helpers.cli import run_cli
 
 
 def cli_argv(*argv: str) -> list[str]:
@@ -16,7 +16,8 @@ def cli_argv(*argv: str) -> list[str]:
 
 
 def run_profile(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """:func:`tests.cli.run_cli`, then torch's thread count restored (``--threads`` sets it)."""
+    """:func:`tests.helpers.cli.run_cli`, then torch's thread count restored (``--threads``
+    sets it)."""
     threads = torch.get_num_threads()
     try:
         return run_cli(capsys, *argv)

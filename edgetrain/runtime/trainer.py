@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from edgetrain.recipe import TrainSection
+from edgetrain.runtime.throttle import Throttle
 
 
 def resolve_device(name: str) -> torch.device:
@@ -28,11 +29,15 @@ def resolve_device(name: str) -> torch.device:
 
 
 def make_optimizer(model: nn.Module, cfg: TrainSection) -> torch.optim.Optimizer:
+    return optimizer_for(list(model.parameters()), cfg)
+
+
+def optimizer_for(params: list[torch.Tensor], cfg: TrainSection) -> torch.optim.Optimizer:
+    """The recipe's optimiser (``[train] optimizer``, lr, momentum, weight decay) over
+    ``params`` (a model's, or a parameter-server shard's bare tensors)."""
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    return torch.optim.SGD(
-        model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
-    )
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 
 
 @torch.no_grad()
@@ -87,7 +92,7 @@ class LocalTrainer:
         self.cfg = cfg
         self.seed = seed
         self.worker_id = worker_id
-        self.slowdown = slowdown
+        self.throttle = Throttle(slowdown)
         self.optimizer = make_optimizer(self.model, cfg)
         self.times = StepTimes()
         self.steps = 0
@@ -120,12 +125,13 @@ class LocalTrainer:
         value = float(loss.detach())  # synchronises with the device
         compute = time.perf_counter() - t0
         self.times.compute_s += compute
-        if self.slowdown > 1.0:
-            pause = (self.slowdown - 1.0) * compute
-            time.sleep(pause)
-            self.times.sleep_s += pause
+        self.times.sleep_s += self.throttle.after(compute)
         self.steps += 1
         return value
+
+    @property
+    def slowdown(self) -> float:
+        return self.throttle.slowdown
 
     def evaluate(self) -> tuple[float, float]:
         return evaluate(self.model, self.x_test, self.y_test)

@@ -1,0 +1,258 @@
+"""A worker's connection to the coordinator: register, report, wait, and never lose an order.
+
+The coordinator numbers what it sends; the client delivers each number once, in order
+(:class:`~edgetrain.comm.control.InOrder`), acknowledges the highest one in its heartbeats, and
+when it has waited three heartbeat intervals without hearing anything it asks the coordinator
+(``sync``) to send again whatever came after that number. A ``go`` lost while a worker's
+connection was being re-established is therefore late by a few seconds, not an hour.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import zmq
+
+from edgetrain.comm import channel, protocol, sockets
+from edgetrain.comm.channel import Traffic
+from edgetrain.comm.control import InOrder
+from edgetrain.comm.security import CurveKeys
+from edgetrain.comm.wire import Message
+from edgetrain.errors import RunError
+
+# A wait asks the coordinator for its state after this many heartbeat intervals of silence,
+# and gives up on a coordinator that answers none of this many such requests in a row.
+SYNC_AFTER_HEARTBEATS = 3
+UNANSWERED_SYNCS = 4
+
+Serve = Sequence[tuple[zmq.Socket[bytes], Callable[[], None]]]
+
+
+class StopRequested(Exception):
+    """The coordinator told this worker to stop."""
+
+
+class CoordinatorClient:
+    """A DEALER socket to the coordinator, identified as ``w<id>``."""
+
+    def __init__(
+        self,
+        ctx: zmq.SyncContext,
+        endpoint: str,
+        worker_id: int,
+        run_id: str,
+        traffic: Traffic,
+        security: CurveKeys | None = None,
+        heartbeat_s: float = 1.0,
+    ) -> None:
+        self.security = security
+        self.worker_id = worker_id
+        self.name = protocol.worker_name(worker_id)
+        self.run_id = run_id
+        self.traffic = traffic
+        self.ctx = ctx
+        self.endpoint = endpoint
+        self.heartbeat_s = heartbeat_s
+        self.sock = self._make_socket(self.name)
+        self._heartbeat: Heartbeat | None = None
+        self._order = InOrder()
+        self._ready: deque[Message] = deque()
+        self._heard = time.monotonic()  # when the coordinator last said anything
+        self._synced = 0.0  # when this client last asked for a resend
+        self.phase: str | None = None  # the coordinator's phase, from its last ``state``
+        self.syncs = 0  # resend requests sent
+        # Called with each coordinator message that nobody waits for (``peers`` updates).
+        self.on_message: Callable[[Message], None] | None = None
+
+    @property
+    def acked(self) -> int:
+        """The highest message number received with every one before it."""
+        return self._order.delivered
+
+    def _make_socket(self, identity: str) -> zmq.SyncSocket:
+        """A DEALER connected to the coordinator under ``identity``."""
+        opts = sockets.SocketOptions(linger_ms=2000)
+        sock = sockets.client(self.ctx, zmq.DEALER, self.security, opts, identity.encode())
+        sock.connect(self.endpoint)
+        return sock
+
+    def start_heartbeat(self, interval_s: float) -> None:
+        """Send a heartbeat every ``interval_s`` from a thread of its own, until :meth:`close`.
+
+        The thread has its own socket (identity ``w<id>.hb``): ZeroMQ sockets are not shared
+        between threads. A worker busy in a long step still heartbeats; a stopped or dead one
+        does not, and the coordinator declares it failed after three missed intervals. Each
+        heartbeat acknowledges the control messages received so far.
+        """
+        self.heartbeat_s = interval_s
+        if self._heartbeat is None:
+            sock = self._make_socket(protocol.heartbeat_identity(self.worker_id))
+            self._heartbeat = Heartbeat(sock, self.name, self.run_id, interval_s, self)
+            self._heartbeat.start()
+
+    def send(
+        self,
+        kind: str,
+        meta: dict[str, Any] | None = None,
+        *,
+        epoch: int = 0,
+        step: int = 0,
+        tensors: dict[str, np.ndarray] | None = None,
+    ) -> None:
+        msg = Message(kind, self.name, self.run_id, step, epoch, meta or {}, tensors or {})
+        try:
+            channel.send(self.sock, msg, self.traffic, peer=protocol.COORDINATOR)
+        except zmq.Again:
+            raise RunError(
+                f"worker {self.worker_id}: the coordinator at {self.endpoint} took no '{kind}' "
+                "message within the send timeout; is the launcher gone or the network down?"
+            ) from None
+
+    def _read(self) -> None:
+        """Read one message from the socket into the in-order queue."""
+        got = channel.recv(self.sock, self.run_id, protocol.TO_WORKER, self.traffic)
+        if got is None:
+            return
+        msg = got[1]
+        if msg.sender != protocol.COORDINATOR:
+            self.traffic.drop("bad_sender", msg.sender)
+            return
+        self._heard = time.monotonic()
+        if msg.type == protocol.STATE:
+            phase = msg.meta.get("phase")
+            self.phase = phase if isinstance(phase, str) else None
+            return
+        seq = msg.meta.get("seq")
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+            self.traffic.drop("bad_seq", msg.sender)
+            return
+        self._ready.extend(self._order.accept(seq, msg))
+
+    def _next(self) -> Message | None:
+        """The next message in order, if one is here; ``stop`` raises :class:`StopRequested`."""
+        if not self._ready:
+            return None
+        msg = self._ready.popleft()
+        if msg.type == protocol.STOP:
+            raise StopRequested()
+        return msg
+
+    def _maybe_sync(self, now: float, since: float) -> None:
+        """After three quiet heartbeat intervals of a wait that began at ``since``, ask the
+        coordinator to resend what we lack; give up on a coordinator that stays silent through
+        :data:`UNANSWERED_SYNCS` such requests."""
+        every = SYNC_AFTER_HEARTBEATS * self.heartbeat_s
+        quiet = now - max(self._heard, since)
+        if now - max(self._heard, since, self._synced) < every:
+            return
+        if quiet >= (UNANSWERED_SYNCS + 1) * every:
+            raise RunError(
+                f"worker {self.worker_id}: the coordinator at {self.endpoint} has not answered "
+                f"for {quiet:.0f} s; is the launcher gone or the network down?"
+            )
+        self.syncs += 1
+        self._synced = now
+        self.send(protocol.SYNC, {"have": self.acked})
+
+    def wait_for(
+        self,
+        kind: str,
+        timeout_s: float,
+        serve: Serve = (),
+        sync: bool = True,
+        idle: Callable[[], float] | None = None,
+    ) -> Message:
+        """Wait for the next message of type ``kind``, serving ``serve`` (sockets with their
+        handlers, e.g. a gossip inbox) meanwhile. Messages of other types that come first go to
+        :attr:`on_message`, in order. With ``sync`` (once registered), a long silence asks the
+        coordinator to resend what this worker lacks. ``idle`` is called on every turn of the
+        loop and returns how long it may sleep before it must be called again (a server's
+        timers)."""
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        handlers = dict(serve)
+        for sock in handlers:
+            poller.register(sock, zmq.POLLIN)
+        since = time.monotonic()
+        deadline = since + timeout_s
+        while True:
+            while (msg := self._next()) is not None:
+                if msg.type == kind:
+                    return msg
+                if self.on_message is not None:
+                    self.on_message(msg)
+            now = time.monotonic()
+            if now >= deadline:
+                raise RunError(
+                    f"worker {self.worker_id}: no '{kind}' from the coordinator in "
+                    f"{timeout_s:.0f} s"
+                )
+            if sync:
+                self._maybe_sync(now, since)
+            wait = min(deadline - now, 0.5, self.heartbeat_s)
+            if idle is not None:
+                wait = max(0.0, min(wait, idle()))
+            ready = dict(
+                poller.poll(max(0, int(wait * 1000)) if idle else max(1, int(wait * 1000)))
+            )
+            for sock, handler in handlers.items():
+                if sock in ready:
+                    handler()
+            if self.sock in ready:
+                while self.sock.poll(0, zmq.POLLIN):
+                    self._read()
+
+    def dispatch(self) -> None:
+        """Hand every message already waiting from the coordinator to :attr:`on_message`."""
+        while self.sock.poll(0, zmq.POLLIN):
+            self._read()
+        while (msg := self._next()) is not None:
+            if self.on_message is not None:
+                self.on_message(msg)
+
+    def close(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+        self.sock.close()
+
+
+class Heartbeat(threading.Thread):
+    """Sends ``heartbeat {ack}`` messages at a fixed interval on its own socket."""
+
+    def __init__(
+        self,
+        sock: zmq.SyncSocket,
+        sender: str,
+        run_id: str,
+        interval_s: float,
+        client: CoordinatorClient | None = None,
+    ) -> None:
+        super().__init__(daemon=True, name="heartbeat")
+        self.sock = sock
+        self.sender = sender
+        self.run_id = run_id
+        self.interval_s = interval_s
+        self.client = client
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while True:
+                ack = self.client.acked if self.client is not None else 0
+                msg = Message(protocol.HEARTBEAT, self.sender, self.run_id, meta={"ack": ack})
+                with contextlib.suppress(zmq.Again):
+                    channel.send(self.sock, msg, flags=zmq.NOBLOCK)
+                if self._stop_event.wait(self.interval_s):
+                    return
+        finally:
+            self.sock.close(linger=0)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=5)

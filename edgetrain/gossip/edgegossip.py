@@ -1,0 +1,312 @@
+"""EdgeGossip (Han et al., TPDS 2021): GoSGD whose workers each train on a share r_i of their
+data per epoch, chosen by loss rank, so that workers of different speeds finish together.
+
+The worker side of ALGORITHMS.md section 2 with the fixes of the specification (gossip.md A):
+
+- before training, on this worker's own shard only: the aggregated points (reduce, divide
+  within classes, average; ``[edgegossip] reduce/divide/ratio``), timed as ``aggregate_s``
+  (training time in the paper's accounting; the run's clock starts later, at ``start``, so
+  reports add it), and a calibration of the time per sample (``calibrate_s`` of real steps,
+  undone afterwards) for the first prediction;
+- all along, the resource sampler scoped to this worker's cgroup on an emulated host
+  (:mod:`edgetrain.profile.scope`), sampling at least five times an epoch;
+- each epoch: r_i from the coordinator (the balancer, :mod:`edgetrain.gossip.balancing`),
+  then Algorithm 2 (:mod:`edgetrain.gossip.ranking`): the loss of every aggregated point ranks
+  the subsets and minibatches fill from the top until r_i |X_i| samples; its time is
+  ``rank_s``, inside the epoch's training time; GoSGD's exchange runs unchanged after every
+  step; at the end, the measured and the next predicted throughput (``p_obs``, ``p_next``,
+  :mod:`edgetrain.gossip.predictor`) go to the balancer in ``epoch_end``.
+
+The slowdown emulation (``[[workers]] slowdown``) stretches the aggregation, the calibration and
+the ranking as it stretches training steps: a slow device is slow at all of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from copy import deepcopy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from edgetrain.aggregate import AggregateConfig, build_aggregates
+from edgetrain.gossip import ranking
+from edgetrain.gossip.config import EdgeGossipSection
+from edgetrain.gossip.gosgd import GoSGD
+from edgetrain.gossip.predictor import History, LivePredictor, load_history, prediction_error
+from edgetrain.profile.sampler import Sampler
+from edgetrain.profile.scope import resolve_scope
+from edgetrain.runtime.base import Ready, WorkerContext
+from edgetrain.runtime.trainer import StepTimes
+
+log = logging.getLogger(__name__)
+
+MAX_RATIO = 64.0  # a directive's r above this is not believed (r > 1 only redistributes)
+_SALT_ORDER = 0xE6
+_CALIBRATION_EPOCH = 1_000_000  # minibatch order of the calibration steps (no real epoch's)
+
+
+@dataclass
+class EpochLog:
+    """What one epoch of EdgeGossip did, for its ``epoch_end`` metrics."""
+
+    ratio: float = 1.0
+    target: float = 0.0
+    rank_s: float = 0.0
+    started: float = 0.0  # before the ranking
+    steps_started: float = 0.0
+    u_since: int = 0
+    sizes: list[int] = field(default_factory=list)
+
+    @property
+    def kept(self) -> int:
+        return sum(self.sizes)
+
+
+class EdgeGossip(GoSGD):
+    """One EdgeGossip worker (role ``trainer``)."""
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        super().__init__(ctx)
+        self.eg = ctx.recipe.section("edgegossip", EdgeGossipSection)
+        self.ratio = 1.0
+        self.predictor = LivePredictor(self.eg.balance, History.none(), self.eg.t0_lambda)
+        self.sampler: Sampler | None = None
+        self.aggregate_s = 0.0
+        self.points: torch.Tensor | None = None
+        self.point_labels: torch.Tensor | None = None
+        self.offsets = np.zeros(1, dtype=np.int64)
+        self.members = np.zeros(0, dtype=np.int64)
+        self.bad_directives = 0
+        self.log = EpochLog()
+
+    # ------------------------------------------------------------------ setup
+
+    def setup(self) -> Ready:
+        ready = super().setup()
+        ctx, eg = self.ctx, self.eg
+        if eg.order in ("aggregated", "shuffled"):
+            self._aggregate()
+        history = History.none()
+        if eg.history:
+            path = Path(eg.history.replace("{host}", ctx.host)).expanduser()
+            history = load_history(path, ctx.recipe.model.name)
+            if not history.records:
+                log.warning("no contention history at %s: RG(U) = 1", path)
+        self.predictor.history = history
+        scope = resolve_scope(eg.monitor)
+        self.sampler = Sampler(
+            interval_s=max(0.05, eg.calibrate_s / 5), own_net_bytes=self._own_bytes, scope=scope
+        )
+        self.sampler.__enter__()
+        t_cal, u_cal = self._calibrate()
+        p_first = self.predictor.first(t_cal, u_cal)
+        log.info(
+            "EdgeGossip: %d points from %d samples in %.3f s; %.5f s/sample calibrated, "
+            "co-running %s (%s), first prediction %.1f samples/s",
+            len(self.offsets) - 1,
+            self.trainer.num_samples,
+            self.aggregate_s,
+            t_cal,
+            u_cal,
+            scope.path if scope else "machine",
+            p_first,
+        )
+        meta = {
+            **ready.meta,
+            "host": ctx.host,
+            "p_next": p_first,
+            "t_cal": t_cal,
+            "u_cal": list(u_cal) if u_cal is not None else None,
+            "t0": self.predictor.t0,
+            "aggregate_s": self.aggregate_s,
+            "points": len(self.offsets) - 1,
+            "rg_records": history.records,
+            "monitor": scope.path if scope else "machine",
+            "monitor_cores": self.sampler.cores,
+        }
+        return Ready(ready.endpoints, meta)
+
+    def _own_bytes(self) -> int:
+        return self.ctx.traffic.bytes_sent + self.ctx.traffic.bytes_received
+
+    def _aggregate(self) -> None:
+        """Build this shard's aggregated points (timed, slowed down like training)."""
+        recipe, eg = self.ctx.recipe, self.eg
+        agg = recipe.aggregate
+        cfg = AggregateConfig(
+            reduce=eg.reduce,
+            divide=eg.divide,
+            ratio=eg.ratio,
+            seed=agg.seed if agg.seed is not None else recipe.run.seed,
+            dims=agg.dims,
+            kmeans_iterations=agg.kmeans_iterations,
+            kmeans_flat_limit=agg.kmeans_flat_limit,
+            chunk_size=agg.chunk_size,
+        )
+        t = self.trainer
+        started = time.perf_counter()
+        built = build_aggregates(t.x.cpu().numpy(), t.y.cpu().numpy(), cfg)
+        work = time.perf_counter() - started
+        self.aggregate_s = work + t.throttle.after(work)
+        self.points = torch.from_numpy(built.points).to(t.device)
+        self.point_labels = torch.from_numpy(built.labels).to(t.device)
+        self.offsets, self.members = built.member_offsets, built.member_indices
+
+    def _calibrate(self) -> tuple[float, tuple[float, float, float] | None]:
+        """Seconds per sample of an epoch as :meth:`metrics` measures them (real training
+        steps, undone afterwards, plus one ranking over the whole shard), and the mean
+        contention meanwhile."""
+        t = self.trainer
+        started = time.perf_counter()
+        self._plan(0, 0.0)  # the ranking's forward passes, as in an epoch
+        work = time.perf_counter() - started
+        rank_s = work + t.throttle.after(work)
+        model_state = deepcopy(t.model.state_dict())
+        opt_state = deepcopy(t.optimizer.state_dict())
+        assert self.sampler is not None
+        since = self.sampler.count
+        samples, steps, before = 0, 0, t.times.compute_s + t.times.sleep_s
+        batches = t.batches(_CALIBRATION_EPOCH)
+        deadline = time.perf_counter() + self.eg.calibrate_s
+        while steps < 3 or time.perf_counter() < deadline:
+            try:
+                xb, yb = next(batches)
+            except StopIteration:
+                batches = t.batches(_CALIBRATION_EPOCH + steps)
+                continue
+            t.step(xb, yb)
+            samples += len(yb)
+            steps += 1
+        spent = t.times.compute_s + t.times.sleep_s - before
+        t.model.load_state_dict(model_state)  # in place: the gossip state shares its storage
+        t.optimizer.load_state_dict(opt_state)
+        t.times, t.steps = StepTimes(), 0
+        self.sampler.interval_s = 0.2
+        mean = self.sampler.mean(since)
+        per_sample = spent / max(samples, 1) + rank_s / max(t.num_samples, 1)
+        return per_sample, mean.contention if mean is not None else None
+
+    def close(self) -> None:
+        if self.sampler is not None:
+            self.sampler.__exit__(None, None, None)
+            self.sampler = None
+        super().close()
+
+    # ------------------------------------------------------------------ Algorithm 2
+
+    @torch.no_grad()
+    def _losses(self, x: torch.Tensor, y: torch.Tensor) -> np.ndarray:
+        """Each sample's loss under the current model (forward only, eval mode)."""
+        model = self.trainer.model
+        was = model.training
+        model.eval()
+        out = [
+            nn.functional.cross_entropy(model(x[i : i + 1024]), y[i : i + 1024], reduction="none")
+            for i in range(0, len(x), 1024)
+        ]
+        model.train(was)
+        return torch.cat(out).cpu().numpy() if out else np.zeros(0)
+
+    def _plan(self, epoch: int, target: float) -> ranking.Batches:
+        eg, t = self.eg, self.trainer
+        b = self.ctx.recipe.train.batch_size
+        rng = np.random.default_rng(
+            [self.ctx.recipe.run.seed, self.ctx.worker_id, epoch, _SALT_ORDER]
+        )
+        if eg.order == "random":
+            return ranking.random_fill(t.num_samples, target, b, rng)
+        if eg.order == "oracle":
+            offsets, members = ranking.singletons(t.num_samples)
+            order = ranking.rank_order(self._losses(t.x, t.y))
+            if eg.select == "per-class":
+                order = ranking.per_class(order, t.y.cpu().numpy())
+            return ranking.rank_and_fill(offsets, members, order, target, b, eg.exact_batches)
+        assert self.points is not None and self.point_labels is not None
+        order = ranking.rank_order(self._losses(self.points, self.point_labels))
+        if eg.select == "per-class":
+            order = ranking.per_class(order, self.point_labels.cpu().numpy())
+        batches = ranking.rank_and_fill(
+            self.offsets, self.members, order, target, b, eg.exact_batches
+        )
+        return ranking.shuffled(batches, b, rng) if eg.order == "shuffled" else batches
+
+    def batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        t = self.trainer
+        ratio = max(self.ratio, self.eg.r_min)
+        target = ratio * t.num_samples
+        assert self.sampler is not None
+        started = time.perf_counter()
+        plan = self._plan(epoch, target)
+        work = time.perf_counter() - started
+        rank_s = work + t.throttle.after(work)
+        self.log = EpochLog(ratio, target, rank_s, started, time.perf_counter(), self.sampler.count)
+        for idx in plan:
+            sel = torch.from_numpy(idx).to(t.device)
+            yield t.x[sel], t.y[sel]
+
+    def step(self, epoch: int, batch: tuple[torch.Tensor, torch.Tensor]) -> float:
+        self.log.sizes.append(len(batch[1]))
+        return super().step(epoch, batch)
+
+    # ------------------------------------------------------------------ reporting
+
+    def metrics(self) -> dict[str, Any]:
+        base = super().metrics()
+        log_ = self.log
+        now = time.perf_counter()
+        steps_s = now - log_.steps_started
+        kept = log_.kept
+        # The epoch's time per sample, ranking included: balancing on it gives the fixed cost
+        # of ranking (a larger share where r is small) to the balancer too.
+        t_obs = (now - log_.started) / kept if kept else float("nan")
+        assert self.sampler is not None
+        mean = self.sampler.mean(log_.u_since)
+        u = mean.contention if mean is not None else None
+        predicted = self.predictor.predicted
+        p_obs = 1.0 / t_obs if kept and t_obs > 0 else None
+        p_next = self.predictor.after_epoch(t_obs, u)
+        self.sampler.interval_s = min(1.0, max(0.05, (steps_s + log_.rank_s) / 5))
+        sizes = log_.sizes or [0]
+        return {
+            **base,
+            "ratio": log_.ratio,
+            "target": log_.target,
+            "kept": kept,
+            "batches": len(log_.sizes),
+            "batch_min": min(sizes),
+            "batch_max": max(sizes),
+            "batch_mean": sum(sizes) / len(sizes),
+            "rank_s": log_.rank_s,
+            "steps_s": steps_s,
+            "t_obs": t_obs,
+            "p_pred": predicted,
+            "p_obs": p_obs,
+            "p_next": p_next,
+            "predictor_error": prediction_error(predicted, p_obs),
+            "t0": self.predictor.t0,
+            "rg": self.predictor.rg,
+            "u": list(u) if u is not None else None,
+            "u_samples": self.sampler.count - log_.u_since,
+            "sampler_cost": self.sampler.cost_fraction,
+            "aggregate_s": self.aggregate_s,
+            "bad_directives": self.bad_directives,
+        }
+
+    def apply(self, directive: Mapping[str, Any]) -> None:
+        """Take r_i from the balancer's directive; anything malformed keeps the last one."""
+        if "ratio" not in directive:
+            return
+        r = directive["ratio"]
+        ok = isinstance(r, (int, float)) and not isinstance(r, bool)
+        if ok and 0.0 <= float(r) <= MAX_RATIO:
+            self.ratio = float(r)
+        else:
+            self.bad_directives += 1
+            log.warning("ignoring a directive with ratio %r; keeping %.3f", r, self.ratio)

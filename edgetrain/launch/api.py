@@ -1,0 +1,213 @@
+"""Launching a run from a request: everything ``edgetrain launch`` does, as one library call.
+
+:func:`prepare` checks every input before anything is written or started (recipe, family,
+data and model, keys, hosts over ssh, placement) and turns a bad one into one
+:class:`~edgetrain.errors.EdgetrainError` (exit code 2); only then does it create or adopt the
+run directory. :func:`execute` runs it, logging to the run's own ``logs/launcher.log`` and
+turning SIGTERM into an interrupt, and returns the outcome with the summary.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from edgetrain import techniques
+from edgetrain.comm.control import Role, assign_roles
+from edgetrain.comm.coordinator import Resume
+from edgetrain.errors import EdgetrainError, RecipeError
+from edgetrain.launch.driver import LaunchOptions, Observer, RunOutcome, RunSetup, preflight, run
+from edgetrain.launch.placement import Need, place
+from edgetrain.recipe import Recipe, load_recipe
+from edgetrain.rundir import RunDir
+
+if TYPE_CHECKING:
+    from edgetrain.comm.security import CurveKeys
+    from edgetrain.launch.base import Launcher
+    from edgetrain.launch.hosts import HostsFile
+    from edgetrain.runtime.base import Family
+
+LineSink = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What the user asked for (``edgetrain launch``'s options)."""
+
+    recipe: Path | None = None
+    run_dir: Path | None = None  # launch into this run directory (made if missing)
+    runs_root: Path | None = None  # else a fresh one under this (default: [run] runs_root)
+    name: str | None = None
+    resume: Path | None = None  # continue this run from its last checkpoint
+    hosts: Path | None = None
+    host_list: str | None = None
+    remote_python: str | None = None
+    stream_logs: bool | None = None  # worker lines over ssh (None: on)
+    log_sink: LineSink | None = None  # where streamed worker lines go
+
+
+def load_checked_recipe(path: Path) -> tuple[Recipe, str]:
+    """A recipe whose paths exist and whose model builds its name and options."""
+    from edgetrain.errors import ModelError
+    from edgetrain.models.zoo import check_model_config
+
+    recipe, text = load_recipe(path)
+    try:
+        check_model_config(recipe.model.name, recipe.model.options)
+    except ModelError as exc:
+        raise RecipeError(f"{path}: [model] {exc}") from None
+    return recipe, text
+
+
+def _hosts(req: LaunchRequest) -> tuple[HostsFile, str, str] | None:
+    from edgetrain.launch.hosts import hosts_option
+
+    return hosts_option(req.hosts, req.host_list, req.remote_python)
+
+
+def _keys(recipe: Recipe) -> tuple[CurveKeys | None, Path | None]:
+    """The run's CURVE keys when the recipe sets ``security = "curve"`` (missing keys: exit 2).
+
+    A relative ``[run] keys`` is taken from the current directory, as data paths are."""
+    from edgetrain.comm.security import load_keys, security_config
+
+    config = security_config(recipe.run.security, recipe.run.keys, Path.cwd())
+    keys = load_keys(config)
+    return keys, (config.keys_dir.resolve() if keys is not None and config.keys_dir else None)
+
+
+def _recipe(req: LaunchRequest) -> tuple[Recipe, str, RunDir | None]:
+    """The recipe (and, for --resume, the run it comes from)."""
+    if req.resume is not None:
+        if req.recipe is not None or req.run_dir is not None or req.name is not None:
+            raise EdgetrainError(
+                "--resume RUN takes its recipe and name from RUN; drop RECIPE, --run-dir and --name"
+            )
+        rd = RunDir.open(req.resume)
+        recipe, text = load_checked_recipe(rd.recipe)
+        return recipe, text, rd
+    if req.recipe is None:
+        raise EdgetrainError("give a RECIPE to launch, or --resume RUN to continue a run")
+    if req.run_dir is not None and req.runs_root is not None:
+        raise EdgetrainError("give --run-dir RUN (this run's directory) or --runs-root, not both")
+    recipe, text = load_checked_recipe(req.recipe)
+    if req.name is not None:
+        recipe = recipe.with_run(name=req.name)
+    return recipe, text, None
+
+
+def _roles_and_slots(
+    recipe: Recipe, hosts: HostsFile | None, source: str
+) -> tuple[list[Role], list[int] | None]:
+    """Each worker's role, and its host slot when there are hosts (placement by labels)."""
+    roles = assign_roles(recipe.role_names())
+    if hosts is None:
+        return roles, None
+    fam = recipe.family_spec
+    slot_hosts = hosts.slots(recipe.num_workers, source)
+    needs = [
+        Need(r.name, tuple(g.labels), fam.placement.get(r.name))
+        for r, g in zip(roles, recipe.expanded_workers(), strict=True)
+    ]
+    return roles, place(needs, [tuple(h.labels) for h in slot_hosts])
+
+
+def _resume_point(recipe: Recipe, family: Family, roles: list[Role], rd: RunDir) -> Resume:
+    """The last checkpoint of ``rd``, spread over the recipe's workers by the family."""
+    from edgetrain.checkpoints import load_checkpoint
+
+    epoch, handins = load_checkpoint(rd.path)
+    if max(handins) >= len(roles):
+        raise EdgetrainError(
+            f"the checkpoint of epoch {epoch} in {rd.path} does not match the recipe's "
+            f"{len(roles)} workers"
+        )
+    return Resume(epoch, family.resume(recipe, handins, roles))
+
+
+def prepare(req: LaunchRequest) -> RunSetup:
+    """Check everything, then create (or adopt) the run directory: a run ready to start."""
+    from edgetrain.launch.local import LocalLauncher
+    from edgetrain.launch.ssh import SshLauncher, resolve_hosts
+    from edgetrain.launch.ssh_preflight import check_hosts
+
+    hosts = _hosts(req)
+    recipe, text, resumed = _recipe(req)
+    family: Family = techniques.load_family(recipe.train.family)
+    family.check(recipe)
+    roles, slots = _roles_and_slots(recipe, hosts[0] if hosts else None, hosts[2] if hosts else "")
+    resume = _resume_point(recipe, family, roles, resumed) if resumed is not None else None
+    data = preflight(recipe)  # bad data or model: exit 2, nothing started or written
+    keys, keys_dir = _keys(recipe)
+    opts = LaunchOptions(keys=keys, keys_dir=keys_dir)
+    launcher: Launcher = LocalLauncher()
+    if hosts is not None:
+        cfg, hosts_text, source = hosts
+        cfg = resolve_hosts(cfg)  # an ssh alias: the machine ssh resolves it to
+        sink = req.log_sink if req.stream_logs is not False else None
+        launcher = SshLauncher(cfg, recipe.num_workers, source, sink=sink, hosts_text=hosts_text)
+        check_hosts(cfg)
+        opts = replace(opts, bind_host=cfg.bind_address(), announce_host=cfg.coordinator_address())
+    fresh = resumed is None and (req.run_dir is None or not req.run_dir.exists())
+    if resumed is not None:
+        rd = resumed
+    elif req.run_dir is not None:
+        rd = RunDir.adopt(req.run_dir)
+    else:
+        root = req.runs_root if req.runs_root is not None else recipe.run.runs_root
+        rd = RunDir.create(root, recipe.run.name)
+    return RunSetup(recipe, text, rd, launcher, data, family, roles, slots, opts, resume, fresh)
+
+
+def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def _interrupt_on_sigterm() -> Iterator[None]:
+    """SIGTERM stops a run as Ctrl-C does (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def _run_log(run_dir: RunDir) -> Iterator[None]:
+    """Send edgetrain's log records to this run's ``logs/launcher.log`` while it runs (and
+    only this run's: a second launch in the same process gets its own file)."""
+    handler = logging.FileHandler(run_dir.logs / "launcher.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logger = logging.getLogger("edgetrain")
+    level = logger.level
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        handler.close()
+
+
+def execute(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
+    """Run a prepared launch to its end."""
+    with _run_log(setup.run_dir), _interrupt_on_sigterm():
+        return run(setup, observer)
+
+
+def launch(req: LaunchRequest, observer: Observer | None = None) -> RunOutcome:
+    """:func:`prepare` then :func:`execute`."""
+    return execute(prepare(req), observer)

@@ -1,0 +1,1 @@
+"""The pipeline family: Local, data-parallel, PipeDream, GreedyUpdates and mcPipe."""

@@ -1,0 +1,194 @@
+"""The evaluator (role ``evaluator``): collects the stages' snapshots during the run, scores
+them after it.
+
+While the stages train it only receives: each part is checked (a stage's own units, the
+model's names and shapes, float32) and written to a scratch directory on its host, so it holds
+no snapshot in memory and takes no CPU from training. After the drain it waits for every part
+the stages reported sending, then loads each complete snapshot into the recipe's model and
+scores it on the test split. The scores (with each snapshot's training time) go out with its
+final report; the family's report turns them into the accuracy curve.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import zmq
+
+from edgetrain.comm import channel, protocol
+from edgetrain.comm.control import HandIn
+from edgetrain.pipeline import messages
+from edgetrain.pipeline.chain import build_units
+from edgetrain.pipeline.links import bind_inbox
+from edgetrain.pipeline.proc import start_process
+from edgetrain.runtime.base import Final, Ready, WorkerContext
+from edgetrain.runtime.session import Session
+from edgetrain.runtime.setup import build_run_model, load_run_data
+from edgetrain.runtime.trainer import evaluate
+
+log = logging.getLogger(__name__)
+
+DRAIN_WAIT_S = 120.0
+
+
+class Evaluator:
+    """Receives snapshot parts, scores complete snapshots after the run."""
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        self.ctx = ctx
+        self.sock: zmq.SyncSocket | None = None
+        self.scratch: Path | None = None
+        self.got: dict[str, int] = {}  # parts received per sender
+        self.parts: dict[int, dict[str, Any]] = {}  # snap -> its facts and files
+
+    def setup(self) -> Ready:
+        ctx = self.ctx
+        start_process(ctx)
+        self.data = load_run_data(ctx.recipe)
+        self.model = build_run_model(ctx.recipe, self.data)
+        self.shapes = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
+        self.scratch = Path(tempfile.mkdtemp(prefix="edgetrain-snapshots-"))
+        self.sock, endpoint = bind_inbox(
+            ctx.zmq, ctx.keys, ctx.bind_host, ctx.announce_host, 10_000, "snapshot inbox"
+        )
+        return Ready({"snap": endpoint}, {})
+
+    def run(self, session: Session) -> Final:
+        self._expect_senders(session)
+        assert self.sock is not None
+        drain = session.wait_drain([(self.sock, self._take)])
+        self._finish_receiving(session, drain)
+        t0 = time.monotonic()
+        scores = self._score()
+        metrics = {
+            "snapshots": scores,
+            "snapshot_eval_s": time.monotonic() - t0,
+            "steps": 0,
+            **self.ctx.traffic.as_dict(),
+        }
+        return Final(HandIn({}, {"role": str(self.ctx.role)}), metrics)
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close(linger=0)
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+    # ------------------------------------------------------------------ receiving
+
+    def _expect_senders(self, session: Session) -> None:
+        """Who may send which names: each stage its units' tensors (replica 0 all of them)."""
+        d = session.start_directive
+        units = build_units(self.model, self.ctx.recipe.model.name)
+        state = set(self.model.state_dict())
+        bounds = [tuple(b) for b in d.get("bounds", [])] or [(0, len(units))]
+        names: dict[int, list[str]] = {}
+        for part, (lo, hi) in enumerate(bounds):
+            own = [u.state_name(k) for u in units[lo:hi] for k in u.module.state_dict()]
+            names[part] = [n for n in own if n in state]
+        self.names = names
+        self.units_per_part = {p: hi - lo for p, (lo, hi) in enumerate(bounds)}
+        senders = {}
+        for m in session.roster.of("stage"):
+            senders[protocol.worker_name(m.id)] = m.role.index
+        for m in session.roster.of("replica"):
+            if m.role.index == 0:
+                senders[protocol.worker_name(m.id)] = 0
+        self.senders = senders
+
+    def _take(self) -> None:
+        assert self.sock is not None and self.scratch is not None
+        while self.sock.poll(0, zmq.POLLIN):
+            got = channel.recv(self.sock, self.ctx.run_id, (messages.SNAP,), self.ctx.traffic)
+            if got is None:
+                continue
+            msg = got[1]
+            reason = messages.snapshot_problem(msg, self.senders, self.names, self.shapes)
+            if reason is None and msg.meta["part"] != self.senders[msg.sender]:
+                reason = "not_owned"
+            if reason is not None:
+                self.ctx.traffic.drop(reason, msg.sender)
+                continue
+            self.got[msg.sender] = self.got.get(msg.sender, 0) + 1
+            snap = int(msg.meta["snap"])
+            entry = self.parts.setdefault(
+                snap,
+                {
+                    "epoch": int(msg.meta["epoch"]),
+                    "train_s": 0.0,
+                    "files": [],
+                    "units": {},
+                    "epoch_end": bool(msg.meta.get("epoch_end", False)),
+                    "parts": int(msg.meta["parts"]),
+                },
+            )
+            entry["train_s"] = max(entry["train_s"], float(msg.meta["train_s"]))
+            part = int(msg.meta["part"])
+            entry["units"][part] = entry["units"].get(part, 0) + 1
+            path = self.scratch / f"snap-{snap}-{part}-{entry['units'][part]}.npz"
+            np.savez(path, **{k: np.asarray(v) for k, v in msg.tensors.items()})  # type: ignore[arg-type]
+            entry["files"].append(path)
+
+    def _missing(self, expect: dict[str, int]) -> int:
+        return sum(
+            max(0, n - self.got.get(protocol.worker_name(int(w)), 0)) for w, n in expect.items()
+        )
+
+    def _finish_receiving(self, session: Session, drain: dict[str, Any]) -> None:
+        """Wait until every part the stages sent has arrived (the drain says how many)."""
+        raw = drain.get("expect", {})
+        expect = {
+            str(k): v
+            for k, v in (raw.items() if isinstance(raw, dict) else [])
+            if str(k).isdigit() and isinstance(v, int) and v >= 0
+        }
+        deadline = time.monotonic() + DRAIN_WAIT_S
+        assert self.sock is not None
+        while self._missing(expect) and time.monotonic() < deadline:
+            if self.sock.poll(200, zmq.POLLIN):
+                self._take()
+            session.poll()
+        if missing := self._missing(expect):
+            log.warning("%d snapshot parts never arrived", missing)
+
+    # ------------------------------------------------------------------ scoring
+
+    def _score(self) -> list[dict[str, Any]]:
+        out = []
+        x = torch.from_numpy(self.data.x_test)
+        y = torch.from_numpy(self.data.y_test)
+        for snap in sorted(self.parts):
+            entry = self.parts[snap]
+            complete = all(
+                entry["units"].get(p, 0) == self.units_per_part.get(p, 0)
+                for p in range(entry["parts"])
+            )
+            row: dict[str, Any] = {
+                "snap": snap,
+                "epoch": entry["epoch"],
+                "microbatches": snap,
+                "train_s": entry["train_s"],
+                "epoch_end": entry["epoch_end"],
+                "complete": complete,
+                "test_accuracy": None,
+                "test_loss": None,
+            }
+            if complete:
+                arrays: dict[str, np.ndarray] = {}
+                for path in entry["files"]:
+                    with np.load(path, allow_pickle=False) as z:
+                        arrays.update({k: z[k] for k in z.files})
+                self.model.load_state_dict(
+                    {k: torch.from_numpy(v) for k, v in arrays.items()}, strict=False
+                )
+                acc, loss = evaluate(self.model, x, y)
+                row.update(test_accuracy=acc, test_loss=loss)
+            out.append(row)
+        return out

@@ -1,0 +1,294 @@
+"""The stage executor: one stage's forward and backward of a microbatch, the same code for
+every schedule (specification §5.5).
+
+Forward runs the stage's units in order, each parametric module through ``functional_call``
+with the weights the store hands out for the microbatch's version. Autograd would keep every
+weight it used inside the graph, which would turn mcPipe into stashing and stop GreedyUpdates
+from updating its one copy in place: a saved-tensor hook swaps each saved weight (or view of
+one) for a token (unit, name, version, view geometry) that resolves through the store at
+backward time, and running statistics are passed through untouched. Forward hooks on the
+parametric layers record each call's input and catch its output error during the backward;
+those (input, error) pairs are what every store's update is made of. Weights never require
+grad: the backward computes errors only (dI), and the weight gradients come from the shared
+:func:`~edgetrain.pipeline.kernels.weight_grad`. The first stage's first layer output becomes a
+leaf that requires grad, so its error is caught too. Dropout draws its mask from a generator
+keyed by (seed, epoch, microbatch, unit): masks do not depend on the partition or schedule.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call
+
+from edgetrain.pipeline.accounting import storage_bytes
+from edgetrain.pipeline.chain import Unit
+from edgetrain.pipeline.stores import LeafCall, StageStore
+
+
+@dataclass(frozen=True)
+class Token:
+    """A weight autograd saved, by reference: resolved through the store at backward time."""
+
+    unit: int
+    name: str
+    version: int
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+
+
+@dataclass(frozen=True)
+class Live:
+    """A buffer autograd saved (running statistics): passed through as it is."""
+
+    tensor: torch.Tensor
+
+
+@dataclass
+class Micro:
+    """One microbatch in flight at this stage."""
+
+    epoch: int
+    j: int
+    version: int
+    inputs: list[torch.Tensor] = field(default_factory=list)
+    out: torch.Tensor | None = None
+    calls: list[list[LeafCall]] = field(default_factory=list)
+    saved: dict[int, int] = field(default_factory=dict)  # storage -> bytes (activations)
+    loss: float | None = None
+    correct: int = 0
+
+    def keep(self, t: torch.Tensor) -> None:
+        storage = t.untyped_storage()
+        if storage.nbytes():
+            self.saved[storage.data_ptr()] = storage.nbytes()
+
+
+def dropout_seed(seed: int, epoch: int, j: int, unit: int) -> int:
+    """The dropout generator's seed for unit ``unit`` of microbatch ``j`` of ``epoch``."""
+    state = np.random.SeedSequence([seed, epoch, j, unit, 0xD50]).generate_state(1, np.uint64)
+    return int(state[0] & np.uint64(2**62 - 1))
+
+
+def no_inplace(units: Sequence[Unit]) -> None:
+    """Turn off in-place activations (``ReLU(inplace=True)``): an in-place op on a tensor
+    whose error is caught, or on a stage input, would break the capture. Same numbers."""
+    for unit in units:
+        for mod in unit.modules():
+            for m in mod.modules():
+                if getattr(m, "inplace", False) is True:
+                    m.inplace = False  # type: ignore[assignment]
+
+
+class StageExecutor:
+    """Forward and backward of microbatches at one stage, in FIFO order."""
+
+    def __init__(
+        self,
+        units: Sequence[Unit],
+        store: StageStore,
+        *,
+        last: bool,
+        seed: int = 0,
+        first_unit: int | None = None,
+    ) -> None:
+        self.units = list(units)
+        self.store = store
+        self.last = last
+        self.seed = seed
+        self.first_unit = units[0].index if first_unit is None else first_unit
+        self.flight: deque[Micro] = deque()
+        self._micro: Micro | None = None
+        self._unit: int | None = None
+        self._weights: dict[int, tuple[str, int]] = {}  # storage ptr -> (name, version)
+        self._buffers: set[int] = set()
+        no_inplace(self.units)
+        self._hooks = []
+        for u, unit in enumerate(self.units):
+            for mod in unit.modules():
+                mod.train()
+            for li, leaf in enumerate(unit.leaves):
+                self._hooks.append(leaf.module.register_forward_hook(self._leaf_hook(u, li)))
+
+    # ------------------------------------------------------------------ hooks
+
+    def _leaf_hook(self, u: int, li: int) -> Callable[..., Any]:
+        def hook(_mod: torch.nn.Module, inp: tuple[Any, ...], out: Any) -> Any:
+            micro = self._micro
+            if micro is None or not isinstance(out, torch.Tensor):
+                return None
+            x = inp[0].detach()
+            call = LeafCall(li, x)
+            micro.calls[u].append(call)
+            micro.keep(x)
+            if not out.requires_grad:  # the first layer of the first stage
+                out = out.detach().requires_grad_(True)
+                micro.inputs.append(out)
+
+            def catch(g: torch.Tensor, call: LeafCall = call) -> None:
+                call.delta = g.detach()
+
+            out.register_hook(catch)
+            return out
+
+        return hook
+
+    def _pack(self, t: torch.Tensor) -> Any:
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+        hit = self._weights.get(ptr) if storage.nbytes() else None
+        if hit is not None and self._unit is not None:
+            name, version = hit
+            return Token(
+                self._unit, name, version, tuple(t.size()), t.stride(), int(t.storage_offset())
+            )
+        if ptr in self._buffers:
+            return Live(t)
+        if self._micro is not None:
+            self._micro.keep(t)
+        return t
+
+    def _unpack(self, packed: Any) -> torch.Tensor:
+        if isinstance(packed, Token):
+            w = self.store.backward_weights(packed.unit, packed.version)[packed.name]
+            return w.as_strided(packed.size, packed.stride, packed.offset)
+        if isinstance(packed, Live):
+            return packed.tensor
+        return packed  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------------------ operations
+
+    def forward(
+        self,
+        epoch: int,
+        j: int,
+        x: torch.Tensor,
+        labels: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """F_j: the stage's output activation (detached), or at the last stage the loss."""
+        micro = Micro(epoch, j, self.store.begin_forward())
+        micro.calls = [[] for _ in self.units]
+        if self.first_unit > 0:  # the error at the stage input goes upstream
+            x = x.detach().requires_grad_(True)
+            micro.inputs.append(x)
+        micro.keep(x)
+        self._micro = micro
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
+                h = x
+                for u, unit in enumerate(self.units):
+                    h = self._unit_forward(u, unit, micro, h)
+                if self.last:
+                    assert labels is not None, "the last stage needs the labels"
+                    loss = F.cross_entropy(h, labels)
+                    micro.out = loss
+                    micro.loss = float(loss.detach())
+                    micro.correct = int((h.detach().argmax(1) == labels).sum())
+                else:
+                    micro.out = h
+        finally:
+            self._micro = None
+            self._unit = None
+            self._weights = {}
+            self._buffers = set()
+        self.flight.append(micro)
+        return micro.out.detach()
+
+    def _unit_forward(self, u: int, unit: Unit, micro: Micro, h: torch.Tensor) -> torch.Tensor:
+        gen = torch.random.fork_rng(devices=[]) if unit.stochastic else _Nothing()
+        with gen:
+            if unit.stochastic:
+                torch.manual_seed(dropout_seed(self.seed, micro.epoch, micro.j, unit.index))
+            for m in unit.pre:
+                h = m(h)
+            weights = self.store.forward_weights(u, micro.version)
+            self._unit = u
+            self._weights = {
+                t.untyped_storage().data_ptr(): (n, micro.version) for n, t in weights.items()
+            }
+            self._buffers = {
+                b.untyped_storage().data_ptr() for b in unit.module.buffers() if b.numel()
+            }
+            h = functional_call(unit.module, weights, (h,), strict=False)
+            self._unit = None
+            self._weights = {}
+            self._buffers = set()
+            del weights
+            for m in unit.post:
+                h = m(h)
+        return h
+
+    def backward(self, grad: torch.Tensor | None = None) -> tuple[torch.Tensor | None, Micro]:
+        """B of the oldest microbatch in flight: the error at the stage input (None at the
+        first stage) and the microbatch, whose calls now hold their errors. The caller hands
+        the calls to the store (:meth:`StageStore.end_backward`) or reduces them first."""
+        micro = self.flight.popleft()
+        assert micro.out is not None
+        if not micro.inputs:
+            raise RuntimeError("nothing to back-propagate to: no layer output requires grad")
+        grads = torch.autograd.grad(
+            micro.out, micro.inputs, None if self.last else grad, allow_unused=True
+        )
+        dx = grads[0] if self.first_unit > 0 else None
+        micro.out = None
+        micro.inputs = []
+        return (dx.detach() if dx is not None else None), micro
+
+    def step(self, grad: torch.Tensor | None = None) -> tuple[torch.Tensor | None, Micro]:
+        """B_j and the store's update from its pairs."""
+        dx, micro = self.backward(grad)
+        self.store.end_backward(micro.version, micro.calls)
+        micro.calls = []
+        return dx, micro
+
+    # ------------------------------------------------------------------ accounting
+
+    def activation_bytes(self) -> int:
+        """Bytes autograd keeps for the microbatches in flight (inputs, saved tensors and the
+        layer inputs that become pairs), per storage."""
+        seen: dict[int, int] = {}
+        for micro in self.flight:
+            seen.update(micro.saved)
+        return sum(seen.values())
+
+    def sample(self) -> None:
+        """Record the memory figures now (call between operations)."""
+        self.store.acc.sample(self.store.resident_bytes(), self.activation_bytes())
+
+    def close(self) -> None:
+        for h in self._hooks:
+            h.remove()
+
+
+class _Nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def unit_weights(units: Sequence[Unit]) -> list[dict[str, torch.Tensor]]:
+    """Each unit's parameters (unit-local names), detached, as the store's starting weights."""
+    return [{n: p.detach() for n, p in unit.module.named_parameters()} for unit in units]
+
+
+def free_module_params(units: Sequence[Unit]) -> None:
+    """Replace the units' own parameters by meta tensors of the same shape: the store holds
+    the weights, the modules only their structure and buffers."""
+    for unit in units:
+        for mod in unit.module.modules():
+            for name, p in list(mod.named_parameters(recurse=False)):
+                meta = torch.nn.Parameter(torch.empty(p.shape, device="meta"), requires_grad=False)
+                setattr(mod, name, meta)
+
+
+def stored_bytes(tensors: Sequence[torch.Tensor]) -> int:
+    return storage_bytes(tensors)

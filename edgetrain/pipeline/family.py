@@ -1,0 +1,335 @@
+"""The pipeline family on the launcher side: roles, the partition, drain accounting for the
+evaluator, the run's model from the stage slices, resume, memory files and the report.
+
+Roles: ``stage`` (Local and the pipeline schedules: stage s holds a contiguous run of units),
+``replica`` (data parallelism: a whole model on a slice of every microbatch) and an optional
+``evaluator`` that scores the stages' snapshots after the run. Every role is one the run cannot
+lose: a pipeline without one of its stages, or a replica that stops reducing, cannot go on, and
+a run without its evaluator would lose its accuracy curve. No role trains on a shard: stage 0
+(or every replica) draws the same seeded microbatches from the whole training split, and the
+labels travel with the activations to the last stage.
+
+The partition comes from a plan file (``[pipeline] plan``), an explicit ``split``, or the exact
+min-max partitioner at launch (``objective``), and reaches every process in its ``start``
+directive with the number of microbatches per epoch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from edgetrain.comm.control import Controller, CoordinationPolicy, Decision, HandIn, Role
+from edgetrain.comm.coordinator import Event
+from edgetrain.errors import RecipeError
+from edgetrain.pipeline import feed
+from edgetrain.pipeline.config import PipelineSection
+from edgetrain.recipe import Recipe
+from edgetrain.runtime.base import FinalModel, HandInError
+from edgetrain.runtime.weights import model_arrays
+
+STAGE = "stage"
+REPLICA = "replica"
+EVALUATOR = "evaluator"
+PIPELINES = ("local", "pipedream", "greedy", "mcpipe")
+
+
+def microbatch_of(recipe: Recipe) -> int:
+    cfg = recipe.section("pipeline", PipelineSection)
+    return cfg.microbatch or recipe.train.batch_size
+
+
+def _count(recipe: Recipe, role: str) -> int:
+    return recipe.role_names().count(role)
+
+
+def check_recipe(recipe: Recipe) -> None:
+    """What the schema cannot see: roles per technique, the optimiser, the microbatch split."""
+    tech = recipe.train.technique
+    stages, replicas = _count(recipe, STAGE), _count(recipe, REPLICA)
+    evaluators = _count(recipe, EVALUATOR)
+    cfg = recipe.section("pipeline", PipelineSection)
+    if evaluators > 1:
+        raise RecipeError(
+            f"a {tech} run has at most one evaluator (the recipe has {evaluators})",
+            'keep one [[workers]] role = "evaluator" with count = 1',
+        )
+    if tech == "dataparallel":
+        if stages or not replicas:
+            raise RecipeError(
+                "dataparallel trains replicas, not stages",
+                'give its [[workers]] role = "replica" (and optionally one "evaluator")',
+            )
+        b = microbatch_of(recipe)
+        if b % replicas:
+            raise RecipeError(
+                f"the microbatch of {b} does not split evenly over {replicas} replicas",
+                "make [pipeline] microbatch (or [train] batch_size) a multiple of the replicas",
+            )
+    elif not stages:
+        raise RecipeError(
+            f"a {tech} run needs stage workers", 'add [[workers]] with role = "stage"'
+        )
+    if tech == "local" and stages != 1:
+        raise RecipeError(
+            f"local trains on one process; the recipe has {stages} stages",
+            "give one stage worker, or use pipedream, greedy or mcpipe to pipeline",
+        )
+    if recipe.train.optimizer != "sgd":
+        raise RecipeError(
+            f"the pipeline family steps with SGD, not {recipe.train.optimizer}",
+            "set [train] optimizer = 'sgd' (momentum and weight_decay are allowed)",
+        )
+    if cfg.split is not None and len(cfg.split) != stages:
+        raise RecipeError(
+            f"[pipeline] split has {len(cfg.split)} entries for {stages} stage workers",
+            "give one unit count per stage",
+        )
+    if cfg.snapshot_every and not evaluators:
+        raise RecipeError(
+            "[pipeline] snapshot_every needs an evaluator to send the snapshots to",
+            'add [[workers]] role = "evaluator", or set snapshot_every = 0',
+        )
+    _check_model(recipe)
+
+
+def _guess_shape(recipe: Recipe) -> tuple[int, int, int]:
+    d = recipe.data
+    if d.dataset == "digits":
+        return (1, 8, 8)
+    if d.dataset == "cifar10":
+        return (3, 32, 32)
+    if d.dataset == "synthetic":
+        s = (1,) * (3 - len(d.shape)) + tuple(d.shape)
+        return (s[0], s[1], s[2])
+    return (1, 28, 28)
+
+
+def _check_model(recipe: Recipe) -> None:
+    """Refuse a model that is not a chain, in one line, before anything starts."""
+    import torch
+
+    from edgetrain.errors import ModelError
+    from edgetrain.models import build_model
+    from edgetrain.pipeline.chain import build_units
+
+    try:
+        with torch.device("meta"):
+            model = build_model(recipe.model.name, _guess_shape(recipe), 10, recipe.model.options)
+        units = build_units(model, recipe.model.name)
+    except ModelError as exc:
+        raise RecipeError(f"[model] {exc}") from None
+    stages = _count(recipe, STAGE)
+    if stages > len(units):
+        raise RecipeError(
+            f"{stages} stages cannot share the {len(units)} units of {recipe.model.name}",
+            "use fewer stage workers",
+        )
+    cfg = recipe.section("pipeline", PipelineSection)
+    if cfg.split is not None and sum(cfg.split) != len(units):
+        raise RecipeError(
+            f"[pipeline] split covers {sum(cfg.split)} units; {recipe.model.name} has {len(units)}",
+            "make the counts add up to the model's units (see `edgetrain plan --pipeline`)",
+        )
+
+
+# ------------------------------------------------------------------ partition
+
+
+def model_table(recipe: Recipe) -> tuple[Any, tuple[int, int, int], int]:
+    """The unit table of the recipe's model (built on the meta device), the input shape and
+    the training samples."""
+    import torch
+
+    from edgetrain.models import build_model
+    from edgetrain.pipeline.chain import build_units
+    from edgetrain.pipeline.table import unit_table
+    from edgetrain.runtime.setup import load_run_data
+
+    data = load_run_data(recipe)
+    with torch.device("meta"):
+        model = build_model(recipe.model.name, data.input_shape, data.classes, recipe.model.options)
+    infos = unit_table(build_units(model, recipe.model.name), data.input_shape)
+    return infos, data.input_shape, len(data.x_train)
+
+
+def setting_of(recipe: Recipe, stages: int) -> Any:
+    from edgetrain.pipeline.costs import Setting
+
+    cfg = recipe.section("pipeline", PipelineSection)
+    return Setting(
+        technique=recipe.train.technique,
+        stages=stages,
+        microbatch=microbatch_of(recipe),
+        extra=cfg.window_extra,
+        uniform=cfg.window,
+        momentum=recipe.train.momentum > 0,
+        store=cfg.store,
+    )
+
+
+def choose_bounds(recipe: Recipe, run_dir: Path) -> tuple[list[tuple[int, int]], dict[str, Any]]:
+    """The stages' units and where they came from (plan file, split or the partitioner)."""
+    from edgetrain.pipeline.costs import cost_function
+    from edgetrain.pipeline.partition import PartitionError, bounds_of, partition
+    from edgetrain.pipeline.plan import bounds_from_plan
+
+    cfg = recipe.section("pipeline", PipelineSection)
+    n = _count(recipe, STAGE)
+    infos, _, _ = model_table(recipe)
+    if cfg.plan is not None:
+        path = run_dir / cfg.plan
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise RecipeError(
+                f"[pipeline] plan: cannot read {path}: {exc}",
+                "write it with `edgetrain plan --pipeline ... --run-dir RUN`, launch with "
+                "--run-dir RUN",
+            ) from None
+        bounds = bounds_from_plan(doc, [u.name for u in infos], n, str(path))
+        return bounds, {"source": "plan", "plan": cfg.plan, "objective": doc.get("objective")}
+    if cfg.split is not None:
+        return list(bounds_of(list(cfg.split))), {"source": "split"}
+    try:
+        part = partition(len(infos), n, cost_function(infos, cfg.objective, setting_of(recipe, n)))
+    except PartitionError as exc:
+        raise RecipeError(f"[pipeline] {exc}") from None
+    return list(part.bounds), {"source": "partitioner", "objective": cfg.objective}
+
+
+class PipelineController:
+    """At start: the partition and the microbatches per epoch; at drain: how many snapshot
+    parts the evaluator must wait for."""
+
+    def __init__(self, recipe: Recipe, roles: Sequence[Role], run_dir: Path) -> None:
+        self.roles = list(roles)
+        cfg = recipe.section("pipeline", PipelineSection)
+        self.cap = cfg.microbatches
+        self.microbatch = microbatch_of(recipe)
+        if recipe.train.technique == "dataparallel":
+            self.bounds: list[tuple[int, int]] = []
+            self.partition: dict[str, Any] = {"source": "replicas"}
+        else:
+            self.bounds, self.partition = choose_bounds(recipe, run_dir)
+
+    def on_start(self, ready: Mapping[int, Mapping[str, Any]]) -> Decision:
+        samples = [int(r.get("samples", 0) or 0) for r in ready.values() if r.get("samples")]
+        m = feed.per_epoch(min(samples) if samples else 0, self.microbatch, self.cap)
+        if m < 1:
+            return Decision(
+                halt=f"the training split holds fewer samples than one microbatch of "
+                f"{self.microbatch}"
+            )
+        directive = {
+            "bounds": [list(b) for b in self.bounds],
+            "microbatches": m,
+            "partition": self.partition,
+        }
+        return Decision({i: dict(directive) for i in ready})
+
+    def on_barrier(self, epoch: int, reports: Mapping[int, Mapping[str, Any]]) -> Decision:
+        return Decision()
+
+    def on_drain(self, done: Mapping[int, Mapping[str, Any]]) -> Decision:
+        expect: dict[str, int] = {}
+        for i, report in done.items():
+            n = report.get("snapshot_parts", 0)
+            if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
+                expect[str(i)] = n
+        out = {i: {"expect": expect} for i, r in enumerate(self.roles) if r.name == EVALUATOR}
+        return Decision(out)
+
+
+class PipelineFamily:
+    name = "pipeline"
+
+    def check(self, recipe: Recipe) -> None:
+        check_recipe(recipe)
+
+    def policy(self, recipe: Recipe) -> CoordinationPolicy:
+        return CoordinationPolicy(
+            epoch_roles=frozenset({STAGE, REPLICA}),
+            barriers=True,
+            fatal_roles=frozenset({STAGE, REPLICA, EVALUATOR}),
+            checkpoint_roles=frozenset({STAGE, REPLICA}),
+        )
+
+    def controller(self, recipe: Recipe, roles: Sequence[Role], run_dir: Path) -> Controller:
+        return PipelineController(recipe, roles, run_dir)
+
+    def artifacts(self, event: Event) -> dict[str, Any]:
+        """``metrics/pipeline-memory-stage<s>.json`` (or ``-replica<r>``) from each final report:
+        the five memory figures with the formulas beside them."""
+        if event.kind != "final" or not isinstance(event.data.get("memory"), dict):
+            return {}
+        role = event.data.get("role_name")
+        index = event.data.get("role_index")
+        if role not in (STAGE, REPLICA) or not isinstance(index, int):
+            return {}
+        doc = {
+            "worker": event.worker,
+            "role": role,
+            "index": index,
+            "technique": event.data.get("technique"),
+            "memory": event.data["memory"],
+            "formulas": event.data.get("formulas"),
+            "units": event.data.get("units"),
+            "store_modes": event.data.get("store_modes"),
+        }
+        return {f"metrics/pipeline-memory-{role}{index}.json": doc}
+
+    def final_model(
+        self, recipe: Recipe, handins: Mapping[int, HandIn], roles: Sequence[Role]
+    ) -> FinalModel:
+        from edgetrain.runtime.weights import model_sha256
+
+        if recipe.train.technique == "dataparallel":
+            replicas = sorted(i for i in handins if roles[i].name == REPLICA)
+            if len(replicas) != sum(r.name == REPLICA for r in roles):
+                raise HandInError("a replica did not hand in its weights")
+            shas = {model_sha256(model_arrays(handins[i].weights)) for i in replicas}
+            weights = model_arrays(handins[replicas[0]].weights)
+            return FinalModel(
+                weights, {"replicas": len(replicas), "replicas_equal": len(shas) == 1}
+            )
+        stages = sorted((roles[i].index, i) for i in handins if roles[i].name == STAGE)
+        if len(stages) != sum(r.name == STAGE for r in roles):
+            raise HandInError("a stage did not hand in its weights")
+        joined: dict[str, Any] = {}
+        for s, i in stages:
+            part = model_arrays(handins[i].weights)
+            overlap = set(part) & set(joined)
+            if overlap:
+                raise HandInError(f"stage {s} handed in {sorted(overlap)[0]}, another stage's")
+            joined.update(part)
+        versions = [handins[i].meta.get("version") for _, i in stages]
+        return FinalModel(joined, {"stages": len(stages), "versions": versions})
+
+    def resume(
+        self, recipe: Recipe, handins: Mapping[int, HandIn], roles: Sequence[Role]
+    ) -> dict[int, HandIn]:
+        for i in handins:
+            if i >= len(roles) or roles[i].name not in (STAGE, REPLICA):
+                raise HandInError(f"the checkpoint holds worker {i}, which is not a stage now")
+            if handins[i].meta.get("role") != str(roles[i]):
+                raise HandInError(
+                    f"the checkpoint's worker {i} was {handins[i].meta.get('role')}, "
+                    f"now it is {roles[i]}"
+                )
+        return dict(handins)
+
+    def report(
+        self,
+        manifest: dict[str, Any],
+        workers: Mapping[int, list[dict[str, Any]]],
+        coordinator: list[dict[str, Any]],
+    ) -> dict[str, Any] | None:
+        from edgetrain.pipeline.report import pipeline_report
+
+        return pipeline_report(manifest, workers)
+
+
+FAMILY = PipelineFamily()

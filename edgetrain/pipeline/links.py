@@ -1,0 +1,162 @@
+"""A stage's sockets: activations in from the stage before, errors in from the stage after,
+one connection per direction per link (ZeroMQ keeps order on one connection).
+
+Every socket comes from the project's factory; inboxes bind to random ports announced in
+``ready``. High-water marks are m_s + 1: a send blocks only when the design says it should.
+Waiting for a message serves the coordinator meanwhile (a stop or a failed peer ends the wait)
+and names what it waited on when it gives up."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+import zmq
+
+from edgetrain.comm import channel, protocol, sockets
+from edgetrain.comm.channel import Traffic
+from edgetrain.comm.security import CurveKeys
+from edgetrain.comm.wire import Message
+from edgetrain.errors import RunError
+from edgetrain.pipeline.accounting import Timers
+
+INBOX = sockets.SocketOptions(linger_ms=0)
+OUTBOX = sockets.SocketOptions(linger_ms=5000)
+POLL_MS = 200
+
+
+class PeerLost(RunError):
+    """A stage this one needs failed or stopped answering."""
+
+
+def bind_inbox(
+    ctx: zmq.SyncContext,
+    keys: CurveKeys | None,
+    host: str,
+    announce: str | None,
+    hwm: int,
+    what: str,
+) -> tuple[zmq.SyncSocket, str]:
+    """A PULL socket bound to a random port, and the endpoint peers connect to."""
+    sock = sockets.server(ctx, zmq.PULL, keys, replace(INBOX, recv_hwm=hwm))
+    try:
+        endpoint = channel.bind_random(sock, host, announce, what=what)
+    except BaseException:
+        sock.close(linger=0)
+        raise
+    return sock, endpoint
+
+
+def connect_outbox(
+    ctx: zmq.SyncContext, keys: CurveKeys | None, endpoint: str, hwm: int, timeout_s: float
+) -> zmq.SyncSocket:
+    opts = replace(OUTBOX, send_hwm=hwm, send_timeout_ms=int(timeout_s * 1000))
+    sock = sockets.client(ctx, zmq.PUSH, keys, opts)
+    sock.connect(endpoint)
+    return sock
+
+
+def to_tensor(arr: np.ndarray) -> torch.Tensor:
+    """A received (read-only) array as a tensor of its own."""
+    return torch.from_numpy(np.array(arr, copy=True))
+
+
+class Links:
+    """The sockets of one stage (or replica) and the waits on them."""
+
+    def __init__(
+        self,
+        ctx: zmq.SyncContext,
+        run_id: str,
+        worker_id: int,
+        traffic: Traffic,
+        keys: CurveKeys | None,
+        timers: Timers,
+        timeout_s: float,
+        serve: Callable[[], None],
+    ) -> None:
+        self.ctx = ctx
+        self.run_id = run_id
+        self.name = protocol.worker_name(worker_id)
+        self.traffic = traffic
+        self.keys = keys
+        self.timers = timers
+        self.timeout_s = timeout_s
+        self.serve = serve  # handles the coordinator (raises on stop)
+        self.inboxes: dict[str, zmq.SyncSocket] = {}
+        self.outboxes: dict[str, zmq.SyncSocket] = {}
+        self.peers: dict[str, str] = {}  # outbox name -> peer worker name
+
+    def bind(self, name: str, host: str, announce: str | None, hwm: int, what: str) -> str:
+        sock, endpoint = bind_inbox(self.ctx, self.keys, host, announce, hwm, what)
+        self.inboxes[name] = sock
+        return endpoint
+
+    def connect(self, name: str, endpoint: str, peer: int, hwm: int) -> None:
+        self.outboxes[name] = connect_outbox(self.ctx, self.keys, endpoint, hwm, self.timeout_s)
+        self.peers[name] = protocol.worker_name(peer)
+
+    def send(
+        self,
+        name: str,
+        kind: str,
+        meta: Mapping[str, Any],
+        tensors: dict[str, np.ndarray],
+        epoch: int = 0,
+        step: int = 0,
+    ) -> None:
+        msg = Message(kind, self.name, self.run_id, step, epoch, dict(meta), tensors)
+        t0 = time.perf_counter()
+        try:
+            channel.send(self.outboxes[name], msg, self.traffic, peer=self.peers[name])
+        except zmq.Again:
+            raise PeerLost(
+                f"{self.name}: {self.peers[name]} took no {kind} for {self.timeout_s:.0f} s"
+            ) from None
+        finally:
+            self.timers.add("send_s", time.perf_counter() - t0)
+
+    def receive(
+        self,
+        name: str,
+        kinds: tuple[str, ...],
+        accept: Callable[[Message], str | None],
+        what: str,
+    ) -> Message:
+        """The next message on inbox ``name`` that ``accept`` (returning a drop reason or None)
+        takes; what it refuses is counted and dropped."""
+        sock = self.inboxes[name]
+        t0 = time.perf_counter()
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            while True:
+                if sock.poll(POLL_MS, zmq.POLLIN):
+                    got = channel.recv(sock, self.run_id, kinds, self.traffic, flags=zmq.NOBLOCK)
+                    if got is None:
+                        continue
+                    msg = got[1]
+                    reason = accept(msg)
+                    if reason is None:
+                        return msg
+                    self.traffic.drop(reason, msg.sender)
+                    continue
+                self.serve()
+                if time.monotonic() > deadline:
+                    raise PeerLost(
+                        f"{self.name} waited {self.timeout_s:.0f} s for {what}; is that "
+                        "process alive? ([pipeline] recv_timeout_s)"
+                    )
+        finally:
+            self.timers.add("wait_s", time.perf_counter() - t0)
+
+    def close(self) -> None:
+        for sock in self.outboxes.values():
+            sock.close()
+        for sock in self.inboxes.values():
+            sock.close(linger=0)
+        self.outboxes.clear()
+        self.inboxes.clear()

@@ -1,0 +1,12 @@
+"""PipeDream: 1F1B pipelining with weight stashing. A microbatch's backward uses the weight
+version its forward used; the update, computed at that version, is applied to the newest.
+Stage s keeps m_s = N - s + e versions in steady state (``versions`` store)."""
+
+from __future__ import annotations
+
+from edgetrain.pipeline.roles import runner_for
+from edgetrain.runtime.base import Runner, WorkerContext
+
+
+def make_runner(ctx: WorkerContext) -> Runner:
+    return runner_for(ctx, "pipedream")

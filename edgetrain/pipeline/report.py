@@ -1,0 +1,160 @@
+"""The pipeline family's report: per stage the units held, busy fraction, bubble, bytes sent,
+mcPipe's replay time and the five memory figures beside the formulas; the accuracy curve the
+evaluator scored from snapshots after the run. Pure (reads the metrics rows)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+MiB = 2**20
+
+
+def _last(rows: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
+    row: dict[str, Any]  # (mypy infers Any for reversed() of a list of Any-valued dicts)
+    for row in reversed(rows):
+        if row.get("event") == kind:
+            return row
+    return None
+
+
+def _ratio(a: Any, b: Any) -> float | None:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b > 0:
+        return float(a) / float(b)
+    return None
+
+
+def stage_row(worker: int, row: Mapping[str, Any]) -> dict[str, Any]:
+    """One stage's (or replica's) figures from its final (or last epoch) report."""
+    t = row.get("timers", {}) or {}
+    mem = row.get("memory", {}) or {}
+    formulas = row.get("formulas", {}) or {}
+    clock = row.get("train_clock_s")
+    m = row.get("m")
+    warm = m - 1 if isinstance(m, int) else None
+    return {
+        "worker": worker,
+        "role": row.get("role_name"),
+        "index": row.get("role_index"),
+        "technique": row.get("technique"),
+        "units": row.get("units", []),
+        "store_modes": row.get("store_modes", []),
+        "m": m,
+        "busy": _ratio(t.get("compute_s"), clock),
+        "bubble": _ratio(t.get("wait_s"), clock),
+        "bytes_sent": row.get("bytes_sent"),
+        "send_s": t.get("send_s"),
+        "replay_s": t.get("replay_s"),
+        "replay_share": _ratio(
+            t.get("replay_s"), (t.get("compute_s") or 0) - (t.get("replay_s") or 0)
+        ),
+        "replay_expected": (warm / 3.0)
+        if warm is not None and row.get("technique") == "mcpipe"
+        else None,
+        "train_clock_s": clock,
+        "memory": mem,
+        "formulas": formulas,
+    }
+
+
+def snapshot_curve(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The evaluator's scores, in training-time order."""
+    final = _last(rows, "final")
+    snaps = final.get("snapshots") if final else None
+    if not isinstance(snaps, list):
+        return []
+    keep = ("snap", "epoch", "microbatches", "train_s", "epoch_end", "test_accuracy", "test_loss")
+    return [{k: s.get(k) for k in keep} for s in snaps if isinstance(s, dict)]
+
+
+def pipeline_report(
+    manifest: Mapping[str, Any], workers: Mapping[int, list[dict[str, Any]]]
+) -> dict[str, Any] | None:
+    roles = {w["id"]: w.get("role") for w in manifest.get("workers", [])}
+    stages = []
+    curve: list[dict[str, Any]] = []
+    for wid in sorted(workers):
+        rows = workers[wid]
+        if roles.get(wid) == "evaluator":
+            curve = snapshot_curve(rows)
+            continue
+        row = _last(rows, "final") or _last(rows, "epoch")
+        if row is not None and "memory" in row:
+            stages.append(stage_row(wid, row))
+    if not stages and not curve:
+        return None
+    epoch_acc = {
+        str(s["epoch"]): s["test_accuracy"]
+        for s in curve
+        if s.get("epoch_end") and s.get("test_accuracy") is not None
+    }
+    return {
+        "stages": stages,
+        "snapshots": curve,
+        "epoch_accuracy": epoch_acc,
+        "markdown": render(stages, curve),
+    }
+
+
+def _mib(x: Any) -> str:
+    return f"{x / MiB:.2f}" if isinstance(x, (int, float)) else "-"
+
+
+def _pct(x: Any) -> str:
+    return f"{100 * x:.0f}%" if isinstance(x, (int, float)) else "-"
+
+
+def render(stages: list[dict[str, Any]], curve: list[dict[str, Any]]) -> str:
+    lines = [
+        "## Pipeline stages",
+        "",
+        "| stage | units | store | m | busy | bubble | sent MiB | replay s | replay/compute "
+        "(w/3) |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in stages:
+        units = s["units"]
+        span = f"{units[0]}..{units[-1]}" if len(units) > 1 else (units[0] if units else "-")
+        modes = ",".join(sorted(set(s["store_modes"]))) or "-"
+        share = s["replay_share"]
+        exp = s["replay_expected"]
+        replay = f"{share:.2f} ({exp:.2f})" if share is not None and exp is not None else "-"
+        lines.append(
+            f"| {s['role']} {s['index']} | {span} ({len(units)}) | {modes} | {s['m'] or '-'} | "
+            f"{_pct(s['busy'])} | {_pct(s['bubble'])} | {_mib(s['bytes_sent'])} | "
+            f"{(s['replay_s'] or 0):.2f} | {replay} |"
+        )
+    lines += [
+        "",
+        "Memory per stage, MiB (resident: weights + pairs + optimiser state between operations,",
+        "the quantity the paper's theorem bounds; transient: plus the largest temporary; RSS over",
+        "the process's baseline after set-up; cgroup: the emulated host's peak):",
+        "",
+        "| stage | resident | formula | paper bound | transient | activations | RSS delta | "
+        "cgroup peak |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in stages:
+        mem, f = s["memory"], s["formulas"]
+        lines.append(
+            f"| {s['role']} {s['index']} | {_mib(mem.get('resident_bytes'))} | "
+            f"{_mib(f.get('resident_bytes'))} | {_mib(f.get('paper_bound_bytes'))} | "
+            f"{_mib(mem.get('transient_peak_bytes'))} | {_mib(mem.get('activation_peak_bytes'))} | "
+            f"{_mib(mem.get('rss_delta_bytes'))} | {_mib(mem.get('cgroup_peak_bytes'))} |"
+        )
+    if curve:
+        lines += [
+            "",
+            "Accuracy of the snapshots, scored after the run (training time excludes snapshots):",
+            "",
+            "| microbatches | epoch | train s | test accuracy |",
+            "|---:|---:|---:|---:|",
+        ]
+        for c in curve:
+            acc = c.get("test_accuracy")
+            shown = f"{acc:.4f}" if isinstance(acc, float) else "-"
+            lines.append(
+                f"| {c.get('microbatches')} | {c.get('epoch')} | "
+                f"{(c.get('train_s') or 0):.1f} | {shown} |"
+            )
+    return "\n".join(lines)

@@ -1,0 +1,20 @@
+"""Which runner a pipeline process runs: its role's, with its technique's weight store."""
+
+from __future__ import annotations
+
+from edgetrain.runtime.base import Runner, WorkerContext
+
+
+def runner_for(ctx: WorkerContext, technique: str) -> Runner:
+    """The evaluator, a data-parallel replica, or a stage keeping weights ``technique``'s way."""
+    if ctx.role.name == "evaluator":
+        from edgetrain.pipeline.evaluator import Evaluator
+
+        return Evaluator(ctx)
+    if ctx.role.name == "replica":
+        from edgetrain.pipeline.replica import ReplicaRunner
+
+        return ReplicaRunner(ctx)
+    from edgetrain.pipeline.stage import StageRunner
+
+    return StageRunner(ctx, technique)

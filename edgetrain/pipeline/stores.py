@@ -1,0 +1,365 @@
+"""The weight stores of a stage: which weights a microbatch's forward and backward get, and how
+an update lands (specification §0.1, §5.2, §6).
+
+One stage store serves every schedule; per unit it keeps its weights one of three ways:
+
+- ``versions`` (PipeDream): every version an in-flight microbatch still needs, plus the newest.
+  A microbatch's backward gets the version its forward used; the update is computed from that
+  microbatch's pairs and applied to the newest. A version nobody needs any more is freed, and
+  its buffer takes the next version when one is needed.
+- ``latest`` (GreedyUpdates, Local, data-parallel): one copy, updated in place; forward and
+  backward both get it as it is at that moment.
+- ``pairs`` (mcPipe): one base version plus, per update not yet folded in, the (layer input,
+  output error) pair of every parametric layer call. A forward materialises the newest version
+  on demand (a clone of the base with the pending pairs replayed, in order, by the shared
+  :func:`~edgetrain.pipeline.kernels.weight_grad`) and drops it; under the fixed FIFO order
+  the microbatch being back-propagated always used the base itself. After each backward the
+  updates no in-flight microbatch needs are folded into the base and their pairs freed.
+
+Every update goes through :func:`~edgetrain.pipeline.kernels.apply_update` on gradients from the
+same function, so ``pairs`` reproduces ``versions`` bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from edgetrain.pipeline.accounting import Accountant, Timers, storage_bytes
+from edgetrain.pipeline.chain import Unit
+from edgetrain.pipeline.kernels import Grads, apply_update, weight_grad
+
+Weights = dict[str, torch.Tensor]
+MODES = ("versions", "latest", "pairs")
+
+
+@dataclass(frozen=True)
+class Hyper:
+    """The SGD settings every update uses."""
+
+    lr: float
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+
+@dataclass
+class LeafCall:
+    """One call of a parametric layer in a microbatch: its input, and (after the backward) the
+    error at its output. ``leaf`` indexes :attr:`Unit.leaves`."""
+
+    leaf: int
+    x: torch.Tensor
+    delta: torch.Tensor | None = None
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+@torch.no_grad()
+def unit_grads(unit: Unit, calls: Sequence[LeafCall], weights: Mapping[str, torch.Tensor]) -> Grads:
+    """The unit's parameter gradients (unit-local names) from its layer calls, summed over calls
+    in call order; a layer that was not called (or got no error) gets zeros."""
+    grads: Grads = {}
+    for call in calls:
+        leaf = unit.leaves[call.leaf]
+        if call.delta is None:
+            continue
+        own = {
+            n: weights[_join(leaf.local, n)] for n, _ in leaf.module.named_parameters(recurse=False)
+        }
+        for name, g in weight_grad(leaf.module, call.x, call.delta, own).items():
+            key = _join(leaf.local, name)
+            grads[key] = g if key not in grads else grads[key] + g
+    for name, w in weights.items():
+        if name not in grads:
+            grads[name] = torch.zeros_like(w)
+    return grads
+
+
+def _nbytes(ts: Iterable[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in ts)
+
+
+@dataclass
+class _Pending:
+    """One update not yet folded into the base: its learning rate and pairs per pairs-unit."""
+
+    lr: float
+    calls: dict[int, list[LeafCall]]
+
+    def tensors(self) -> list[torch.Tensor]:
+        out: list[torch.Tensor] = []
+        for calls in self.calls.values():
+            for c in calls:
+                out.append(c.x)
+                if c.delta is not None:
+                    out.append(c.delta)
+        return out
+
+
+@dataclass
+class _UnitState:
+    """What one unit holds: ``versions`` {version: weights} (one entry for latest and pairs,
+    the newest or the base), and the momentum buffer (newest's, or the base's)."""
+
+    mode: str
+    versions: dict[int, Weights]
+    momentum: Weights | None = None
+
+    def tensors(self) -> list[torch.Tensor]:
+        out = [t for w in self.versions.values() for t in w.values()]
+        if self.momentum is not None:
+            out += list(self.momentum.values())
+        return out
+
+
+class StageStore:
+    """The weights of one stage's units, per unit ``versions``, ``latest`` or ``pairs``."""
+
+    def __init__(
+        self,
+        units: Sequence[Unit],
+        init: Sequence[Mapping[str, torch.Tensor]],
+        modes: Sequence[str],
+        hyper: Hyper,
+        accountant: Accountant | None = None,
+        timers: Timers | None = None,
+        version: int = 0,
+        momentum: Sequence[Mapping[str, torch.Tensor] | None] | None = None,
+    ) -> None:
+        if not (len(units) == len(init) == len(modes)):
+            raise ValueError("units, initial weights and modes must have one entry per unit")
+        for m in modes:
+            if m not in MODES:
+                raise ValueError(f"unknown store mode {m!r}; use one of {', '.join(MODES)}")
+        self.units = list(units)
+        self.modes = list(modes)
+        self.hyper = hyper
+        self.acc = accountant or Accountant()
+        self.timers = timers or Timers()
+        self.latest = version
+        self.base = version  # pairs units: the version their base holds
+        self.in_flight: Counter[int] = Counter()
+        self.pending: list[_Pending] = []
+        self.state: list[_UnitState] = []
+        for u, (weights, mode) in enumerate(zip(init, modes, strict=True)):
+            w = {n: t.detach().clone().contiguous() for n, t in weights.items()}
+            buf = None
+            if hyper.momentum:
+                given = momentum[u] if momentum is not None else None
+                buf = (
+                    {n: given[n].detach().clone() for n in w}
+                    if given is not None
+                    else {n: torch.zeros_like(t) for n, t in w.items()}
+                )
+            self.state.append(_UnitState(mode, {version: w}, buf))
+
+    # ------------------------------------------------------------------ forward / backward
+
+    def begin_forward(self) -> int:
+        """A microbatch enters the stage: it uses the newest version."""
+        v = self.latest
+        self.in_flight[v] += 1
+        return v
+
+    def forward_weights(self, u: int, v: int) -> Weights:
+        """Unit ``u``'s weights of version ``v`` for a forward (materialised for pairs)."""
+        st = self.state[u]
+        if st.mode == "latest":
+            return st.versions[self.latest]
+        if st.mode == "versions":
+            return st.versions[v]
+        if v == self.base:
+            return st.versions[self.base]
+        with self.timers.time("replay_s"):
+            return self._materialise(u, v)
+
+    def backward_weights(self, u: int, v: int) -> Weights:
+        """Unit ``u``'s weights for the backward of a microbatch that used version ``v``."""
+        st = self.state[u]
+        if st.mode == "latest":
+            return st.versions[self.latest]
+        if st.mode == "versions":
+            return st.versions[v]
+        if v != self.base:
+            raise RuntimeError(
+                f"pairs store: a backward of version {v} while the base is {self.base} "
+                "(the stage left its FIFO order)"
+            )
+        return st.versions[self.base]
+
+    def end_backward(self, v: int, calls: Sequence[Sequence[LeafCall]]) -> None:
+        """A microbatch that used version ``v`` finished its backward: apply its update."""
+        if self.in_flight[v] <= 0:
+            raise RuntimeError(f"a backward of version {v}, which no microbatch in flight used")
+        self.in_flight[v] -= 1
+        if not self.in_flight[v]:
+            del self.in_flight[v]
+        needed = set(self.in_flight)
+        lr = self.hyper.lr
+        with self.timers.time("update_s"):
+            for u, st in enumerate(self.state):
+                if st.mode == "versions":
+                    self._step_versions(u, v, calls[u], needed)
+                elif st.mode == "latest":
+                    w = st.versions[self.latest]
+                    g = self._grads(u, calls[u], w)
+                    self._apply(w, g, lr, st.momentum)
+                    st.versions = {self.latest + 1: w}
+            if "pairs" in self.modes:
+                self._pairs_update(lr, calls, needed)
+        self.latest += 1
+
+    def release(self, v: int) -> None:
+        """A microbatch that used version ``v`` leaves without an update of its own (data
+        parallelism reduces first, then :meth:`apply_grads`)."""
+        if self.in_flight[v] <= 0:
+            raise RuntimeError(f"a release of version {v}, which no microbatch in flight used")
+        self.in_flight[v] -= 1
+        if not self.in_flight[v]:
+            del self.in_flight[v]
+
+    def apply_grads(self, grads: Sequence[Mapping[str, torch.Tensor]]) -> None:
+        """Apply given gradients to every (``latest``) unit: data parallelism's step."""
+        with self.timers.time("update_s"):
+            for u, st in enumerate(self.state):
+                if st.mode != "latest":
+                    raise RuntimeError("apply_grads needs a store of latest weights")
+                w = st.versions[self.latest]
+                self._apply(w, grads[u], self.hyper.lr, st.momentum)
+                st.versions = {self.latest + 1: w}
+        self.latest += 1
+
+    # ------------------------------------------------------------------ helpers
+
+    def _grads(self, u: int, calls: Sequence[LeafCall], w: Mapping[str, torch.Tensor]) -> Grads:
+        with self.acc.hold(_nbytes(w.values())):
+            return unit_grads(self.units[u], calls, w)
+
+    def _apply(
+        self,
+        w: Mapping[str, torch.Tensor],
+        g: Mapping[str, torch.Tensor],
+        lr: float,
+        buf: Weights | None,
+        out: Weights | None = None,
+    ) -> Weights:
+        h = self.hyper
+        result = {}
+        for n, t in w.items():
+            result[n] = apply_update(
+                t,
+                g[n],
+                lr,
+                h.momentum,
+                h.weight_decay,
+                buf[n] if buf is not None else None,
+                out[n] if out is not None else None,
+            )
+        return result
+
+    def _step_versions(self, u: int, v: int, calls: Sequence[LeafCall], needed: set[int]) -> None:
+        st = self.state[u]
+        newest = st.versions[self.latest]
+        g = self._grads(u, calls, st.versions[v])
+        with self.acc.hold(_nbytes(g.values())):
+            if self.latest not in needed:  # nobody reads the newest: step it in place
+                self._apply(newest, g, self.hyper.lr, st.momentum)
+                del st.versions[self.latest]
+                st.versions[self.latest + 1] = newest
+            else:  # a new version, in the buffer of one nobody needs if there is one
+                free = [k for k in st.versions if k not in needed and k != self.latest]
+                out = st.versions.pop(free[0]) if free else None
+                if out is None:
+                    out = {n: torch.empty_like(t) for n, t in newest.items()}
+                with self.acc.hold(_nbytes(out.values()) if not free else 0):
+                    st.versions[self.latest + 1] = self._apply(
+                        newest, g, self.hyper.lr, st.momentum, out
+                    )
+        for k in [k for k in st.versions if k not in needed and k != self.latest + 1]:
+            del st.versions[k]
+
+    def _pairs_update(
+        self, lr: float, calls: Sequence[Sequence[LeafCall]], needed: set[int]
+    ) -> None:
+        target = min(needed) if needed else self.latest + 1
+        while self.base < target and self.pending:
+            self._fold(self.pending.pop(0))
+        entry = _Pending(lr, {u: list(calls[u]) for u, m in enumerate(self.modes) if m == "pairs"})
+        if self.base < target:  # nothing pending and nobody needs the base: fold at once
+            self._fold(entry)
+        else:
+            self.pending.append(entry)
+
+    def _fold(self, entry: _Pending) -> None:
+        """Fold the oldest pending update into the base, in place; its pairs are freed."""
+        for u, calls in entry.calls.items():
+            st = self.state[u]
+            base = st.versions.pop(self.base)
+            g = self._grads(u, calls, base)
+            with self.acc.hold(_nbytes(g.values())):
+                self._apply(base, g, entry.lr, st.momentum)
+            st.versions[self.base + 1] = base
+        self.base += 1
+
+    def _materialise(self, u: int, v: int) -> Weights:
+        """Unit ``u`` at version ``v`` > base: the base cloned, the pending pairs replayed."""
+        st = self.state[u]
+        base = st.versions[self.base]
+        w = {n: t.clone() for n, t in base.items()}
+        buf = {n: t.clone() for n, t in st.momentum.items()} if st.momentum is not None else None
+        size = _nbytes(w.values()) + (_nbytes(buf.values()) if buf is not None else 0)
+        with self.acc.hold(size):
+            for entry in self.pending[: v - self.base]:
+                g = self._grads(u, entry.calls[u], w)
+                with self.acc.hold(_nbytes(g.values())):
+                    self._apply(w, g, entry.lr, buf)
+        return w
+
+    # ------------------------------------------------------------------ whole state
+
+    def newest(self, u: int) -> Weights:
+        """Unit ``u``'s newest weights (materialised for pairs; the store's own tensors
+        otherwise: copy before the next update)."""
+        st = self.state[u]
+        if st.mode == "pairs":
+            return (
+                self._materialise(u, self.latest)
+                if self.latest != self.base
+                else (st.versions[self.base])
+            )
+        return st.versions[self.latest]
+
+    def momentum_of(self, u: int) -> Weights | None:
+        """Unit ``u``'s momentum buffer at its newest version (None without momentum). Only
+        meaningful when nothing is in flight (then every mode is at the newest version)."""
+        return self.state[u].momentum
+
+    def idle(self) -> bool:
+        """True when no microbatch is in flight and nothing is pending (after a drain)."""
+        return not self.in_flight and not self.pending
+
+    def tensors(self) -> list[torch.Tensor]:
+        out = [t for st in self.state for t in st.tensors()]
+        for entry in self.pending:
+            out += entry.tensors()
+        return out
+
+    def resident_bytes(self) -> int:
+        return storage_bytes(self.tensors())
+
+    def versions_held(self) -> int:
+        """The most weight versions any unit holds now (diagnostic)."""
+        return max((len(st.versions) for st in self.state), default=0)
+
+
+@dataclass
+class StoreChoice:
+    """How a technique keeps each unit: ``modes[u]`` and why (for the report)."""
+
+    modes: list[str]
+    reasons: dict[int, str] = field(default_factory=dict)

@@ -1,0 +1,196 @@
+"""Whose load counts as co-running: the whole machine, or the processes of this one's cgroup.
+
+On an emulated testbed (``edgetrain emulate``) every host is a cgroup v1 ``cpu`` group,
+``edgetrain-emulate/<testbed>/<host>``, on one shared machine: the other hosts' training is not
+this host's contention, so the co-running processes are the others in the same group (the
+host's sshd, a load the test put there, a second worker), and their CPU use is a fraction of
+the group's CPU quota, not of the machine's cores. Elsewhere the whole machine is the scope.
+
+``/proc/self/cgroup`` names the group (v1: the hierarchy whose controllers include ``cpu``;
+v2: the unified ``0::`` line). Group counters are per process (``/proc/<pid>/stat`` CPU
+ticks, ``/proc/<pid>/io`` bytes, ``/proc/<pid>/task/*/stat`` runnable threads) over the group's
+``cgroup.procs``, without the sampled process and its descendants: the ``cpu`` hierarchy has
+no usage counter of its own when ``cpuacct`` is mounted apart, as on this project's machines.
+A process that exits between two samples takes its last ticks with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+# edgetrain.emulate.cgroups.TOP and its root (profile sits below emulate in the layers).
+EMULATED_TOP = "edgetrain-emulate"
+CGROUP_ROOT = Path(os.environ.get("EDGETRAIN_CGROUP_ROOT", "/sys/fs/cgroup"))
+ScopeMode = Literal["auto", "machine", "cgroup"]
+
+
+def cpu_cgroup(text: str) -> str | None:
+    """The CPU cgroup path in ``/proc/<pid>/cgroup`` text (None: the root, or none found)."""
+    v1: str | None = None
+    v2: str | None = None
+    for line in text.splitlines():
+        parts = line.strip().split(":", 2)
+        if len(parts) != 3:
+            continue
+        hier, controllers, path = parts
+        if "cpu" in controllers.split(","):
+            v1 = path
+        elif hier == "0" and controllers == "":
+            v2 = path
+    found = v1 if v1 is not None else v2
+    return found if found and found != "/" else None
+
+
+def is_emulated(path: str) -> bool:
+    """True for an emulated host's group (``/edgetrain-emulate/<testbed>/<host>...``)."""
+    return path.strip("/").split("/")[0] == EMULATED_TOP
+
+
+@dataclass(frozen=True)
+class CgroupScope:
+    """One cgroup: its path, its directory, and the processes and CPU quota in it."""
+
+    path: str
+    directory: Path
+
+    def pids(self) -> set[int]:
+        """Every process in the group and its sub-groups."""
+        found: set[int] = set()
+        for procs in self.directory.rglob("cgroup.procs"):
+            with contextlib.suppress(OSError, ValueError):
+                found |= {int(p) for p in procs.read_text().split()}
+        return found
+
+    def share(self) -> float | None:
+        """The group's CPU quota in cores (None: unlimited or unreadable)."""
+        d = self.directory
+        try:
+            if (d / "cpu.cfs_quota_us").is_file():
+                quota = int((d / "cpu.cfs_quota_us").read_text())
+                period = int((d / "cpu.cfs_period_us").read_text())
+                return quota / period if quota > 0 and period > 0 else None
+            if (d / "cpu.max").is_file():
+                limit, _, period_text = (d / "cpu.max").read_text().strip().partition(" ")
+                if limit == "max":
+                    return None
+                return int(limit) / int(period_text or "100000")
+        except (OSError, ValueError, ZeroDivisionError):
+            return None
+        return None
+
+
+def group_directory(path: str, root: Path = CGROUP_ROOT) -> Path | None:
+    """The directory of cgroup ``path``: under the v1 ``cpu`` mount (alone or with
+    ``cpuacct``), else the v2 unified tree."""
+    rel = path.strip("/")
+    for base in (root / "cpu", root / "cpu,cpuacct", root / "unified", root):
+        d = base / rel
+        if (d / "cgroup.procs").is_file():
+            return d
+    return None
+
+
+def resolve_scope(
+    mode: ScopeMode = "auto",
+    pid: int | None = None,
+    proc_root: Path = Path("/proc"),
+    cgroup_root: Path = CGROUP_ROOT,
+) -> CgroupScope | None:
+    """The cgroup to sample for process ``pid`` (None: the whole machine).
+
+    ``auto``: the process's group if it is an emulated host's, else the machine; ``cgroup``:
+    its group whatever it is (the machine when it is in the root group); ``machine``: None."""
+    if mode == "machine":
+        return None
+    try:
+        text = (proc_root / str(pid or os.getpid()) / "cgroup").read_text()
+    except OSError:
+        return None
+    path = cpu_cgroup(text)
+    if path is None or (mode == "auto" and not is_emulated(path)):
+        return None
+    directory = group_directory(path, cgroup_root)
+    return CgroupScope(path, directory) if directory is not None else None
+
+
+# ------------------------------------------------------------------ per-process counters
+
+
+def _stat(proc_root: Path, pid: int) -> tuple[str, int, int] | None:
+    """(state, parent pid, utime + stime ticks) of a process, or None if it is gone."""
+    try:
+        fields = (proc_root / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[1]), int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _io_bytes(proc_root: Path, pid: int) -> int:
+    total = 0
+    try:
+        for line in (proc_root / str(pid) / "io").read_text().splitlines():
+            key, _, val = line.partition(":")
+            if key in ("read_bytes", "write_bytes"):
+                total += int(val)
+    except (OSError, ValueError):
+        pass
+    return total
+
+
+def _running_tasks(proc_root: Path, pid: int) -> int:
+    n = 0
+    with contextlib.suppress(OSError):
+        for task in (proc_root / str(pid) / "task").iterdir():
+            with contextlib.suppress(OSError, IndexError):
+                if (task / "stat").read_text().rsplit(")", 1)[1].split()[0] == "R":
+                    n += 1
+    return n
+
+
+def own_tree(pid: int, parents: dict[int, int]) -> set[int]:
+    """``pid`` and every process of ``parents`` (child -> parent) descending from it."""
+    own = {pid}
+    for p in parents:
+        seen: set[int] = set()
+        q = p
+        while q in parents and q not in seen and q != pid:
+            seen.add(q)
+            q = parents[q]
+        if q == pid:
+            own.add(p)
+    return own
+
+
+@dataclass(frozen=True)
+class GroupCounters:
+    """Co-running counters of one group at one moment, per process."""
+
+    ticks: dict[int, int]
+    disk: dict[int, int]
+    runnable: int
+
+
+def group_counters(
+    scope: CgroupScope, pid: int, proc_root: Path = Path("/proc"), pids: Iterable[int] = ()
+) -> GroupCounters:
+    """CPU ticks and disk bytes of every process in ``scope`` but ``pid``'s tree, and their
+    runnable threads now (``pids``: the group's processes, read from it when empty)."""
+    members = set(pids) or scope.pids()
+    stats = {p: s for p in members if (s := _stat(proc_root, p)) is not None}
+    own = own_tree(pid, {p: s[1] for p, s in stats.items()})
+    co = {p: s for p, s in stats.items() if p not in own}
+    return GroupCounters(
+        ticks={p: s[2] for p, s in co.items()},
+        disk={p: _io_bytes(proc_root, p) for p in co},
+        runnable=sum(_running_tasks(proc_root, p) for p in co),
+    )
+
+
+def delta(before: dict[int, int], after: dict[int, int]) -> int:
+    """What the processes of ``after`` added since ``before`` (a new process: all of it)."""
+    return sum(max(v - before.get(p, 0), 0) for p, v in after.items())

@@ -1,0 +1,57 @@
+"""A server's synchronous aggregation of one tensor's gradients, in trainer order. Pure.
+
+Iteration i's gradient of a tensor is applied once every live trainer has pushed it; the sum
+runs over the trainers in id order whatever the order the pushes arrived in, so the weights
+cannot depend on timing or on the schedule. A trainer that fails is dropped: what waited only
+for it is released (its own pushes of unfinished iterations are discarded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+
+class Aggregator:
+    """Pending pushes of one tensor, by iteration and trainer."""
+
+    def __init__(self, trainers: Iterable[int], first_iteration: int = 0) -> None:
+        self.trainers = set(trainers)
+        self.next = first_iteration  # the iteration whose update is applied next
+        self._pending: dict[int, dict[int, np.ndarray]] = {}
+
+    def push(self, iteration: int, trainer: int, grad: np.ndarray) -> str | None:
+        """Take a push; returns why it is refused (a counter reason), or None."""
+        if trainer not in self.trainers:
+            return "unknown_trainer"
+        if iteration < self.next:
+            return "stale_push"
+        if iteration > self.next + 1:
+            return "early_push"  # BSP: a trainer cannot be two iterations ahead
+        got = self._pending.setdefault(iteration, {})
+        if trainer in got:
+            return "duplicate_push"
+        got[trainer] = grad
+        return None
+
+    def ready(self) -> np.ndarray | None:
+        """The mean gradient of the next iteration once every live trainer pushed it (and
+        the iteration advances), else None."""
+        got = self._pending.get(self.next, {})
+        if not self.trainers or not self.trainers <= set(got):
+            return None
+        order = sorted(self.trainers)
+        total = np.array(got[order[0]], dtype=np.float32, copy=True)
+        for t in order[1:]:
+            total += got[t]
+        total /= np.float32(len(order))
+        del self._pending[self.next]
+        self.next += 1
+        return total
+
+    def drop(self, trainer: int) -> None:
+        """A trainer failed: stop waiting for it."""
+        self.trainers.discard(trainer)
+        for got in self._pending.values():
+            got.pop(trainer, None)

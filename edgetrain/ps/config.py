@@ -1,0 +1,37 @@
+"""The parameter-server family's recipe section, ``[ps]`` (torch-free)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class PsSection(BaseModel):
+    """``[ps]``: where the cuts come from, when to re-plan, consistency, emulated round trip."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    # A plan written by `edgetrain plan` into the run directory (relative to it, e.g.
+    # "plans/jetson.json"): the technique's cuts for the first epoch. Without one the first
+    # iteration goes layer by layer and the trainer plans from what it measured.
+    plan: str | None = None
+    # Re-plan from live measurements at every epoch barrier ("epoch") or never; with
+    # replan_every = N also every N iterations inside an epoch.
+    replan: Literal["epoch", "never"] = "epoch"
+    replan_every: int | None = Field(None, ge=1)
+    # Transmissions (each direction) the link fit looks back over.
+    fit_window: int = Field(200, ge=4)
+    # bsp: a server applies a tensor's update once every live trainer pushed it, summing in
+    # trainer order (the weights cannot depend on timing); ssp: pushes apply as they come and a
+    # pull waits only while it is more than `staleness` iterations ahead.
+    consistency: Literal["bsp", "ssp"] = "bsp"
+    staleness: int = Field(2, ge=0)
+    # Emulated round trip: a server holds every reply this long after the request arrived
+    # (a timer, never a sleep: it keeps serving others). Recorded as emulated in the report.
+    hold_ms: float = Field(0.0, ge=0, le=10_000)
+    # Without a plan file, ibatch and dynacomm run this many layer-by-layer iterations first and
+    # plan from what they measured (the link fit then sees every layer's size).
+    cold_start_iterations: int = Field(3, ge=1)
+    # Seconds a trainer waits for one reply before naming the server as the problem.
+    reply_timeout_s: float = Field(120.0, gt=0)

@@ -1,0 +1,164 @@
+"""The parameter-server family on the launcher side: placement, the iterations every trainer
+runs per epoch, the plan file, the run's model from the shards, the per-epoch plans and report.
+
+Roles: ``server`` shards (hosts labelled ``ps`` first; a lost shard stops the run: its tensors
+exist nowhere else) and ``trainer`` (data, epochs; losing one follows
+``[run] max_failed_fraction``). Checkpoints are the shards' (weights, optimiser state, version);
+BatchNorm statistics stay on the trainers and the run's model takes trainer 0's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgetrain.comm.control import Controller, CoordinationPolicy, Decision, HandIn, Role
+from edgetrain.comm.coordinator import Event
+from edgetrain.errors import RecipeError
+from edgetrain.ps.config import PsSection
+from edgetrain.recipe import Recipe
+from edgetrain.runtime.base import FinalModel, HandInError
+from edgetrain.runtime.weights import model_arrays
+
+
+def iterations_per_epoch(samples: Sequence[int], batch: int) -> int:
+    """Full minibatches every trainer can run: the smallest shard's (at least one)."""
+    return max(1, min(samples) // batch) if samples else 1
+
+
+def plan_cuts(doc: Mapping[str, Any], technique: str) -> dict[str, list[int]] | None:
+    """The technique's cuts in an `edgetrain plan` document (its first bandwidth if several)."""
+    if "bandwidths" in doc and isinstance(doc["bandwidths"], list) and doc["bandwidths"]:
+        doc = doc["bandwidths"][0]
+    entry = doc.get("strategies", {}).get(technique)
+    if not isinstance(entry, dict):
+        return None
+    return {
+        "forward_cuts": [int(c) for c in entry.get("forward_cuts", [])],
+        "backward_cuts": [int(c) for c in entry.get("backward_cuts", [])],
+    }
+
+
+class PsController:
+    """At start: the iterations per epoch, and the plan file's cuts for every trainer."""
+
+    def __init__(self, recipe: Recipe, roles: Sequence[Role], plan: dict[str, list[int]] | None):
+        self.batch = recipe.train.batch_size
+        self.roles = list(roles)
+        self.plan = plan
+
+    def on_start(self, ready: Mapping[int, Mapping[str, Any]]) -> Decision:
+        samples = [
+            int(r.get("samples", 0)) for i, r in ready.items() if self.roles[i].name == "trainer"
+        ]
+        n = iterations_per_epoch(samples, self.batch)
+        return Decision({i: {"iterations": n, "plan": self.plan} for i in ready})
+
+    def on_barrier(self, epoch: int, reports: Mapping[int, Mapping[str, Any]]) -> Decision:
+        return Decision()
+
+    def on_drain(self, done: Mapping[int, Mapping[str, Any]]) -> Decision:
+        return Decision()
+
+
+class PsFamily:
+    name = "ps"
+
+    def __init__(self) -> None:
+        self._plans: dict[int, dict[str, Any]] = {}
+
+    def check(self, recipe: Recipe) -> None:
+        roles = recipe.role_names()
+        if "server" not in roles or "trainer" not in roles:
+            raise RecipeError(
+                f"a {recipe.train.technique} run needs at least one server and one trainer",
+                'add [[workers]] role = "server" (and trainers) to the recipe',
+            )
+
+    def policy(self, recipe: Recipe) -> CoordinationPolicy:
+        return CoordinationPolicy(
+            epoch_roles=frozenset({"trainer"}),
+            barriers=True,
+            fatal_roles=frozenset({"server"}),
+            checkpoint_roles=frozenset({"server"}),
+        )
+
+    def controller(self, recipe: Recipe, roles: Sequence[Role], run_dir: Path) -> Controller:
+        cfg = recipe.section("ps", PsSection)
+        cuts = None
+        if cfg.plan is not None:
+            path = run_dir / cfg.plan
+            try:
+                doc = json.loads(path.read_text())
+            except (OSError, ValueError) as exc:
+                raise RecipeError(
+                    f"[ps] plan: cannot read {path}: {exc}",
+                    "write it with `edgetrain plan ... --run-dir RUN`, launch with --run-dir RUN",
+                ) from None
+            cuts = plan_cuts(doc, recipe.train.technique)
+            if cuts is None:
+                raise RecipeError(f"[ps] plan: {path} has no '{recipe.train.technique}' strategy")
+        return PsController(recipe, roles, cuts)
+
+    def final_model(
+        self, recipe: Recipe, handins: Mapping[int, HandIn], roles: Sequence[Role]
+    ) -> FinalModel:
+        weights: dict[str, np.ndarray] = {}
+        shards = [i for i in handins if roles[i].name == "server"]
+        if len(shards) != sum(r.name == "server" for r in roles):
+            raise HandInError("a parameter server did not hand in its shard")
+        for i in sorted(shards):
+            weights.update(model_arrays(handins[i].weights))
+        first = min((i for i in handins if roles[i].name == "trainer"), default=None)
+        if first is not None:  # BatchNorm statistics: trainer 0's
+            weights.update(model_arrays(handins[first].weights))
+        versions = [int(handins[i].meta.get("version", 0)) for i in shards]
+        return FinalModel(weights, {"shards": len(shards), "version": min(versions)})
+
+    def resume(
+        self, recipe: Recipe, handins: Mapping[int, HandIn], roles: Sequence[Role]
+    ) -> dict[int, HandIn]:
+        for i in handins:
+            if roles[i].name != "server":
+                raise HandInError(f"the checkpoint holds worker {i}, which is not a server now")
+        return dict(handins)
+
+    def artifacts(self, event: Event) -> dict[str, Any]:
+        """``plans/epoch-NNNN.json`` at each epoch: every trainer's cuts, measured and
+        predicted iteration time, fitted link and the plan made for the next epoch."""
+        if event.kind != "epoch" or "next_cuts" not in event.data or event.worker is None:
+            return {}
+        epoch = int(event.data.get("epoch", 0))
+        entry = {
+            k: event.data.get(k)
+            for k in (
+                "forward_cuts", "backward_cuts", "iteration_s", "predicted_s", "predicted_now_s",
+                "prediction_error", "dt_s", "bandwidth_pull_Bps", "bandwidth_push_Bps",
+                "plan_s", "plans", "next_cuts", "hold_ms",
+            )
+        }  # fmt: skip
+        doc = self._plans.setdefault(epoch, {"epoch": epoch, "trainers": {}})
+        doc["trainers"][str(event.worker)] = entry
+        return {f"plans/epoch-{epoch:04d}.json": doc}
+
+    def report(
+        self,
+        manifest: dict[str, Any],
+        workers: Mapping[int, list[dict[str, Any]]],
+        coordinator: list[dict[str, Any]],
+    ) -> dict[str, Any] | None:
+        from edgetrain.ps.report import ps_report
+
+        return ps_report(manifest, workers)
+
+    def report_files(self, report_dir: Path, technique_report: Mapping[str, Any]) -> list[str]:
+        from edgetrain.ps.report import report_files
+
+        return report_files(report_dir, technique_report)
+
+
+FAMILY = PsFamily()

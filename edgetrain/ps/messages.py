@@ -1,0 +1,62 @@
+"""Messages between parameter-server trainers and shards, and their checks.
+
+One transmission is one request/reply pair with every shard that holds part of a segment:
+
+| type | direction | meta | tensors |
+|---|---|---|---|
+| ``ps.pull`` | trainer -> shard | ``iter``, ``seg``, ``names``, ``layout`` | none |
+| ``ps.params`` | shard -> trainer | ``iter``, ``seg``, ``held_s`` (version wait) | weights |
+| ``ps.push`` | trainer -> shard | ``iter``, ``seg``, ``layout`` | the gradients |
+| ``ps.ack`` | shard -> trainer | ``iter``, ``seg`` (on receipt) | none |
+
+Everything received is checked against the layout (names a shard owns, shapes, dtypes, finite
+values); anything else is dropped and counted by reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+PULL = "ps.pull"
+PARAMS = "ps.params"
+PUSH = "ps.push"
+ACK = "ps.ack"
+TO_SERVER = (PULL, PUSH)
+TO_TRAINER = (PARAMS, ACK)
+
+
+def request_fields(meta: Mapping[str, Any], owned: set[str], layout: str) -> str | None:
+    """Why a pull or push header is unusable (a counter reason), or None."""
+    it, seg, names = meta.get("iter"), meta.get("seg"), meta.get("names")
+    if not isinstance(it, int) or isinstance(it, bool) or it < 0:
+        return "bad_iter"
+    if not isinstance(seg, int) or isinstance(seg, bool) or seg < 0:
+        return "bad_seg"
+    if meta.get("layout") != layout:
+        return "wrong_layout"
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        return "bad_names"
+    if not set(names) <= owned or len(set(names)) != len(names):
+        return "not_owned"
+    return None
+
+
+def gradients(
+    tensors: Mapping[str, np.ndarray], names: list[str], shapes: Mapping[str, tuple[int, ...]]
+) -> str | None:
+    """Why a push's gradients are unusable, or None: exactly ``names``, float32, the shapes,
+    finite."""
+    if set(tensors) != set(names):
+        return "bad_tensor_names"
+    for name in names:
+        arr = tensors[name]
+        if arr.dtype != np.float32:
+            return "bad_tensor_dtype"
+        if tuple(arr.shape) != tuple(shapes[name]):
+            return "bad_tensor_shape"
+        if not np.isfinite(arr).all():
+            return "non_finite"
+    return None

@@ -1,0 +1,419 @@
+"""A parameter-server trainer whose pulls and pushes follow a layer-wise schedule, re-planned
+from what it measures (the four techniques sequential, lbl, ibatch, dynacomm).
+
+Each iteration: every forward segment's pull is queued back to back from the start, forward
+waits segment by segment for its parameters, backward releases each segment's push the moment
+its gradients exist; the iteration ends with the last acknowledgement (:mod:`.hooks`,
+:mod:`.link`). The trainer has no optimiser of its own: the shards apply it. It measures every
+layer's compute and every transmission; at each epoch barrier (and every ``replan_every``
+iterations) it fits the link (:mod:`.livecosts`), asks its technique's planner
+(``plan.strategies.CUTTERS``) for new cuts and predicts the iteration time with the same
+simulator the planner uses, so prediction and measurement stand side by side. Without a plan
+file, the first iteration goes layer by layer so the fit sees every layer's size.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from edgetrain.comm.client import Serve
+from edgetrain.comm.control import HandIn
+from edgetrain.plan.costs import LayerCosts
+from edgetrain.plan.simulator import simulate
+from edgetrain.plan.strategies import CUTTERS, verdict
+from edgetrain.ps.config import PsSection
+from edgetrain.ps.hooks import SegmentHooks, backward_segments, segments
+from edgetrain.ps.layout import buffers, build_layout
+from edgetrain.ps.link import Link, Transmission
+from edgetrain.ps.livecosts import LinkFit, fit_link, layer_costs, median_rows
+from edgetrain.ps.server import ShardServer
+from edgetrain.runtime.base import Final, Ready, Runner, WorkerContext
+from edgetrain.runtime.epochs import run_epochs
+from edgetrain.runtime.session import Session
+from edgetrain.runtime.setup import build_run_model, load_run_data, worker_indices
+from edgetrain.runtime.trainer import LocalTrainer, evaluate, resolve_device
+
+log = logging.getLogger(__name__)
+
+# Iterations of compute timing kept for a plan (the most recent ones).
+COMPUTE_WINDOW = 20
+
+
+def make_runner(ctx: WorkerContext) -> Runner:
+    """A shard for role ``server``; else a trainer on the technique's schedule."""
+    if ctx.role.name == "server":
+        return ShardServer(ctx)
+    return ScheduledTrainer(ctx)
+
+
+def buckets(
+    start: float,
+    end: float,
+    compute: Sequence[tuple[float, float]],
+    comm: Sequence[tuple[float, float]],
+) -> dict[str, float]:
+    """Seconds of [start, end) with compute only, both, communication only, or neither. Pure."""
+    edges = sorted({start, end, *[t for s in (*compute, *comm) for t in s if start < t < end]})
+    out = {"compute_only": 0.0, "both": 0.0, "comm_only": 0.0, "neither": 0.0}
+    for a, b in zip(edges, edges[1:], strict=False):
+        mid = (a + b) / 2
+        busy_c = any(s <= mid < e for s, e in compute)
+        busy_m = any(s <= mid < e for s, e in comm)
+        key = (
+            "both"
+            if busy_c and busy_m
+            else "compute_only"
+            if busy_c
+            else "comm_only"
+            if busy_m
+            else "neither"
+        )
+        out[key] += b - a
+    return out
+
+
+class ScheduledTrainer:
+    """A trainer of the parameter-server family (role ``trainer``)."""
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        self.ctx = ctx
+        self.cfg = ctx.recipe.section("ps", PsSection)
+        self.technique = ctx.recipe.train.technique
+        self.link: Link | None = None
+        self.plans: list[dict[str, Any]] = []
+        self._fc: list[np.ndarray] = []
+        self._bc: list[np.ndarray] = []
+        self._iters: list[dict[str, Any]] = []  # this epoch's measured iterations
+        self._costs: LayerCosts | None = None
+        self._predicted: float | None = None
+        self._plan_s = 0.0
+        self._last_eval: tuple[float, float] | None = None
+
+    # ------------------------------------------------------------------ runner
+
+    def setup(self) -> Ready:
+        recipe, ctx = self.ctx.recipe, self.ctx
+        group = recipe.expanded_workers()[ctx.worker_id]
+        torch.set_num_threads(group.threads)
+        data = load_run_data(recipe)
+        mine = worker_indices(recipe, data, ctx.worker_id)
+        model = build_run_model(recipe, data)
+        self.layout = build_layout(model, data.input_shape, recipe.role_names().count("server"))
+        self.trainer = LocalTrainer(
+            model, data.x_train[mine], data.y_train[mine], data.x_test, data.y_test,
+            recipe.train, recipe.run.seed, ctx.worker_id, group.slowdown,
+            resolve_device(recipe.train.device),
+        )  # fmt: skip
+        if ctx.resume is not None:  # BatchNorm statistics (the parameters come from the shards)
+            state = buffers(model)
+            with torch.no_grad():
+                for k, v in state.items():
+                    if k in ctx.resume.weights:
+                        v.copy_(torch.from_numpy(np.array(ctx.resume.weights[k])))
+        self.params = dict(model.named_parameters())
+        meta = {"samples": self.trainer.num_samples, "layers": len(self.layout.specs)}
+        return Ready({}, meta)
+
+    def run(self, session: Session) -> Final:
+        recipe, ctx = self.ctx.recipe, self.ctx
+        self.session = session
+        self.iterations = int(session.start_directive.get("iterations", 0) or 0)
+        servers = {m.role.index: m.endpoints["ps"] for m in session.roster.of("server")}
+        self.link = Link(
+            ctx.zmq, servers, ctx.worker_id, ctx.run_id, self.layout, self.params,
+            ctx.traffic, ctx.keys, self.cfg.reply_timeout_s,
+        )  # fmt: skip
+        self.link.start()
+        self.hooks = SegmentHooks(self.trainer.model, self.layout, self.link.wait)
+        self.iteration = (ctx.start_epoch - 1) * self.iterations
+        self._initial_cuts(session.start_directive.get("plan"))
+        steps = run_epochs(
+            session, self, epochs=recipe.train.epochs, start_epoch=ctx.start_epoch,
+            eval_every=recipe.train.eval_every, worker_id=ctx.worker_id,
+        )  # fmt: skip
+        # the last epoch was evaluated after its last update; the shards stop at drain
+        acc, loss = self._last_eval if self._last_eval is not None else self.evaluate()
+        session.done({}, recipe.train.epochs, steps)
+        mine = buffers(self.trainer.model) if ctx.role.index == 0 else {}
+        weights = {k: v.detach().cpu().numpy().copy() for k, v in mine.items()}
+        metrics = {
+            "final_test_accuracy": acc,
+            "final_test_loss": loss,
+            "steps": steps,
+            **ctx.traffic.as_dict(),
+        }
+        return Final(HandIn(weights, {"trainer": ctx.role.index}), metrics)
+
+    def close(self) -> None:
+        if self.link is not None:
+            self.link.stop()
+        if hasattr(self, "hooks"):
+            self.hooks.remove()
+
+    # ------------------------------------------------------------------ planning
+
+    def _initial_cuts(self, plan: object) -> None:
+        L = len(self.layout.specs)
+        if isinstance(plan, dict) and isinstance(plan.get("forward_cuts"), list):
+            self.forward_cuts = [int(c) for c in plan["forward_cuts"] if 0 < int(c) < L]
+            self.backward_cuts = [int(c) for c in plan.get("backward_cuts", []) if 0 < int(c) < L]
+            self._needs_plan = False
+            self.plans.append(
+                {"at_iteration": self.iteration, "source": "plan file", **self._cuts()}
+            )
+        elif self.technique in ("sequential", "lbl"):  # cuts that do not depend on costs
+            self.forward_cuts, self.backward_cuts = CUTTERS[self.technique](self._dummy_costs())
+            self._needs_plan = False
+            self.plans.append({"at_iteration": self.iteration, "source": "fixed", **self._cuts()})
+        else:  # measure the first iteration layer by layer, then plan
+            self.forward_cuts, self.backward_cuts = CUTTERS["lbl"](self._dummy_costs())
+            self._needs_plan = True
+
+    def _dummy_costs(self) -> LayerCosts:
+        ones = np.ones(len(self.layout.specs))
+        return LayerCosts(ones, ones, ones, ones, 0.0)
+
+    def _cuts(self) -> dict[str, list[int]]:
+        return {"forward_cuts": list(self.forward_cuts), "backward_cuts": list(self.backward_cuts)}
+
+    def _fits(self) -> tuple[LinkFit | None, LinkFit | None]:
+        assert self.link is not None
+        window = self.cfg.fit_window
+        log_ = [t for t in self.link.log if t.segment > 0]
+        pulls = [(t.nbytes, t.seconds - t.held_s) for t in log_ if t.direction == "pull"][-window:]
+        pushes = [(t.nbytes, t.seconds - t.held_s) for t in log_ if t.direction == "push"][-window:]
+        return fit_link(pulls), fit_link(pushes)
+
+    def estimate(self) -> LayerCosts | None:
+        """The planner's costs from what this trainer measured lately (None: not enough)."""
+        pull, push = self._fits()
+        if pull is None or push is None or not self._fc:
+            return None
+        names = [s.name for s in self.layout.specs]
+        fc, bc = median_rows(self._fc[-COMPUTE_WINDOW:]), median_rows(self._bc[-COMPUTE_WINDOW:])
+        return layer_costs(self.layout.layer_bytes, fc, bc, pull, push, names)
+
+    def replan(self, reason: str) -> None:
+        """Fit, plan with the technique's planner, and predict; the cuts apply from the next
+        iteration."""
+        t0 = time.perf_counter()
+        costs = self.estimate()
+        if costs is None:
+            return
+        if self.technique in ("ibatch", "dynacomm"):
+            self.forward_cuts, self.backward_cuts = CUTTERS[self.technique](costs)
+        self._costs = costs
+        self._predicted = simulate(costs, self.forward_cuts, self.backward_cuts).iteration_s
+        self._plan_s += time.perf_counter() - t0
+        pull, push = self._fits()
+        assert pull is not None and push is not None
+        self.plans.append(
+            {
+                "at_iteration": self.iteration,
+                "source": reason,
+                **self._cuts(),
+                "predicted_iteration_s": self._predicted,
+                "dt_s": costs.dt,
+                "bandwidth_pull_Bps": pull.bandwidth,
+                "bandwidth_push_Bps": push.bandwidth,
+                "plan_s": time.perf_counter() - t0,
+            }
+        )
+
+    # ------------------------------------------------------------------ one iteration
+
+    def _iterate(self, xb: torch.Tensor, yb: torch.Tensor) -> float:
+        link = self.link
+        assert link is not None
+        L = len(self.layout.specs)
+        fwd = segments(self.forward_cuts, L)
+        bwd = backward_segments(self.backward_cuts, L)
+        it = self.iteration
+        model = self.trainer.model
+        model.train()
+        model.zero_grad(set_to_none=True)  # the last iteration's pushes were all acknowledged
+        start = time.perf_counter()
+        pulls = [link.pull(it, j + 1, self.layout.tensors(a, b)) for j, (a, b) in enumerate(fwd)]
+        grads = [threading.Event() for _ in bwd]
+        pushes = [
+            link.push(it, j + 1, self.layout.tensors(a, b), grads[j])
+            for j, (a, b) in enumerate(bwd)
+        ]
+        self.hooks.arm(fwd, pulls, bwd, grads)
+        loss = nn.functional.cross_entropy(model(xb), yb)
+        value = float(loss.detach())
+        times = self.hooks.times
+        times.loss_end = time.perf_counter()
+        times.backward_start = times.loss_end
+        loss.backward()
+        self.hooks.backward_done()
+        for j, done in enumerate(pushes):
+            link.wait(done, f"push {j + 1} of iteration {it}")
+        end = time.perf_counter()
+        self._fc.append(times.forward(L))
+        self._bc.append(times.backward(L))
+        mine = [t for t in link.log if t.iteration == it and t.segment > 0]
+        comm = [(t.start, t.end) for t in mine]
+        self._iters.append(
+            {
+                "iteration": it,
+                "seconds": end - start,
+                "forward_s": times.loss_end - start,
+                "backward_s": end - times.loss_end,
+                "cuts": (tuple(self.forward_cuts), tuple(self.backward_cuts)),
+                "buckets": buckets(start, end, times.compute_spans(L), comm),
+                "comm_s": sum(t.seconds for t in mine),
+                "held_s": sum(t.held_s for t in mine),
+                "spans": _spans(start, times, L, mine),
+                "predicted_s": self._predicted,
+            }
+        )
+        self.iteration += 1
+        return value
+
+    # ------------------------------------------------------------------ EpochWork
+
+    def batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """This epoch's first ``iterations`` full minibatches (every trainer takes as many)."""
+        size = self.ctx.recipe.train.batch_size
+        for taken, (xb, yb) in enumerate(self.trainer.batches(epoch)):
+            if taken == self.iterations or len(xb) < size:
+                return
+            yield xb, yb
+
+    def step(self, epoch: int, batch: tuple[torch.Tensor, torch.Tensor]) -> float:
+        value = self._iterate(*batch)
+        self.trainer.steps += 1
+        if self._needs_plan and len(self._fc) >= self.cfg.cold_start_iterations:
+            n = self.cfg.cold_start_iterations
+            self.replan(f"cold start (after {n} layer-by-layer iterations)")
+            self._needs_plan = self._costs is None
+        elif self.cfg.replan_every and self.iteration % self.cfg.replan_every == 0:
+            self.replan(f"every {self.cfg.replan_every} iterations")
+        return value
+
+    def evaluate(self) -> tuple[float, float]:
+        """Accuracy of the model after this epoch's last update (a pull of every tensor)."""
+        link = self.link
+        assert link is not None
+        done = link.pull(self.iteration, 0, list(self.layout.shapes))
+        link.wait(done, "the evaluation pull")
+        t = self.trainer
+        self._last_eval = evaluate(t.model, t.x_test, t.y_test)
+        return self._last_eval
+
+    def metrics(self) -> dict[str, Any]:
+        # measured: the iterations that ran the epoch's last cuts, but the first of them
+        # (a warm-up: new segments, first use of buffers)
+        last_cuts = self._iters[-1]["cuts"] if self._iters else None
+        same = [i for i in self._iters if i["cuts"] == last_cuts]
+        iters = same[1:] if len(same) > 2 else same
+        self._iters = []
+        measured = float(np.median([i["seconds"] for i in iters])) if iters else None
+        now = self.estimate()  # this epoch's own costs, for the cuts it ran
+        predicted_now = (
+            simulate(now, self.forward_cuts, self.backward_cuts).iteration_s if now else None
+        )
+        used = [i["predicted_s"] for i in iters if i["predicted_s"] is not None]
+        predicted = float(np.median(used)) if used else None
+        median_iter = sorted(iters, key=lambda i: i["seconds"])[len(iters) // 2] if iters else None
+        b = (
+            {
+                k: float(np.median([i["buckets"][k] for i in iters]))
+                for k in ("compute_only", "both", "comm_only", "neither")
+            }
+            if iters
+            else {}
+        )
+        comm = float(np.median([i["comm_s"] for i in iters])) if iters else 0.0
+        phases = {
+            k: float(np.median([i[k] for i in iters])) if iters else None
+            for k in ("forward_s", "backward_s")
+        }
+        tl = simulate(now, self.forward_cuts, self.backward_cuts) if now else None
+        out: dict[str, Any] = {
+            "technique": self.technique,
+            **phases,
+            "predicted_forward_s": tl.forward_s if tl else None,
+            "predicted_backward_s": tl.backward_s if tl else None,
+            "costs": verdict(now) if now else None,
+            **self._cuts(),
+            "iterations": len(iters),
+            "iteration_s": measured,
+            "predicted_s": predicted,
+            "predicted_now_s": predicted_now,
+            "prediction_error": (measured / predicted - 1) if measured and predicted else None,
+            "buckets": b,
+            "hidden_share": (b["both"] / comm) if b and comm > 0 else None,
+            "held_s": float(np.median([i["held_s"] for i in iters])) if iters else None,
+            "dt_s": now.dt if now else None,
+            "hold_ms": self.cfg.hold_ms,
+            "plan_s": self._plan_s,
+            "gantt": median_iter["spans"] if median_iter else [],
+            "gantt_planned": _planned_spans(now, self.forward_cuts, self.backward_cuts),
+            "samples": self.trainer.num_samples,
+            **self.ctx.traffic.as_dict(),
+        }
+        fits = self._fits()
+        if fits[0] is not None and fits[1] is not None:
+            out["bandwidth_pull_Bps"] = fits[0].bandwidth
+            out["bandwidth_push_Bps"] = fits[1].bandwidth
+        if self.cfg.replan == "epoch" and not self._needs_plan:
+            self.replan("epoch barrier")  # the cuts of the next epoch
+            out["plan_s"] = self._plan_s
+        out["plans"] = self.plans
+        out["next_cuts"] = self._cuts()
+        self.plans = []
+        self._plan_s = 0.0
+        return out
+
+    def checkpoint(self) -> HandIn:  # trainers hold no state of their own but BatchNorm's
+        return HandIn(
+            {k: v.detach().cpu().numpy().copy() for k, v in buffers(self.trainer.model).items()}, {}
+        )
+
+    def apply(self, directive: Mapping[str, Any]) -> None:
+        return None
+
+    def serve(self) -> Serve:
+        return []
+
+
+def _spans(start: float, times: Any, layers: int, comm: Sequence[Transmission]) -> list[list[Any]]:
+    """One measured iteration as Gantt spans ``[lane, kind, segment, start, end]`` (seconds
+    from the iteration's start)."""
+    out: list[list[Any]] = []
+    for layer in range(layers):
+        if layer in times.starts:
+            nxt = times.starts.get(layer + 1)
+            end = nxt[0] if nxt is not None else times.loss_end
+            out.append(
+                ["compute", "forward", layer + 1, times.starts[layer][1] - start, end - start]
+            )
+    prev = times.backward_start
+    for layer, t in sorted(times.done.items(), key=lambda kv: kv[1]):
+        out.append(["compute", "backward", layer + 1, prev - start, t - start])
+        prev = t
+    for t in comm:
+        out.append(["comm", t.direction, t.segment, t.start - start, t.end - start])
+    return out
+
+
+def _planned_spans(costs: LayerCosts | None, fcuts: list[int], bcuts: list[int]) -> list[list[Any]]:
+    """The simulator's timeline of the same cuts, as the same kind of spans."""
+    if costs is None:
+        return []
+    tl = simulate(costs, fcuts, bcuts)
+    out: list[list[Any]] = []
+    for s in tl.spans:
+        offset = tl.forward_s if s.phase == "backward" else 0.0
+        out.append([s.lane, s.kind, s.segment, s.start + offset, s.end + offset])
+    return out

@@ -1,0 +1,277 @@
+"""A parameter-server shard (role ``server``): holds its tensors, answers pulls and pushes,
+applies the optimiser.
+
+BSP (default): a pull for iteration i waits until each tensor it asks for has version i (all
+of iteration i-1's gradients applied); a tensor's update is applied once every live trainer
+pushed it, summed in trainer order (:mod:`edgetrain.ps.aggregate`). SSP: each push is applied
+as it comes (scaled by 1/K), a pull waits only while it is more than ``staleness`` versions
+ahead. Pushes are acknowledged on receipt. With ``[ps] hold_ms`` every reply leaves at least
+that long after its request arrived: an emulated round trip, run by a timer in the serve loop
+(never a sleep: other trainers are served meanwhile).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import heapq
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import zmq
+
+from edgetrain.comm import channel, protocol, sockets
+from edgetrain.comm.control import HandIn
+from edgetrain.comm.wire import Message
+from edgetrain.ps import messages
+from edgetrain.ps.aggregate import Aggregator
+from edgetrain.ps.config import PsSection
+from edgetrain.ps.layout import Layout, build_layout
+from edgetrain.runtime.base import Final, Ready, WorkerContext
+from edgetrain.runtime.session import Session
+from edgetrain.runtime.setup import build_run_model, load_run_data
+from edgetrain.runtime.trainer import optimizer_for
+from edgetrain.runtime.weights import load_arrays, state_arrays
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Pull:
+    identity: bytes
+    trainer: int
+    it: int
+    seg: int
+    names: list[str]
+    need: int
+    arrived: float
+    ready_at: float | None = None  # when every version it needs was there
+
+
+class ShardServer:
+    """One shard of the parameters."""
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        self.ctx = ctx
+        self.cfg = ctx.recipe.section("ps", PsSection)
+        self.hold = self.cfg.hold_ms / 1000.0
+        self.router: zmq.SyncSocket | None = None
+        self._timers: list[tuple[float, int, Callable[[], None]]] = []
+        self._tick = itertools.count()
+        self.parked: list[_Pull] = []
+        self.stats = {"pulls": 0, "pushes": 0, "updates": 0, "held_s": 0.0}
+
+    # ------------------------------------------------------------------ runner
+
+    def setup(self) -> Ready:
+        recipe, ctx = self.ctx.recipe, self.ctx
+        torch.set_num_threads(recipe.expanded_workers()[ctx.worker_id].threads)
+        data = load_run_data(recipe)
+        model = build_run_model(recipe, data)
+        servers = recipe.role_names().count("server")
+        self.layout: Layout = build_layout(model, data.input_shape, servers)
+        params = dict(model.named_parameters())
+        self.names = self.layout.owned(ctx.role.index)
+        self.tensors = {n: params[n].detach().clone() for n in self.names}
+        for t in self.tensors.values():
+            t.requires_grad_(True)
+        self.optimizer = optimizer_for(list(self.tensors.values()), recipe.train)
+        start = 0
+        if ctx.resume is not None:
+            load_arrays(self.tensors, ctx.resume.weights, self.optimizer, what="shard checkpoint")
+            start = int(ctx.resume.meta.get("version", 0))
+        self.version = dict.fromkeys(self.names, start)
+        self.router = sockets.server(ctx.zmq, zmq.ROUTER, ctx.keys)
+        endpoint = channel.bind_random(
+            self.router, ctx.bind_host, ctx.announce_host, what=f"parameter server {ctx.role.index}"
+        )
+        nbytes = sum(t.numel() * t.element_size() for t in self.tensors.values())
+        log.info(
+            "shard %d: %d tensors, %d bytes, at %s",
+            ctx.role.index,
+            len(self.names),
+            nbytes,
+            endpoint,
+        )
+        return Ready({"ps": endpoint}, {"tensors": len(self.names), "bytes": nbytes})
+
+    def run(self, session: Session) -> Final:
+        self.session = session
+        self.iterations = int(session.start_directive.get("iterations", 0) or 0)
+        trainers = [m.id for m in session.roster.of("trainer")]
+        first = min(self.version.values(), default=0)
+        self.agg = {n: Aggregator(trainers, first) for n in self.names}
+        self.trainers = set(trainers)
+        self._checkpointed = first
+        session.on_failed(self._dropped)
+        assert self.router is not None
+        session.wait_drain([(self.router, self._serve)], idle=self._run_timers)
+        self._run_timers(final=True)
+        weights = state_arrays(self.tensors, self.optimizer)
+        meta = {"server": self.ctx.role.index, "version": min(self.version.values(), default=0)}
+        return Final(
+            HandIn(weights, meta), {**self.stats, "steps": 0, **self.ctx.traffic.as_dict()}
+        )
+
+    def close(self) -> None:
+        if self.router is not None:
+            self.router.close(linger=500)
+
+    # ------------------------------------------------------------------ messages
+
+    def _serve(self) -> None:
+        assert self.router is not None
+        while self.router.poll(0, zmq.POLLIN):
+            got = channel.recv(
+                self.router, self.ctx.run_id, messages.TO_SERVER, self.ctx.traffic, router=True
+            )
+            if got is None:
+                continue
+            identity, msg = got
+            trainer = protocol.worker_id(msg.sender)
+            if trainer not in self.trainers or identity != msg.sender.encode():
+                self.ctx.traffic.drop("unknown_trainer", msg.sender)
+                continue
+            reason = messages.request_fields(msg.meta, set(self.names), self.layout.digest)
+            if reason is None and msg.type == messages.PUSH:
+                reason = messages.gradients(msg.tensors, msg.meta["names"], self.layout.shapes)
+            if reason is not None:
+                self.ctx.traffic.drop(reason, msg.sender)
+                continue
+            assert identity is not None
+            if msg.type == messages.PULL:
+                self._on_pull(identity, trainer, msg)
+            else:
+                self._on_push(identity, trainer, msg)
+        self._answer_pulls()
+
+    def _on_pull(self, identity: bytes, trainer: int, msg: Message) -> None:
+        it = int(msg.meta["iter"])
+        need = it if self.cfg.consistency == "bsp" else max(0, it - self.cfg.staleness)
+        self.stats["pulls"] += 1
+        pull = _Pull(
+            identity,
+            trainer,
+            it,
+            int(msg.meta["seg"]),
+            list(msg.meta["names"]),
+            need,
+            time.monotonic(),
+        )
+        self.parked.append(pull)
+
+    def _on_push(self, identity: bytes, trainer: int, msg: Message) -> None:
+        it, names = int(msg.meta["iter"]), list(msg.meta["names"])
+        self.stats["pushes"] += 1
+        for name in names:
+            grad = msg.tensors[name]
+            if self.cfg.consistency == "ssp":
+                self._apply(
+                    name, np.asarray(grad, dtype=np.float32) / np.float32(len(self.trainers))
+                )
+                continue
+            reason = self.agg[name].push(it, trainer, grad)
+            if reason is not None:
+                self.ctx.traffic.drop(reason, msg.sender)
+                continue
+            while (mean := self.agg[name].ready()) is not None:
+                self._apply(name, mean)
+        ack = {"iter": it, "seg": int(msg.meta["seg"])}
+        self._later(
+            time.monotonic() + self.hold, lambda: self._reply(identity, messages.ACK, ack, {})
+        )
+
+    def _apply(self, name: str, grad: np.ndarray) -> None:
+        tensor = self.tensors[name]
+        tensor.grad = torch.from_numpy(np.ascontiguousarray(grad)).reshape(tensor.shape)
+        self.optimizer.step()
+        tensor.grad = None
+        self.version[name] += 1
+        self.stats["updates"] += 1
+        self._maybe_checkpoint()
+
+    def _dropped(self, failed: set[int]) -> None:
+        """Trainers failed: stop waiting for them (their unfinished pushes are discarded)."""
+        for t in failed & self.trainers:
+            self.trainers.discard(t)
+            for name, agg in self.agg.items():
+                agg.drop(t)
+                while (mean := agg.ready()) is not None:
+                    self._apply(name, mean)
+        self.parked = [p for p in self.parked if p.trainer in self.trainers]
+        self._answer_pulls()
+
+    def _answer_pulls(self) -> None:
+        now = time.monotonic()
+        waiting = []
+        for pull in self.parked:
+            if all(self.version[n] >= pull.need for n in pull.names):
+                pull.ready_at = now
+                self._later(
+                    max(now, pull.arrived + self.hold), functools.partial(self._send_params, pull)
+                )
+            else:
+                waiting.append(pull)
+        self.parked = waiting
+
+    def _send_params(self, pull: _Pull) -> None:
+        assert pull.ready_at is not None
+        held = max(0.0, pull.ready_at - (pull.arrived + self.hold))  # waiting for the version
+        self.stats["held_s"] += held
+        weights = {n: self.tensors[n].detach().numpy().copy() for n in pull.names}
+        meta = {
+            "iter": pull.it,
+            "seg": pull.seg,
+            "held_s": held,
+            "version": min(self.version[n] for n in pull.names),
+        }
+        self._reply(pull.identity, messages.PARAMS, meta, weights)
+
+    def _reply(
+        self, identity: bytes, kind: str, meta: dict[str, Any], tensors: dict[str, np.ndarray]
+    ) -> None:
+        assert self.router is not None
+        msg = Message(
+            kind,
+            protocol.worker_name(self.ctx.worker_id),
+            self.ctx.run_id,
+            meta=meta,
+            tensors=tensors,
+        )
+        with contextlib.suppress(zmq.ZMQError):  # the trainer is gone: the control plane knows
+            channel.send(self.router, msg, self.ctx.traffic, identity=identity, flags=zmq.NOBLOCK)
+
+    # ------------------------------------------------------------------ timers, checkpoints
+
+    def _later(self, due: float, action: Callable[[], None]) -> None:
+        heapq.heappush(self._timers, (due, next(self._tick), action))
+
+    def _run_timers(self, final: bool = False) -> float:
+        """Run every due timer; return the seconds until the next one (the serve loop sleeps
+        at most that long). ``final``: run them all now."""
+        while self._timers and (final or self._timers[0][0] <= time.monotonic()):
+            heapq.heappop(self._timers)[2]()
+        if not self._timers:
+            return 3600.0
+        return max(0.0, self._timers[0][0] - time.monotonic())
+
+    def _maybe_checkpoint(self) -> None:
+        """At an epoch boundary every checkpoint interval, hand in this shard's part."""
+        if not self.iterations or not self.version:
+            return
+        done = min(self.version.values())
+        if done <= self._checkpointed or done % self.iterations:
+            return
+        self._checkpointed = done
+        epoch = done // self.iterations
+        if self.session.checkpoint_due(epoch):
+            weights = state_arrays(self.tensors, self.optimizer)
+            self.session.checkpoint(
+                epoch, done, HandIn(weights, {"server": self.ctx.role.index, "version": done})
+            )

@@ -1,0 +1,73 @@
+"""What every ``scripts/reproduce-<paper>`` shares: its common flags, the MNIST directory,
+progress lines on stderr, and the run-and-print of ``main``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from edgetrain.errors import EdgetrainError
+from edgetrain.reproduce import report
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def parser(paper: str, doc: str, quick: str, smoke: str, seeds: int) -> argparse.ArgumentParser:
+    """``--quick``, ``--smoke``, ``--seeds``, ``--out``, ``--format``, ``--data-root``; a script
+    adds its own flags to what this returns."""
+    ap = argparse.ArgumentParser(prog=f"reproduce-{paper}", description=doc.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help=quick)
+    ap.add_argument("--smoke", action="store_true", help=smoke)
+    ap.add_argument("--seeds", type=int, default=seeds, help="measured seeds (the pilot is seed 0)")
+    ap.add_argument("--out", type=Path, default=Path("reproductions") / paper)
+    ap.add_argument("--format", choices=("text", "json"), default="text")
+    ap.add_argument(
+        "--data-root",
+        type=Path,
+        default=None,
+        help="the MNIST directory (default: $EDGETRAIN_TEST_DATA/mnist-test)",
+    )
+    return ap
+
+
+def run(
+    ap: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    reproduce: Callable[[argparse.Namespace], dict[str, Any]],
+) -> int:
+    """Parse, reproduce, print the report (markdown, or the JSON with ``--format json``); an
+    :class:`EdgetrainError` is one line and its exit code."""
+    args = ap.parse_args(argv)
+    try:
+        doc = reproduce(args)
+    except EdgetrainError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return exc.exit_code
+    if args.format == "json":
+        sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+    else:
+        sys.stdout.write((args.out / report.MD_NAME).read_text())
+    return 0
+
+
+def say(line: str) -> None:
+    """One timestamped progress line on stderr."""
+    sys.stderr.write(f"[{time.strftime('%H:%M:%S')}] {line}\n")
+    sys.stderr.flush()
+
+
+def data_root(arg: Path | None) -> Path:
+    """``--data-root``, else ``$EDGETRAIN_TEST_DATA/mnist-test`` (the project's shared data)."""
+    default = Path(os.environ.get("EDGETRAIN_TEST_DATA", REPO.parent / "shared" / "data"))
+    root = arg or default / "mnist-test"
+    if not root.is_dir():
+        raise EdgetrainError(
+            f"MNIST directory {root} not found", "pass --data-root DIR (the MNIST IDX files)"
+        )
+    return root.resolve()

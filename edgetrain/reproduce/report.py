@@ -1,0 +1,125 @@
+"""The shape every reproduction writes: ``paper-vs-edgetrain.json`` and its Markdown twin.
+
+``{"paper": "...", "claims": [{"id", "claim", "paper_value", "ours": {"median", "min",
+"max"}, "unit", "seeds", "direction_agrees", "deviations"}], "runs": [...], ...}``: one claim
+per result of the paper, our median with min and max over seeds, whether the direction agrees,
+and what differs (scale, data, model). Extra top-level keys (the testbed verification tables,
+the pilot that fixed the targets, the calibration) ride along. Pure except :func:`write`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgetrain.rundir import atomic_write_json, atomic_write_text
+
+JSON_NAME = "paper-vs-edgetrain.json"
+MD_NAME = "paper-vs-edgetrain.md"
+
+
+@dataclass(frozen=True)
+class Stat:
+    """The median, min and max of a measure over seeds."""
+
+    median: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, values: Sequence[float | None]) -> Stat | None:
+        """Over the values that exist (None: no value at all)."""
+        xs = [float(v) for v in values if v is not None]
+        if not xs:
+            return None
+        return cls(statistics.median(xs), min(xs), max(xs))
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One of the paper's results beside ours."""
+
+    id: str
+    claim: str
+    paper_value: float | str | None
+    ours: Stat | None
+    unit: str
+    seeds: list[int]
+    direction_agrees: bool | None
+    deviations: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ours"] = asdict(self.ours) if self.ours is not None else None
+        return d
+
+
+def _fmt(x: Any, unit: str = "") -> str:
+    if x is None:
+        return "-"
+    text = str(x)
+    if isinstance(x, str) and unit and text.endswith(unit):  # a paper value that says its unit
+        return text
+    if isinstance(x, float):
+        text = f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"
+    return f"{text} {unit}".strip() if unit and unit not in ("x", "%") else f"{text}{unit}"
+
+
+def render_markdown(
+    paper: str,
+    title: str,
+    claims: Sequence[Claim],
+    sections: Sequence[tuple[str, str]] = (),
+) -> str:
+    """The report: the claims table first, then free sections (setup, testbed, pilot)."""
+    lines = [
+        f"# {title}: paper against edgetrain",
+        "",
+        "Our value is the median over seeds, with [min, max]. A direction that agrees means our",
+        "result points the same way as the paper's (faster, smaller, more accurate), not that the",
+        "magnitudes match: see the deviations.",
+        "",
+        "| id | claim | paper | ours (median [min, max]) | seeds | direction agrees | deviations |",
+        "|---|---|---:|---:|---|:---:|---|",
+    ]
+    for c in claims:
+        ours = (
+            f"{_fmt(c.ours.median, c.unit)} [{_fmt(c.ours.min)}, {_fmt(c.ours.max)}]"
+            if c.ours is not None
+            else "not measured"
+        )
+        agrees = {True: "yes", False: "**no**", None: "-"}[c.direction_agrees]
+        seeds = ", ".join(str(s) for s in c.seeds) or "-"
+        lines.append(
+            f"| {c.id} | {c.claim} | {_fmt(c.paper_value, c.unit)} | {ours} | {seeds} | "
+            f"{agrees} | {c.deviations} |"
+        )
+    for heading, body in sections:
+        lines += ["", f"## {heading}", "", body.rstrip()]
+    return "\n".join(lines) + "\n"
+
+
+def write(
+    out: Path,
+    paper: str,
+    title: str,
+    claims: Sequence[Claim],
+    runs: Sequence[dict[str, Any]],
+    sections: Sequence[tuple[str, str]] = (),
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write ``OUT/paper-vs-edgetrain.{json,md}``; return the JSON document."""
+    doc = {
+        "paper": paper,
+        "claims": [c.as_dict() for c in claims],
+        "runs": list(runs),
+        **(extra or {}),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / JSON_NAME, doc)
+    atomic_write_text(out / MD_NAME, render_markdown(paper, title, claims, sections))
+    return doc

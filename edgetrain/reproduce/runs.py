@@ -1,0 +1,82 @@
+"""Arms of a reproduction run side by side: same recipe but for the technique, same seeds,
+interleaved (A, B, A, B per seed), each a real ``edgetrain launch`` into
+``OUT/runs/<arm>-s<seed>``; a run whose report says it completed is not run again, so a
+reproduction can be stopped and continued in pieces."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgetrain.errors import EdgetrainError
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One side of a comparison: a name and the recipe text it launches (``{seed}`` is filled)."""
+
+    name: str
+    recipe: str
+    extra_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def interleave(arms: Sequence[Arm], seeds: Sequence[int]) -> list[tuple[Arm, int]]:
+    """Seed by seed, every arm in turn: A s1, B s1, A s2, B s2, ..."""
+    return [(arm, seed) for seed in seeds for arm in arms]
+
+
+def run_dir(out: Path, arm: Arm, seed: int) -> Path:
+    return out / "runs" / f"{arm.name}-s{seed}"
+
+
+def done(path: Path) -> dict[str, Any] | None:
+    """The summary of a completed run in ``path`` (None: absent, incomplete or failed)."""
+    summary = path / "report" / "summary.json"
+    if not summary.is_file():
+        return None
+    data = json.loads(summary.read_text())
+    return data if data.get("status") in ("completed", "diverged") else None
+
+
+def run_arm(
+    out: Path,
+    arm: Arm,
+    seed: int,
+    hosts: Path | None = None,
+    timeout_s: float = 3600,
+    say: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Launch one arm at one seed unless it already completed; return its summary."""
+    path = run_dir(out, arm, seed)
+    if (summary := done(path)) is not None:
+        if say:
+            say(f"{path.name}: done before, kept")
+        return summary
+    if path.exists():
+        shutil.rmtree(path)  # a run that did not complete: start it again
+    path.parent.mkdir(parents=True, exist_ok=True)
+    recipe = out / "recipes" / f"{arm.name}-s{seed}.toml"
+    recipe.parent.mkdir(parents=True, exist_ok=True)
+    recipe.write_text(arm.recipe.format(seed=seed))
+    argv = [sys.executable, "-m", "edgetrain", "launch", str(recipe), "--run-dir", str(path)]
+    argv += ["--format", "json", "--quiet-logs", *arm.extra_args]
+    if hosts is not None:
+        argv += ["--hosts", str(hosts)]
+    if say:
+        say(f"{path.name}: running")
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **arm.env}
+    )
+    summary = done(path)
+    if summary is None:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise EdgetrainError(f"run {path.name} did not complete: {tail}", f"see {path}/logs")
+    return summary

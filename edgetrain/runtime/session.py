@@ -1,0 +1,155 @@
+"""A worker's side of the run protocol, for runners: report, end epochs, drain, hand in.
+
+A :class:`Session` starts with the coordinator's ``start`` (the roster and this worker's first
+directive) and wraps the coordinator client: progress at most twice a second, checkpoints and
+epoch ends with the barrier wait, the drain, the final hand-in. It also keeps what arrives
+unasked: the peers that failed, and a drain directive sent again after a failure. Metrics that
+are not finite travel as null, so a diverging run reports instead of crashing the wire.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from edgetrain.comm import protocol
+from edgetrain.comm.client import CoordinatorClient, Serve
+from edgetrain.comm.wire import Message
+from edgetrain.runtime.base import Final, Roster, WorkerContext
+
+log = logging.getLogger(__name__)
+
+PROGRESS_INTERVAL_S = 0.5
+# A worker waits at most this long for a barrier or the drain: the coordinator resends lost
+# messages and the failure policy ends runs whose workers died, so this only ends a run whose
+# coordinator is alive but wedged.
+BARRIER_TIMEOUT_S = 6 * 3600.0
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None (JSON has no NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+class Session:
+    """This worker's view of a started run."""
+
+    def __init__(self, client: CoordinatorClient, ctx: WorkerContext, start: Message) -> None:
+        self.client = client
+        self.ctx = ctx
+        self.roster = Roster.from_meta(start.meta.get("roster"))
+        directive = start.meta.get("directive", {})
+        self.start_directive: dict[str, Any] = directive if isinstance(directive, dict) else {}
+        self.barriers = bool(start.meta.get("barriers", True))
+        self.checkpoints = bool(start.meta.get("checkpoints", True))  # this worker's role
+        self.failed: set[int] = set()
+        self.drain_directive: dict[str, Any] | None = None
+        self.drain_updates = 0
+        self._on_failed: list[Callable[[set[int]], None]] = []
+        self._last_progress = 0.0
+        client.on_message = self._unasked
+
+    # ------------------------------------------------------------------ unasked messages
+
+    def on_failed(self, callback: Callable[[set[int]], None]) -> None:
+        """Call ``callback`` with the failed workers whenever the coordinator names more."""
+        self._on_failed.append(callback)
+
+    def _unasked(self, msg: Message) -> None:
+        if msg.type == protocol.PEERS:
+            failed = msg.meta.get("failed", [])
+            if isinstance(failed, list):
+                self.failed.update(i for i in failed if isinstance(i, int))
+                log.info("workers %s failed; going on without them", sorted(self.failed))
+                for callback in self._on_failed:
+                    callback(set(self.failed))
+        elif msg.type == protocol.DRAIN:  # sent again: a worker failed while we drain
+            self.drain_directive = _directive(msg)
+            self.drain_updates += 1
+            log.info("new drain directive after a failure: %s", self.drain_directive)
+
+    def poll(self) -> None:
+        """Handle what the coordinator sent meanwhile (between steps; never blocks)."""
+        self.client.dispatch()
+
+    # ------------------------------------------------------------------ reporting
+
+    def send(
+        self,
+        kind: str,
+        meta: Mapping[str, Any],
+        epoch: int = 0,
+        step: int = 0,
+        tensors: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.client.send(
+            kind, finite(dict(meta)), epoch=epoch, step=step, tensors=dict(tensors or {})
+        )
+
+    def progress(self, epoch: int, epoch_step: int, step: int, **fields: Any) -> None:
+        """Report progress, at most every :data:`PROGRESS_INTERVAL_S` seconds."""
+        now = time.monotonic()
+        if now - self._last_progress < PROGRESS_INTERVAL_S:
+            return
+        self._last_progress = now
+        self.send(protocol.PROGRESS, {"epoch_step": epoch_step, **fields}, epoch, step)
+
+    def checkpoint_due(self, epoch: int) -> bool:
+        """True if this worker hands in a part of the checkpoint of ``epoch``."""
+        every = self.ctx.recipe.run.checkpoint_every
+        due = bool(every) and epoch % every == 0 and epoch < self.ctx.recipe.train.epochs
+        return due and self.checkpoints
+
+    def checkpoint(self, epoch: int, step: int, handin: Any) -> None:
+        """Hand in this worker's part of the checkpoint of ``epoch``."""
+        self.send(protocol.CHECKPOINT, {"handin": handin.meta}, epoch, step, handin.weights)
+
+    def end_epoch(
+        self,
+        epoch: int,
+        step: int,
+        metrics: Mapping[str, Any],
+        serve: Serve = (),
+        last: bool = False,
+    ) -> dict[str, Any]:
+        """Report the end of ``epoch``; with barriers (and more epochs to come) wait for the
+        coordinator's ``go`` and return its directive for the next epoch."""
+        self.send(protocol.EPOCH_END, metrics, epoch, step)
+        if not self.barriers or last:
+            return {}
+        return _directive(self.client.wait_for(protocol.GO, BARRIER_TIMEOUT_S, serve))
+
+    def done(
+        self, meta: Mapping[str, Any], epoch: int, step: int, serve: Serve = ()
+    ) -> dict[str, Any]:
+        """Report that training is over; wait for and return the drain directive."""
+        self.send(protocol.DONE, meta, epoch, step)
+        return self.wait_drain(serve)
+
+    def wait_drain(
+        self, serve: Serve = (), idle: Callable[[], float] | None = None
+    ) -> dict[str, Any]:
+        """Wait for the drain directive (roles without epochs wait here from ``start``,
+        serving their sockets; ``idle`` runs their timers, see ``wait_for``)."""
+        msg = self.client.wait_for(protocol.DRAIN, BARRIER_TIMEOUT_S, serve, idle=idle)
+        self.drain_directive = _directive(msg)
+        return self.drain_directive
+
+    def hand_in(self, final: Final, epoch: int, step: int) -> None:
+        """Send the final hand-in with its metrics."""
+        meta = {"handin": final.handin.meta, **final.metrics}
+        self.send(protocol.FINAL, meta, epoch, step, final.handin.weights)
+
+
+def _directive(msg: Message) -> dict[str, Any]:
+    value = msg.meta.get("directive", {})
+    return value if isinstance(value, dict) else {}

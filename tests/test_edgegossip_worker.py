@@ -1,0 +1,123 @@
+"""An EdgeGossip worker in this process (no coordinator): its setup (aggregates of its own
+shard, the calibration that leaves the model as it was), each order's epoch, its metrics, and
+directives it must not believe."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+import zmq
+
+from edgetrain.comm.channel import Traffic
+from edgetrain.comm.control import Role
+from edgetrain.gossip.edgegossip import EdgeGossip
+from edgetrain.recipe import parse_recipe
+from edgetrain.runtime.base import WorkerContext
+from edgetrain.runtime.setup import build_run_model, load_run_data
+from edgetrain.runtime.weights import float_state
+
+
+def _worker(**eg: object) -> EdgeGossip:
+    section = {"calibrate_s": 0.1, **eg}
+    recipe = parse_recipe({
+        "run": {"seed": 2},
+        "data": {"dataset": "digits"},
+        "model": {"name": "mlp"},
+        "train": {"family": "gossip", "technique": "edgegossip", "batch_size": 16, "epochs": 3},
+        "edgegossip": section,
+        "workers": [{"count": 2}],
+    })  # fmt: skip
+    ctx = WorkerContext(recipe, "run1", 1, Role("trainer", 1), "hostx", zmq.Context.instance(),
+                        Traffic())  # fmt: skip
+    return EdgeGossip(ctx)
+
+
+@pytest.fixture
+def worker() -> Iterator[EdgeGossip]:
+    w = _worker()
+    try:
+        yield w
+    finally:
+        w.close()
+
+
+def _epoch(w: EdgeGossip, epoch: int) -> tuple[list[int], dict]:
+    sizes = []
+    for batch in w.batches(epoch):
+        sizes.append(len(batch[1]))
+        w.step(epoch, batch)  # no peers: GoSGD's exchange has no one to push to
+    return sizes, w.metrics()
+
+
+def test_setup_aggregates_calibrates_and_reports(worker: EdgeGossip) -> None:
+    ready = worker.setup()
+    recipe = worker.ctx.recipe
+    fresh = float_state(build_run_model(recipe, load_run_data(recipe)))
+    after = float_state(worker.trainer.model)
+    assert all(torch.equal(fresh[k], after[k]) for k in fresh)  # calibration left no trace
+    assert worker.trainer.steps == 0 and worker.trainer.times.compute_s == 0.0
+    assert not worker.trainer.optimizer.state  # nor momentum
+    meta = ready.meta
+    n = worker.trainer.num_samples
+    assert meta["samples"] == n == 718  # digits: 1,437 training samples over two workers
+    assert 60 <= meta["points"] <= 80 and meta["aggregate_s"] > 0  # ratio 10, per class
+    assert meta["host"] == "hostx" and meta["p_next"] > 0 and meta["t_cal"] > 0
+    assert meta["rg_records"] == 0 and meta["monitor"] == "machine"
+    # every sample is in exactly one subset of its own class
+    assert sorted(worker.members.tolist()) == list(range(n))
+
+
+def test_an_epoch_takes_its_share_and_reports_it(worker: EdgeGossip) -> None:
+    worker.setup()
+    worker.apply({"ratio": 0.5})
+    sizes, m = _epoch(worker, 1)
+    n = worker.trainer.num_samples
+    assert 0.5 * n <= sum(sizes) < 0.5 * n + 16 + 20
+    assert m["ratio"] == 0.5 and m["kept"] == sum(sizes) and m["batches"] == len(sizes)
+    assert min(sizes[:-1]) >= 16  # whole subsets until a batch holds at least b
+    assert m["p_obs"] > 0 and m["p_next"] > 0 and m["rank_s"] > 0
+    assert m["predictor_error"] is not None and m["u_samples"] >= 0
+    # a directive it must not believe keeps the last ratio, counted
+    for bad in ({"ratio": -1}, {"ratio": float("nan")}, {"ratio": "1"}, {"ratio": 1e9}):
+        worker.apply(bad)
+    worker.apply({"tag": "no ratio here"})
+    assert worker.ratio == 0.5 and worker.bad_directives == 4
+
+
+@pytest.mark.parametrize(
+    ("eg", "ratio", "exact"),
+    [
+        ({"order": "random"}, 0.25, True),
+        ({"order": "oracle"}, 0.25, False),
+        ({"order": "shuffled"}, 0.25, True),
+        ({"select": "global"}, 0.25, False),
+        ({"exact_batches": True}, 0.25, True),
+        ({"r_min": 0.4}, 0.0, False),
+        ({}, 2.0, False),  # a redistributed share: a second pass
+    ],
+)
+def test_every_order(eg: dict[str, object], ratio: float, exact: bool) -> None:
+    w = _worker(**eg)
+    try:
+        w.setup()
+        w.apply({"ratio": ratio})
+        sizes, m = _epoch(w, 1)
+        target = max(ratio, float(eg.get("r_min", 0.0))) * w.trainer.num_samples  # type: ignore[arg-type]
+        assert target <= sum(sizes) < target + 16 + 20
+        if exact:
+            assert set(sizes[:-1]) == {16}
+        assert m["kept"] == sum(sizes)
+        if eg.get("order") == "random":
+            assert m["aggregate_s"] == 0.0 and len(w.offsets) == 1  # no aggregates built
+    finally:
+        w.close()
+
+
+def test_per_class_selection_keeps_every_class(worker: EdgeGossip) -> None:
+    worker.setup()
+    worker.apply({"ratio": 0.2})
+    kept = np.concatenate([yb.numpy() for _, yb in worker.batches(1)])
+    assert len(np.unique(kept)) == 10  # the global ranking would keep a few classes

@@ -1,0 +1,92 @@
+"""The parameter-server family's pure parts against literal tables: shards, BSP aggregation in
+trainer order, the link fit, the overlap buckets, segments, and the launcher's decisions."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from edgetrain.ps.aggregate import Aggregator
+from edgetrain.ps.family import iterations_per_epoch, plan_cuts
+from edgetrain.ps.hooks import backward_segments, segments
+from edgetrain.ps.livecosts import fit_link, layer_costs
+from edgetrain.ps.scheduled import buckets
+from edgetrain.ps.sharding import layout_hash, loads, shard
+
+
+def test_shards_balance_bytes_whole_tensors() -> None:
+    sizes = [("a", 40), ("b", 10), ("c", 30), ("d", 20), ("e", 10)]
+    # largest first onto the lightest server: a->0, c->1, d->1 (30 < 40), b->0, e->1? (50 vs 50
+    # -> ties go to the lowest index: 0)
+    assert shard(sizes, 2) == {"a": 0, "c": 1, "d": 1, "b": 0, "e": 0}
+    assert loads(shard(sizes, 2), sizes, 2) == [60, 50]
+    assert shard(sizes, 1) == dict.fromkeys("abcde", 0)
+    with pytest.raises(ValueError):
+        shard(sizes, 0)
+    shapes = {n: (s,) for n, s in sizes}
+    assert layout_hash(shard(sizes, 2), shapes) != layout_hash(shard(sizes, 1), shapes)
+
+
+def test_aggregation_sums_in_trainer_order_whatever_the_arrival() -> None:
+    grads = {
+        0: np.array([1e8, 1.0], np.float32),
+        1: np.array([1.0, 2.0], np.float32),
+        2: np.array([-1e8, 3.0], np.float32),
+    }
+    expected = ((grads[0] + grads[1]) + grads[2]) / np.float32(3)
+    for order in itertools.permutations(grads):
+        agg = Aggregator([0, 1, 2])
+        for t in order:
+            assert agg.ready() is None
+            assert agg.push(0, t, grads[t]) is None
+        mean = agg.ready()
+        assert mean is not None and mean.tobytes() == expected.tobytes()  # bit for bit
+        assert agg.next == 1 and agg.ready() is None
+
+
+def test_aggregation_refuses_and_survives_a_failed_trainer() -> None:
+    agg = Aggregator([0, 1])
+    g = np.ones(2, np.float32)
+    assert agg.push(0, 0, g) is None
+    assert agg.push(0, 0, g) == "duplicate_push"
+    assert agg.push(0, 7, g) == "unknown_trainer"
+    assert agg.push(2, 1, g) == "early_push"
+    assert agg.ready() is None
+    agg.drop(1)  # trainer 1 failed: iteration 0 completes with trainer 0 alone
+    mean = agg.ready()
+    assert mean is not None and mean.tolist() == [1.0, 1.0]
+    assert agg.push(0, 0, g) == "stale_push"
+
+
+def test_link_fit_recovers_dt_and_bandwidth() -> None:
+    samples = [(b, 0.002 + b / 12.5e6) for b in (1000, 10_000, 100_000, 1_000_000)]
+    fit = fit_link(samples)
+    assert fit is not None
+    assert fit.dt == pytest.approx(0.002, rel=1e-6) and fit.bandwidth == pytest.approx(12.5e6)
+    assert fit_link(samples[:1]) is None
+    same = fit_link([(1000, 0.01), (1000, 0.03)])  # one size: the mean rate, dt unknown (0)
+    assert same is not None and same.dt == 0.0 and same.bandwidth == pytest.approx(1000 / 0.02)
+    costs = layer_costs([100, 300], np.array([1.0, 2.0]), np.array([3.0, 4.0]), fit, fit)
+    assert costs.dt == pytest.approx(0.002) and costs.pt.tolist() == pytest.approx([8e-6, 2.4e-5])
+
+
+def test_buckets_split_the_iteration() -> None:
+    # compute 0-4 and 6-8, communication 3-7, in an iteration 0-10
+    got = buckets(0.0, 10.0, [(0.0, 4.0), (6.0, 8.0)], [(3.0, 7.0)])
+    assert got == {"compute_only": 4.0, "both": 2.0, "comm_only": 2.0, "neither": 2.0}
+
+
+def test_segments_from_cuts() -> None:
+    assert segments([2, 3], 5) == [(1, 2), (3, 3), (4, 5)]
+    assert backward_segments([2, 3], 5) == [(4, 5), (3, 3), (1, 2)]
+    assert segments([], 4) == [(1, 4)]
+
+
+def test_the_launcher_decides_iterations_and_reads_plans() -> None:
+    assert iterations_per_epoch([719, 718], 32) == 22 and iterations_per_epoch([5], 32) == 1
+    doc = {"strategies": {"dynacomm": {"forward_cuts": [2], "backward_cuts": [1, 3]}}}
+    assert plan_cuts(doc, "dynacomm") == {"forward_cuts": [2], "backward_cuts": [1, 3]}
+    assert plan_cuts({"bandwidths": [doc]}, "dynacomm") == plan_cuts(doc, "dynacomm")
+    assert plan_cuts(doc, "ibatch") is None

@@ -1,0 +1,88 @@
+"""The EdgeGossip reproduction's whole path at smoke size: a pilot that fixes the target, then
+GoSGD and EdgeGossip as real runs, interleaved and resumable, into paper-vs-edgetrain.{md,json}
+of the shared shape; and the claims computed from literal rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgetrain.reproduce import edgegossip
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_smoke_reproduction_writes_the_report_and_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert edgegossip.main(["--smoke", "--out", str(out), "--format", "json"]) == 0
+    doc = json.loads((out / "paper-vs-edgetrain.json").read_text())
+    assert doc["paper"] == "edgegossip"
+    assert {c["id"] for c in doc["claims"]} >= {"R-EG-1", "R-EG-1b"}
+    for claim in doc["claims"]:
+        assert set(claim) >= {
+            "id", "claim", "paper_value", "ours", "unit", "seeds", "direction_agrees",
+            "deviations",
+        }  # fmt: skip
+    assert [(r["arm"], r["seed"]) for r in doc["runs"]] == [("gosgd-sync", 1), ("edgegossip", 1)]
+    eg = doc["runs"][1]
+    assert eg["aggregate_s"] > 0 and eg["ratios"] and eg["rank_share"] is not None
+    assert doc["runs"][0]["aggregate_s"] == 0.0 and doc["runs"][0]["spread_median"] > 1
+    results = doc["results"]
+    assert results["pilot"]["seed"] == 0 and results["targets"]["b"] > 0  # fixed by the pilot
+    compared = results["compare"]["1"]["runs"]  # edgetrain compare of the seed's arms
+    assert [r["technique"] for r in compared] == ["gosgd", "edgegossip"]
+    md = (out / "paper-vs-edgetrain.md").read_text()
+    assert "| R-EG-1 |" in md and "## R-EG-1: arms" in md and "## Pilot" in md
+    # resumable: a second pass finds every run done and launches nothing
+    mtimes = {p: p.stat().st_mtime for p in (out / "runs").glob("*/report/summary.json")}
+    assert len(mtimes) == 3
+    assert edgegossip.main(["--smoke", "--out", str(out), "--format", "json"]) == 0
+    assert {p: p.stat().st_mtime for p in mtimes} == mtimes
+
+
+def _row(arm: str, seed: int, t_b: float | None, acc: float, **kw: object) -> dict:
+    return {"arm": arm, "seed": seed, "time_to_b": t_b, "time_to_a": None, "final_accuracy": acc,
+            "train_s": 10.0, "aggregate_s": 0.5, "rank_share": 0.02, **kw}  # fmt: skip
+
+
+def test_claims_from_literal_rows() -> None:
+    plan = edgegossip.Plan((1, 2), True, "mnist", "lenet5", 40, 20, ("gosgd-sync", "edgegossip"),
+                           False, False, False, False, False)  # fmt: skip
+    rows = [
+        _row("gosgd-sync", 1, 30.0, 0.97), _row("edgegossip", 1, 12.0, 0.965),
+        _row("gosgd-sync", 2, 33.0, 0.97), _row("edgegossip", 2, 6.0, 0.96),
+    ]  # fmt: skip
+    claims = {c.id: c for c in edgegossip.build_claims({"r_eg_1": rows, "targets": {}}, plan)}
+    one = claims["R-EG-1"]
+    assert one.ours is not None and (one.ours.min, one.ours.max) == (2.5, 5.5)
+    assert one.direction_agrees is True
+    assert "1 seed(s) above the 4x bound: a measuring error" in one.deviations
+    loss = claims["R-EG-1b"]
+    assert loss.ours is not None and loss.ours.median == pytest.approx(0.75)
+    assert loss.direction_agrees is True
+    never = [_row("gosgd-sync", 1, 30.0, 0.97), _row("edgegossip", 1, None, 0.9)]
+    c = edgegossip.build_claims({"r_eg_1": never, "targets": {}}, plan)[0]
+    assert c.ours is None and c.direction_agrees is None  # not measured, not a disagreement
+
+
+def test_local_recipes_carry_the_slowdowns_and_the_arm() -> None:
+    plan = edgegossip.plan_for(
+        type("A", (), {"seeds": 3, "smoke": False, "quick": False, "testbed": "local"})()
+    )
+    bed = edgegossip.Bed(edgegossip.SHARES)
+    text = edgegossip.recipe(plan, "eg-oracle", bed, 40, 'dataset = "digits"\n', "/p/{host}.h")
+    filled = text.format(seed=7)
+    assert 'technique = "edgegossip"' in filled and 'order = "oracle"' in filled
+    assert 'history = "/p/{host}.h"' in filled and "seed = 7" in filled
+    assert [line for line in filled.splitlines() if line.startswith("slowdown")] == [
+        "slowdown = 1.0000", "slowdown = 1.3333", "slowdown = 2.0000", "slowdown = 4.0000",
+    ]  # fmt: skip
+    gosgd = edgegossip.recipe(plan, "gosgd-async", bed, 40, "", None).format(seed=1)
+    assert "[edgegossip]" not in gosgd and "sync_epochs = false" in gosgd
+    from edgetrain.recipe import parse_recipe
+    from edgetrain.tomlconfig import loads
+
+    parsed = parse_recipe(loads(filled))
+    assert parsed.train.technique == "edgegossip" and len(parsed.workers) == 4
