@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from edgetrain.ps.aggregate import Aggregator
+from edgetrain.ps.aggregate import Aggregator, StaleClock
 from edgetrain.ps.family import iterations_per_epoch, plan_cuts
 from edgetrain.ps.hooks import backward_segments, segments
 from edgetrain.ps.livecosts import fit_link, layer_costs
@@ -90,3 +90,24 @@ def test_the_launcher_decides_iterations_and_reads_plans() -> None:
     assert plan_cuts(doc, "dynacomm") == {"forward_cuts": [2], "backward_cuts": [1, 3]}
     assert plan_cuts({"bandwidths": [doc]}, "dynacomm") == plan_cuts(doc, "dynacomm")
     assert plan_cuts(doc, "ibatch") is None
+
+
+def test_stale_clock_is_the_slowest_live_trainer() -> None:
+    clock = StaleClock([0, 1], first_iteration=0)
+    for it in range(3):  # trainer 0 runs three iterations ahead: the version does not move
+        assert clock.push(it, 0) is None
+    assert clock.version == 0
+    assert clock.push(0, 1) is None and clock.version == 1
+    assert clock.push(0, 1) == "stale_push"
+    assert clock.push(2, 1) == "early_push"  # pushes come in order
+    assert clock.push(0, 9) == "unknown_trainer"
+    clock.drop(1)  # trainer 1 failed: trainer 0 alone sets the version
+    assert clock.version == 3
+    clock.drop(0)
+    assert clock.version == 0
+
+
+def test_stale_clock_resumes_at_a_checkpointed_version() -> None:
+    clock = StaleClock([2, 3], first_iteration=40)
+    assert clock.push(0, 2) == "stale_push" and clock.push(40, 2) is None
+    assert clock.version == 40 and clock.push(40, 3) is None and clock.version == 41

@@ -49,7 +49,7 @@ def worker(
     """
     from edgetrain.comm.control import Role
     from edgetrain.errors import EdgetrainError
-    from edgetrain.worker.main import WorkerOptions, run_worker
+    from edgetrain.worker.main import Terminated, WorkerOptions, run_worker
 
     try:
         parsed = Role.parse(role) if role is not None else None
@@ -61,4 +61,8 @@ def worker(
     opts = WorkerOptions(
         coordinator, worker_id, run_id, parsed, host_label, bind, announce, watch_stdin, keys
     )
-    raise typer.Exit(run_worker(opts))
+    try:
+        code = run_worker(opts)
+    except Terminated:  # a stop that landed between the worker's own handlers: no traceback
+        code = 143
+    raise typer.Exit(code)

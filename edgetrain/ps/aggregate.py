@@ -55,3 +55,38 @@ class Aggregator:
         self.trainers.discard(trainer)
         for got in self._pending.values():
             got.pop(trainer, None)
+
+
+class StaleClock:
+    """Stale-synchronous bookkeeping of one tensor: how many iterations each trainer has pushed.
+
+    Under SSP a push is applied as it arrives, so the tensor's *version* is not the number of
+    updates applied but the number of iterations every live trainer has pushed (the slowest
+    trainer's clock). A pull for iteration i waits while that is below ``i - staleness``, which
+    bounds how far the fastest trainer runs ahead of the slowest; counting applied updates
+    instead would let a trainer alone advance the version and the bound would never hold.
+    """
+
+    def __init__(self, trainers: Iterable[int], first_iteration: int = 0) -> None:
+        self.pushed = dict.fromkeys(trainers, first_iteration)  # next iteration each one pushes
+
+    def push(self, iteration: int, trainer: int) -> str | None:
+        """Take trainer's push of ``iteration``; returns why it is refused, or None."""
+        expected = self.pushed.get(trainer)
+        if expected is None:
+            return "unknown_trainer"
+        if iteration < expected:
+            return "stale_push"
+        if iteration > expected:
+            return "early_push"  # a trainer pushes its iterations in order
+        self.pushed[trainer] = iteration + 1
+        return None
+
+    @property
+    def version(self) -> int:
+        """Iterations every live trainer has pushed (0 when none is left)."""
+        return min(self.pushed.values(), default=0)
+
+    def drop(self, trainer: int) -> None:
+        """A trainer failed: the slowest live clock no longer counts it."""
+        self.pushed.pop(trainer, None)

@@ -4,10 +4,11 @@ applies the optimiser.
 BSP (default): a pull for iteration i waits until each tensor it asks for has version i (all
 of iteration i-1's gradients applied); a tensor's update is applied once every live trainer
 pushed it, summed in trainer order (:mod:`edgetrain.ps.aggregate`). SSP: each push is applied
-as it comes (scaled by 1/K), a pull waits only while it is more than ``staleness`` versions
-ahead. Pushes are acknowledged on receipt. With ``[ps] hold_ms`` every reply leaves at least
-that long after its request arrived: an emulated round trip, run by a timer in the serve loop
-(never a sleep: other trainers are served meanwhile).
+as it comes (scaled by 1/K); a tensor's version is then the slowest live trainer's clock (the
+iterations every trainer has pushed), and a pull for iteration i waits while that is below
+``i - staleness``. Pushes are acknowledged on receipt. With ``[ps] hold_ms`` every reply
+leaves at least that long after its request arrived: an emulated round trip, run by a timer in
+the serve loop (never a sleep: other trainers are served meanwhile).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from edgetrain.comm import channel, protocol, sockets
 from edgetrain.comm.control import HandIn
 from edgetrain.comm.wire import Message
 from edgetrain.ps import messages
-from edgetrain.ps.aggregate import Aggregator
+from edgetrain.ps.aggregate import Aggregator, StaleClock
 from edgetrain.ps.config import PsSection
 from edgetrain.ps.layout import Layout, build_layout
 from edgetrain.runtime.base import Final, Ready, WorkerContext
@@ -65,7 +66,9 @@ class ShardServer:
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._tick = itertools.count()
         self.parked: list[_Pull] = []
-        self.stats = {"pulls": 0, "pushes": 0, "updates": 0, "held_s": 0.0}
+        # max_lead: the most iterations an answered pull was ahead of its tensors' version (0
+        # under BSP; at most ``staleness`` under SSP)
+        self.stats = {"pulls": 0, "pushes": 0, "updates": 0, "held_s": 0.0, "max_lead": 0}
 
     # ------------------------------------------------------------------ runner
 
@@ -107,6 +110,7 @@ class ShardServer:
         trainers = [m.id for m in session.roster.of("trainer")]
         first = min(self.version.values(), default=0)
         self.agg = {n: Aggregator(trainers, first) for n in self.names}
+        self.clock = {n: StaleClock(trainers, first) for n in self.names}
         self.trainers = set(trainers)
         self._checkpointed = first
         session.on_failed(self._dropped)
@@ -172,9 +176,7 @@ class ShardServer:
         for name in names:
             grad = msg.tensors[name]
             if self.cfg.consistency == "ssp":
-                self._apply(
-                    name, np.asarray(grad, dtype=np.float32) / np.float32(len(self.trainers))
-                )
+                self._apply_stale(name, it, trainer, grad, msg.sender)
                 continue
             reason = self.agg[name].push(it, trainer, grad)
             if reason is not None:
@@ -188,13 +190,28 @@ class ShardServer:
         )
 
     def _apply(self, name: str, grad: np.ndarray) -> None:
+        """BSP: apply iteration ``version``'s mean gradient; the version advances by one."""
+        self._step(name, grad)
+        self.version[name] += 1
+        self._maybe_checkpoint()
+
+    def _apply_stale(self, name: str, it: int, trainer: int, grad: np.ndarray, sender: str) -> None:
+        """SSP: apply one trainer's gradient now, scaled by 1/K; the version is the slowest
+        live trainer's clock."""
+        reason = self.clock[name].push(it, trainer)
+        if reason is not None:
+            self.ctx.traffic.drop(reason, sender)
+            return
+        self._step(name, np.asarray(grad, dtype=np.float32) / np.float32(len(self.trainers)))
+        self.version[name] = max(self.version[name], self.clock[name].version)
+        self._maybe_checkpoint()
+
+    def _step(self, name: str, grad: np.ndarray) -> None:
         tensor = self.tensors[name]
         tensor.grad = torch.from_numpy(np.ascontiguousarray(grad)).reshape(tensor.shape)
         self.optimizer.step()
         tensor.grad = None
-        self.version[name] += 1
         self.stats["updates"] += 1
-        self._maybe_checkpoint()
 
     def _dropped(self, failed: set[int]) -> None:
         """Trainers failed: stop waiting for them (their unfinished pushes are discarded)."""
@@ -204,6 +221,10 @@ class ShardServer:
                 agg.drop(t)
                 while (mean := agg.ready()) is not None:
                     self._apply(name, mean)
+            for name, clock in self.clock.items():
+                clock.drop(t)
+                if self.cfg.consistency == "ssp" and self.trainers:
+                    self.version[name] = max(self.version[name], clock.version)
         self.parked = [p for p in self.parked if p.trainer in self.trainers]
         self._answer_pulls()
 
@@ -213,6 +234,8 @@ class ShardServer:
         for pull in self.parked:
             if all(self.version[n] >= pull.need for n in pull.names):
                 pull.ready_at = now
+                lead = pull.it - min(self.version[n] for n in pull.names)
+                self.stats["max_lead"] = max(self.stats["max_lead"], lead)
                 self._later(
                     max(now, pull.arrived + self.hold), functools.partial(self._send_params, pull)
                 )

@@ -15,11 +15,14 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import zmq
 
@@ -38,6 +41,7 @@ from edgetrain.runtime.session import Session
 log = logging.getLogger(__name__)
 
 SETUP_TIMEOUT_S = 600.0
+REDELIVER_AFTER_S = 0.02  # see _redeliver_lost_stop
 
 
 class Terminated(BaseException):
@@ -51,9 +55,48 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     """Stop once. Later signals are ignored: a worker ended over ssh gets SIGTERM from the
     launcher and again from its own stdin watcher, and a second exception raised inside the
     clean-up would end it with a traceback."""
+    _ignore_stops()
+    raise Terminated(signal.Signals(signum).name)
+
+
+def _ignore_stops() -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
-    raise Terminated(signal.Signals(signum).name)
+
+
+def install_stop_handlers() -> None:
+    """SIGTERM and SIGINT raise :class:`Terminated` once (see :func:`_on_signal`).
+
+    A signal handler runs wherever the main thread is, and that can be inside a native
+    destructor: a ZeroMQ frame freed by Cython's ``__dealloc__`` calls back into Python, the
+    handler raises there, and the exception cannot propagate out of a destructor. Python then
+    prints it as "Exception ignored in ..." with a traceback, and the stop is lost while the
+    handlers already ignore further signals. The unraisable hook installed here catches that
+    one case and delivers the same signal again, so that it is raised outside the destructor
+    (should it land in a destructor again, the same happens again); every other unraisable
+    exception goes to Python's own hook."""
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    sys.unraisablehook = _redeliver_lost_stop
+
+
+def _redeliver_lost_stop(unraisable: Any) -> None:
+    exc = unraisable.exc_value
+    if not isinstance(exc, Terminated):
+        sys.__unraisablehook__(unraisable)
+        return
+    name = str(exc.args[0]) if exc.args else "SIGTERM"
+    signum = signal.Signals[name] if name in signal.Signals.__members__ else signal.SIGTERM
+    log.debug("%s arrived inside a destructor; delivering it again", name)
+    threading.Thread(target=_deliver_later, args=(signum,), daemon=True).start()
+    signal.signal(signum, _on_signal)  # last: nothing in this hook may take the signal
+
+
+def _deliver_later(signum: int) -> None:
+    """Send ``signum`` to this process once the main thread has left the destructor and the
+    unraisable hook (sent from inside them, the handler would run there again)."""
+    time.sleep(REDELIVER_AFTER_S)
+    os.kill(os.getpid(), signum)
 
 
 def _watch_stdin() -> None:
@@ -105,8 +148,7 @@ def run_worker(opts: WorkerOptions) -> int:
     keys raise :class:`~edgetrain.comm.security.SecurityError` before anything starts.
     """
     keys = load_keys(SecurityConfig("curve", opts.keys_dir)) if opts.keys_dir else None
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    install_stop_handlers()
     if opts.watch_stdin:
         threading.Thread(target=_watch_stdin, daemon=True, name="stdin-watch").start()
     ctx = zmq.Context()
@@ -173,8 +215,7 @@ def run_worker(opts: WorkerOptions) -> int:
     finally:
         # Clean-up runs to its end: a stop arriving now (the launcher ends a failed run) would
         # only cut it short; sockets linger at most a few seconds to deliver the last report.
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, signal.SIG_IGN)
+        _ignore_stops()
         if runner is not None:
             runner.close()
         client.close()
