@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from enum import Enum
@@ -11,8 +12,20 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-console = Console()
-err_console = Console(stderr=True)
+# Piped or redirected output has no terminal width; rich would then assume 80 columns and cut
+# wide tables (compare, report) into unreadable stubs. Files and pipes get 160 unless COLUMNS
+# says otherwise.
+PIPE_WIDTH = 160
+
+
+def _console(stderr: bool) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    piped = not stream.isatty() and "COLUMNS" not in os.environ
+    return Console(stderr=stderr, width=PIPE_WIDTH if piped else None)
+
+
+console = _console(stderr=False)
+err_console = _console(stderr=True)
 
 
 class OutputFormat(str, Enum):
