@@ -111,3 +111,26 @@ def test_stale_clock_resumes_at_a_checkpointed_version() -> None:
     clock = StaleClock([2, 3], first_iteration=40)
     assert clock.push(0, 2) == "stale_push" and clock.push(40, 2) is None
     assert clock.version == 40 and clock.push(40, 3) is None and clock.version == 41
+
+
+def test_link_fit_ignores_a_stalled_transmission() -> None:
+    # an unshaped link: every transmission about 1 ms whatever its size, and one large
+    # transmission stalled for 60 ms. Least squares made this a 2 kB/s link; the robust fit
+    # keeps the millisecond as dt and a bandwidth no transmission contradicts.
+    sizes = [400, 4_000, 40_000, 200_000] * 10
+    samples = [(b, 0.001 + b / 1e9) for b in sizes] + [(200_000, 0.060)]
+    fit = fit_link(samples)
+    assert fit is not None
+    assert fit.dt == pytest.approx(0.001, rel=0.01)
+    assert fit.bandwidth == pytest.approx(1e9, rel=0.01)
+    flat = fit_link([(400, 0.0011), (40_000, 0.0010), (4_000, 0.0012)])  # size does not show
+    assert flat is not None and flat.dt == pytest.approx(0.0011) and flat.bandwidth == 1e9
+
+
+def test_link_fit_treats_a_few_header_bytes_as_one_size() -> None:
+    # sequential: every pull is the whole model, and the header grows by a byte at iteration
+    # 10; a slope across one byte would be jitter / 1 B, a link of a few kB/s
+    samples = [(40_000 + (it >= 10), 0.0010 + 0.0004 * (it % 3)) for it in range(20)]
+    fit = fit_link(samples)
+    assert fit is not None and fit.dt == 0.0
+    assert fit.bandwidth == pytest.approx(40_000 / 0.0014, rel=0.05)  # the mean rate

@@ -58,6 +58,18 @@ class Claim:
         return d
 
 
+def above_bound(values: Sequence[float | None], bound: float, why: str) -> str:
+    """A deviation note for values above a bound the specification derives ("" if none is):
+    such a figure is a measuring error, never a success, and the report says so."""
+    over = [v for v in values if v is not None and v > bound]
+    if not over:
+        return ""
+    return (
+        f"; **{len(over)} value(s) above the bound {bound:g} ({why}): a measuring error, "
+        f"not a success** (largest {max(over):.3g})"
+    )
+
+
 def _fmt(x: Any, unit: str = "") -> str:
     if x is None:
         return "-"
