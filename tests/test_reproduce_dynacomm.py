@@ -45,4 +45,5 @@ def test_smoke_reproduction_writes_the_report_and_resumes(tmp_path: Path) -> Non
 def test_a_value_above_its_bound_is_reported_as_a_measuring_error() -> None:
     assert report.above_bound([0.5, None, 0.99], 1.0, "why") == ""
     note = report.above_bound([0.5, 3113.0], 1.0, "the ceiling is the most overlap can save")
-    assert "1 value(s) above the bound 1" in note and "measuring error" in note and "3.11e+03" in note
+    assert "1 value(s) above the bound 1" in note and "measuring error" in note
+    assert "3.11e+03" in note

@@ -3,8 +3,8 @@ per-direction link fit ``duration = dt + bytes / bandwidth``. Pure.
 
 The link fit is a robust line (Theil-Sen) over the last transmissions (each with ``held_s``,
 the time a server parked the request waiting for a version, taken out: that is
-synchronisation, not the link). ``dt`` is the mean of the two directions' intercepts, clamped at 0, as the paper's
-constant per-transmission overhead.
+synchronisation, not the link). ``dt`` is the mean of the two directions' intercepts, clamped
+at 0, as the paper's constant per-transmission overhead.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgetrain.plan.costs import LayerCosts
-
 
 SAME_SIZE = 0.05  # transmissions within 5% of each other's size count as one size
 
