@@ -38,6 +38,7 @@ def ps_report(
                     "forward_cuts": e.get("forward_cuts"),
                     "backward_cuts": e.get("backward_cuts"),
                     "iteration_s": e.get("iteration_s"),
+                    "iteration_unheld_s": e.get("iteration_unheld_s"),
                     "predicted_s": e.get("predicted_s"),
                     "predicted_now_s": e.get("predicted_now_s"),
                     "prediction_error": e.get("prediction_error"),

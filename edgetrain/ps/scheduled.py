@@ -348,6 +348,11 @@ class ScheduledTrainer:
             **self._cuts(),
             "iterations": len(iters),
             "iteration_s": measured,
+            # without the time shards held this trainer's pulls for the other trainers' pushes
+            # (BSP synchronisation): what the one-trainer cost model predicts
+            "iteration_unheld_s": (
+                float(np.median([i["seconds"] - i["held_s"] for i in iters])) if iters else None
+            ),
             "predicted_s": predicted,
             "predicted_now_s": predicted_now,
             "prediction_error": (measured / predicted - 1) if measured and predicted else None,
