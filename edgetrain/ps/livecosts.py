@@ -1,4 +1,4 @@
-"""Costs measured during training, as the planner wants them: per-layer compute medians and a
+"""Costs measured during training, as the planner wants them: per-layer compute means and a
 per-direction link fit ``duration = dt + bytes / bandwidth``. Pure.
 
 The link fit is a robust line (Theil-Sen) over the last transmissions (each with ``held_s``,
@@ -83,6 +83,13 @@ def layer_costs(
     )
 
 
-def median_rows(rows: Sequence[Sequence[float]] | Sequence[np.ndarray]) -> np.ndarray:
-    """The per-layer median over measured iterations."""
-    return np.median(np.asarray(rows, dtype=np.float64), axis=0)
+def mean_rows(rows: Sequence[Sequence[float]] | Sequence[np.ndarray]) -> np.ndarray:
+    """The per-layer mean over measured iterations.
+
+    The mean, not the median: under a CPU quota (cgroup CFS, 100 ms periods) a process runs
+    at full speed until its quota is spent and then stops until the period ends, so a few
+    layers of each iteration carry a long stall and most carry none. A median per layer drops
+    every stall and predicts an unthrottled machine; the mean spreads them over the layers in
+    proportion, which is what the cost model's steady compute rate is."""
+    out: np.ndarray = np.mean(np.asarray(rows, dtype=np.float64), axis=0)
+    return out

@@ -33,7 +33,7 @@ from edgetrain.ps.config import PsSection
 from edgetrain.ps.hooks import SegmentHooks, backward_segments, segments
 from edgetrain.ps.layout import buffers, build_layout
 from edgetrain.ps.link import Link, Transmission
-from edgetrain.ps.livecosts import LinkFit, fit_link, layer_costs, median_rows
+from edgetrain.ps.livecosts import LinkFit, fit_link, layer_costs, mean_rows
 from edgetrain.ps.server import ShardServer
 from edgetrain.runtime.base import Final, Ready, Runner, WorkerContext
 from edgetrain.runtime.epochs import run_epochs
@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 # Iterations of compute timing kept for a plan (the most recent ones).
 COMPUTE_WINDOW = 20
+WARMUP_ITERATIONS = 2
 
 
 def make_runner(ctx: WorkerContext) -> Runner:
@@ -198,7 +199,11 @@ class ScheduledTrainer:
         if pull is None or push is None or not self._fc:
             return None
         names = [s.name for s in self.layout.specs]
-        fc, bc = median_rows(self._fc[-COMPUTE_WINDOW:]), median_rows(self._bc[-COMPUTE_WINDOW:])
+        # the first iterations warm up (allocator, first touch of every buffer): left out once
+        # there are enough others
+        skip = WARMUP_ITERATIONS if len(self._fc) > WARMUP_ITERATIONS + 2 else 0
+        fc = mean_rows(self._fc[skip:][-COMPUTE_WINDOW:])
+        bc = mean_rows(self._bc[skip:][-COMPUTE_WINDOW:])
         return layer_costs(self.layout.layer_bytes, fc, bc, pull, push, names)
 
     def replan(self, reason: str) -> None:

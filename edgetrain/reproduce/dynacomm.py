@@ -44,7 +44,7 @@ TESTBED = REPO / "recipes" / "testbeds" / "dynacomm-repro.toml"
 TESTBED_1 = REPO / "recipes" / "testbeds" / "dynacomm-repro-1.toml"
 SCHEDULES = ("sequential", "lbl", "ibatch", "dynacomm")
 PAPER_CUTS = {"VGG-19": 41.10, "GoogLeNet": 30.19, "Inception-v4": 33.78, "ResNet-152": 37.06}
-BATCHES = (16, 32, 64, 128, 256)
+BATCHES = (16, 32, 64, 128, 256, 512)
 
 
 @dataclass(frozen=True)
@@ -239,7 +239,7 @@ def pilot_batch(
 ) -> tuple[int, dict[str, Any]]:
     """Seed 0 (reported, never reused): one sequential run at batch 64 measures C and M; the
     batch whose predicted C (compute grows with the batch) best balances M is chosen."""
-    probe = replace(s, batch=64, iterations=8)
+    probe = replace(s, batch=64, iterations=16)
     arm = Arm(
         f"pilot-{probe.key}",
         recipe(probe, "sequential", _data(local, data_root, probe.trainers, 64, 8)),
@@ -344,7 +344,7 @@ def build_claims(results: dict[str, Any], p: Plan) -> list[report.Claim]:
     settings = results["settings"]
     by_hold: dict[float, list[float | None]] = {}
     vs_best: list[float | None] = []
-    of_ceiling: list[float | None] = []
+    of_ceiling: dict[float, list[float | None]] = {}
     lbl_vs_dc_10: list[float | None] = []
     for entry in settings.values():
         got = entry["results"]
@@ -357,7 +357,7 @@ def build_claims(results: dict[str, Any], p: Plan) -> list[report.Claim]:
         best_other = min(x for x in (lbl, ib) if x is not None) if (lbl or ib) else None
         vs_best.append(100 * (dyn / best_other - 1) if dyn and best_other else None)
         ceiling = _median([r["ceiling"] for r in got["sequential"]])
-        of_ceiling.append(
+        of_ceiling.setdefault(entry["setting"]["hold_ms"], []).append(
             reduction / (100 * ceiling) if reduction is not None and ceiling else None
         )
         if entry["setting"]["hold_ms"] >= 10:
@@ -384,19 +384,28 @@ def build_claims(results: dict[str, Any], p: Plan) -> list[report.Claim]:
                 scale + "; gains are bounded by min(C, M)/(C + M) of each setting",
             )
         )
-    claims.append(
-        _stat_claim(
-            "R-DC1b",
-            "DynaComm's cut as a share of the overlap ceiling min(C,M)/(C+M)",
-            None,
-            of_ceiling,
-            "",
-            seeds,
-            None,
-            "the paper gives no ceiling; ours is computed from the sequential run's measured costs"
-            + report.above_bound(of_ceiling, 1.0, "the ceiling is the most overlap can save"),
+    for hold, shares in sorted(of_ceiling.items()):
+        claims.append(
+            _stat_claim(
+                "R-DC1b" if hold == 0 else "R-DC2c",
+                f"DynaComm's cut as a share of the overlap ceiling min(C,M)/(C+M), round trip "
+                f"{hold:g} ms",
+                None,
+                shares,
+                "",
+                seeds,
+                None,
+                "the paper gives no ceiling; ours is computed from the sequential run's measured "
+                "costs"
+                + (
+                    "; every extra segment pays the round trip, which the ceiling leaves out, "
+                    "so the share is lower than at 0 ms by design"
+                    if hold
+                    else ""
+                )
+                + report.above_bound(shares, 1.0, "the ceiling is the most overlap can save"),
+            )
         )
-    )
     claims.append(
         _stat_claim(
             "R-DC1c",
