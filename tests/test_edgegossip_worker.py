@@ -77,7 +77,7 @@ def test_an_epoch_takes_its_share_and_reports_it(worker: EdgeGossip) -> None:
     n = worker.trainer.num_samples
     assert 0.5 * n <= sum(sizes) < 0.5 * n + 16 + 20
     assert m["ratio"] == 0.5 and m["kept"] == sum(sizes) and m["batches"] == len(sizes)
-    assert min(sizes[:-1]) >= 16  # whole subsets until a batch holds at least b
+    assert set(sizes[:-1]) == {16}  # the kept subsets shuffled into batches of b (default)
     assert m["p_obs"] > 0 and m["p_next"] > 0 and m["rank_s"] > 0
     assert m["predictor_error"] is not None and m["u_samples"] >= 0
     # a directive it must not believe keeps the last ratio, counted
@@ -91,12 +91,13 @@ def test_an_epoch_takes_its_share_and_reports_it(worker: EdgeGossip) -> None:
     ("eg", "ratio", "exact"),
     [
         ({"order": "random"}, 0.25, True),
-        ({"order": "oracle"}, 0.25, False),
+        ({"order": "oracle"}, 0.25, True),
         ({"order": "shuffled"}, 0.25, True),
-        ({"select": "global"}, 0.25, False),
-        ({"exact_batches": True}, 0.25, True),
-        ({"r_min": 0.4}, 0.0, False),
-        ({}, 2.0, False),  # a redistributed share: a second pass
+        ({"order": "aggregated"}, 0.25, False),  # rank order: whole subsets, batches >= b
+        ({"select": "global", "order": "aggregated"}, 0.25, False),
+        ({"order": "aggregated", "exact_batches": True}, 0.25, True),
+        ({"r_min": 0.4}, 0.0, True),
+        ({}, 2.0, True),  # a redistributed share: a second pass
     ],
 )
 def test_every_order(eg: dict[str, object], ratio: float, exact: bool) -> None:
@@ -109,6 +110,8 @@ def test_every_order(eg: dict[str, object], ratio: float, exact: bool) -> None:
         assert target <= sum(sizes) < target + 16 + 20
         if exact:
             assert set(sizes[:-1]) == {16}
+        else:
+            assert min(sizes[:-1]) >= 16  # whole subsets until a batch holds at least b
         assert m["kept"] == sum(sizes)
         if eg.get("order") == "random":
             assert m["aggregate_s"] == 0.0 and len(w.offsets) == 1  # no aggregates built

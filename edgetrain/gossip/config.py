@@ -35,10 +35,18 @@ class EdgeGossipSection(BaseModel):
     # The balancer's input: predictive (t0 RG(U), t0 adapted), reactive (last epoch's measured
     # throughput), static (t0 before training only), off (r = 1 for every worker).
     balance: Literal["predictive", "reactive", "static", "off"] = "predictive"
-    # What an epoch trains on: aggregated (Algorithm 2: subsets ranked by their aggregated
-    # point's loss, in rank order), shuffled (the same kept subsets, shuffled), random (a
-    # random share, no aggregates), oracle (samples ranked by their exact loss, timed).
-    order: Literal["aggregated", "shuffled", "random", "oracle"] = "aggregated"
+    # What an epoch trains on: shuffled (Algorithm 2 selects the subsets by their aggregated
+    # point's loss, and the kept samples are shuffled into minibatches), aggregated (the same
+    # subsets in rank order, as the paper prints it), random (a random share, no aggregates),
+    # oracle (samples selected by their exact loss, timed, shuffled).
+    #
+    # Our choice, not the paper's: shuffled is the default. In rank order, minibatches are
+    # built from a few single-class clusters, hardest first; measured on the emulated testbed
+    # (scripts/reproduce-edgegossip --quick: digits, LeNet-5, 20 epochs) that lost 14.4
+    # points of accuracy against epoch-synchronous GoSGD where the shuffled order lost 0.2 and
+    # reached the target 2.4x sooner, and the paper reports a loss of 0.78 points. The kept
+    # share is the same either way: only the order within the epoch changes.
+    order: Literal["aggregated", "shuffled", "random", "oracle"] = "shuffled"
     # Which subsets the ranking keeps: per-class (the top r share of every class, in a sequence
     # that cycles through the classes) or global (the paper's one ranking, which early in
     # training keeps whole classes and drops others).

@@ -12,7 +12,9 @@ The worker side of ALGORITHMS.md section 2 with the fixes of the specification (
   (:mod:`edgetrain.profile.scope`), sampling at least five times an epoch;
 - each epoch: r_i from the coordinator (the balancer, :mod:`edgetrain.gossip.balancing`),
   then Algorithm 2 (:mod:`edgetrain.gossip.ranking`): the loss of every aggregated point ranks
-  the subsets and minibatches fill from the top until r_i |X_i| samples; its time is
+  the subsets, and subsets are kept from the top until r_i |X_i| samples; by default the kept
+  samples are shuffled into minibatches (``[edgegossip] order``: rank order, the paper's,
+  loses accuracy, see :mod:`edgetrain.gossip.config`); its time is
   ``rank_s``, inside the epoch's training time; GoSGD's exchange runs unchanged after every
   step; at the end, the measured and the next predicted throughput (``p_obs``, ``p_next``,
   :mod:`edgetrain.gossip.predictor`) go to the balancer in ``epoch_end``.
@@ -222,12 +224,13 @@ class EdgeGossip(GoSGD):
         )
         if eg.order == "random":
             return ranking.random_fill(t.num_samples, target, b, rng)
-        if eg.order == "oracle":
+        if eg.order == "oracle":  # the exact losses select; the kept samples are shuffled
             offsets, members = ranking.singletons(t.num_samples)
             order = ranking.rank_order(self._losses(t.x, t.y))
             if eg.select == "per-class":
                 order = ranking.per_class(order, t.y.cpu().numpy())
-            return ranking.rank_and_fill(offsets, members, order, target, b, eg.exact_batches)
+            kept = ranking.rank_and_fill(offsets, members, order, target, b, eg.exact_batches)
+            return ranking.shuffled(kept, b, rng)
         assert self.points is not None and self.point_labels is not None
         order = ranking.rank_order(self._losses(self.points, self.point_labels))
         if eg.select == "per-class":
