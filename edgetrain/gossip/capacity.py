@@ -16,33 +16,33 @@ Curve = list[tuple[int, float]]
 
 
 def pilot_sizes(b0: int) -> list[int]:
-    """The batch sizes a pilot times: around b0, up to 4 b0 (the planner's likely range)."""
-    return sorted({max(1, b0 // 2), b0, 2 * b0, 4 * b0})
+    """The batch sizes a pilot times, b0 / 8 to 4 b0: the planner's range, where a slow
+    worker's batch shrinks and a fast one's grows (extrapolating a step's fixed cost misleads)."""
+    return sorted({max(1, b0 // 8), max(1, b0 // 4), max(1, b0 // 2), b0, 2 * b0, 4 * b0})
 
 
-def pilot(step: Callable[[int], float], sizes: list[int], seconds: float) -> Curve:
+def pilot(step: Callable[[int], float], sizes: list[int], seconds: float, rounds: int = 2) -> Curve:
     """Time ``step(m)`` (one gradient computation at batch m, returning its seconds, the
-    emulated slowdown included) at every size: one untimed warm-up each, then two rounds over
-    the sizes (ascending, then descending, so a drift in the machine's load touches every
-    size alike), each size at least two steps and ``seconds / (2 len(sizes))`` a round. A
-    size's capacity is its samples over its seconds, both rounds together: a window, not the
-    median step, so that a CPU quota's throttled periods count."""
+    emulated slowdown included) at every size: one untimed warm-up each, then ``rounds``
+    rounds over the sizes (alternately ascending and descending, so a drift in the machine's
+    load touches every size alike), each a window of at least two steps and
+    ``seconds / (rounds len(sizes))``. A size's capacity is the best window's samples over its
+    seconds: a window rather than a step, so that a CPU quota's throttled periods count; the
+    best window, so that a burst of someone else's load on a shared machine does not."""
     if not sizes:
         return []
-    each = seconds / (2 * len(sizes))
+    each = seconds / (rounds * len(sizes))
     for m in sizes:
         step(m)  # warm-up: allocator and kernels for this shape
-    spent = dict.fromkeys(sizes, 0.0)
-    steps = dict.fromkeys(sizes, 0)
-    for order in (sizes, sizes[::-1]):
-        for m in order:
+    best = dict.fromkeys(sizes, 0.0)
+    for r in range(rounds):
+        for m in sizes if r % 2 == 0 else sizes[::-1]:
             window, n = 0.0, 0
             while n < 2 or window < each:
                 window += step(m)
                 n += 1
-            spent[m] += window
-            steps[m] += n
-    return [(m, m * steps[m] / spent[m]) for m in sizes]
+            best[m] = max(best[m], m * n / window)
+    return [(m, best[m]) for m in sizes]
 
 
 def from_profile(template: str, host: str) -> Curve | None:

@@ -25,6 +25,7 @@ capacity runs in ``setup``, before the run's clock starts, and its time is repor
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping
@@ -117,6 +118,7 @@ class Decentral:
         self.curve: capacity.Curve = []
         self.pilot_s = 0.0
         self.mark = (0.0, 0.0)  # (clock, wait_s) at the start of the epoch
+        self.step_times: list[float] = []  # this epoch's steps: compute plus slowdown
         self.epoch_idle: float | None = None
 
     # ------------------------------------------------------------------ setup
@@ -346,6 +348,7 @@ class Decentral:
 
     def batches(self, epoch: int) -> Iterator[int]:
         self.mark = (time.perf_counter(), self.times["wait_s"])
+        self.step_times = []
         end = epoch * self.n_train
         while self.samples < end:
             yield self.t
@@ -384,6 +387,7 @@ class Decentral:
         if count:
             self.times["compute_s"] += spent
             self.times["sleep_s"] += slept
+            self.step_times.append(spent + slept)
         return value, g
 
     def note_loss(self, worker: int, t: int, loss: float) -> None:
@@ -593,6 +597,7 @@ class Decentral:
             "wait_s": self.times["wait_s"],
             "exchange_s": self.times["exchange_s"],
             "idle_fraction": waited / wall if wall > 0 else None,
+            "step_s_median": statistics.median(self.step_times) if self.step_times else None,
             "bytes_lan": by_class[LAN],
             "bytes_wan": by_class[WAN],
             "site": self.site or None,

@@ -84,7 +84,7 @@ class DLion(Decentral):
         t_unit = plan.get("t_unit")
         ok = isinstance(t_unit, (int, float)) and 0 < t_unit < 3600
         self.t_unit = float(t_unit) if ok else 0.1  # type: ignore[arg-type]
-        caps = plan.get("capacities")
+        caps = plan.get("capacity_at_b0")
         if isinstance(caps, dict):
             self.capacities = {
                 int(w): float(c)

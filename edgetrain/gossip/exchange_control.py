@@ -7,9 +7,9 @@ report), the controller plans (pure): DLion with ``batching`` gets capacity-awar
 DLion's no-batching ablation); T_bs is the recipe's or 10% of the training set. Every worker
 receives the whole plan as its start directive: everyone's batch size (so every worker knows
 the cluster's samples per iteration and when an epoch ends), T_unit, the achieved spread, each
-worker's capacity at b0, and t_iter, one iteration's compute time at b0 on the slowest worker
-(Ako's partition count). The workers echo the plan in their first epoch report; the family
-writes it to ``plans/batches.json`` and the report shows it.
+worker's capacity at its batch size and at b0, and t_iter, one iteration's compute time at b0
+on the slowest worker (Ako's partition count). The workers echo the plan in their first epoch
+report; the family writes it to ``plans/batches.json`` and the report shows it.
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ def make_plan(
     return {
         **doc,
         "batches": {str(w): m for w, m in zip(ids, plan.batches, strict=True)},
-        "capacities": {str(w): c for w, c in zip(ids, at_b0, strict=True)},
+        "capacities": {str(w): c for w, c in zip(ids, plan.capacities, strict=True)},
+        "capacity_at_b0": {str(w): c for w, c in zip(ids, at_b0, strict=True)},
         "curves": {str(w): [[m, c] for m, c in curves[w]] for w in ids},
         "t_bs": t_bs,
         "t_iter": max(b0 / c for c in at_b0),

@@ -103,7 +103,7 @@ def _markdown(rep: dict[str, Any]) -> str:
         "LAN MiB | WAN MiB | KiB / iteration |",
         "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    caps = plan.get("capacities") or {}
+    caps = plan.get("capacity_at_b0") or {}
     for w, v in sorted(rep["workers"].items()):
         per_it = v["bytes_per_iteration"]
         lines.append(
