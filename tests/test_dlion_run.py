@@ -2,7 +2,8 @@
 127.0.0.1. A fast and a slow worker (the runtime's slowdown throttle) get batch sizes in the
 ratio of their capacities and take equally long per iteration; with two sites (the recipe's
 ``sites``, as local processes have no hosts file) WAN links carry fewer entries than LAN links,
-Gaia runs a parameter server per site, and Ako partitions its gradients."""
+Gaia runs a parameter server per site, and Ako partitions its gradients; bad sparse messages
+are dropped and counted while training goes on."""
 
 from __future__ import annotations
 
@@ -11,8 +12,12 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+import zmq
 
+from edgetrain.comm.wire import Message, encode
+from edgetrain.gossip.exchange import GRAD
 from edgetrain.rundir import read_jsonl
 from tests.helpers.launching import Launch
 from tests.helpers.procs import edgetrain_processes
@@ -144,3 +149,61 @@ def test_baselines_train_across_two_sites(tmp_path: Path, technique: str) -> Non
         assert all(r["partitions"] >= 1 for r in rows)
     assert all(r["batch"] == 16 for r in rows)  # no capacity-aware batching
     assert summary["test_accuracy"] > 0.5
+
+
+BAD_PAYLOADS: dict[str, dict[str, Any]] = {
+    "bad_sparse_order": {"idx": np.array([5, 2, 9], np.int32)},
+    "bad_sparse_range": {"idx": np.array([0, 1, 61706], np.int32)},
+    "bad_sparse_indices": {"idx": np.array([0, 1, 2], np.int64)},
+    "non_finite": {"val": np.array([1.0, np.nan, 2.0], np.float32)},
+    "bad_payload_length": {"n": 12},
+    "bad_payload_tensors": {"extra": np.zeros(3, np.float32)},
+}
+
+
+def _bad_grad(run_id: str, reason: str, t: int) -> list[bytes]:
+    change = BAD_PAYLOADS[reason]
+    tensors = {"idx": np.array([0, 3, 7], np.int32), "val": np.ones(3, np.float32)}
+    tensors.update({k: v for k, v in change.items() if isinstance(v, np.ndarray)})
+    meta = {"t": t, "origin": 1, "loss": 1.0, "m": 8, "kind": "sparse", "offset": 0}
+    meta["n"] = change.get("n", 61706)
+    msg = Message(GRAD, "w1", run_id, t, 0, meta, tensors)
+    return [bytes(f) for f in encode(msg)]
+
+
+@pytest.mark.timeout(240)
+def test_bad_sparse_messages_are_dropped_and_counted_and_training_goes_on(
+    tmp_path: Path,
+) -> None:
+    recipe = tmp_path / "dlion.toml"
+    recipe.write_text(
+        RECIPE.format(
+            name="fuzz", technique="dlion", epochs=3, b0=16, lr=0.02, pilot=0.5, section="",
+            workers="[[workers]]\ncount = 2\n",
+        )
+    )  # fmt: skip
+    launch = Launch(recipe, tmp_path / "runs")
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    try:
+        ready = launch.wait_event(
+            lambda r: r.get("event") == "ready" and r.get("worker") == 0, 120, "worker 0 ready"
+        )
+        run_id = launch.manifest()["run_id"]
+        push.connect(ready["endpoints"]["gossip"])
+        for reason in BAD_PAYLOADS:
+            for t in range(5):
+                push.send_multipart(_bad_grad(run_id, reason, t))
+        code, summary = launch.finish(timeout=200)
+    finally:
+        push.close(linger=0)
+        ctx.term()
+        launch.kill()
+    assert code == 0, launch.stderr[-3000:]
+    assert summary is not None and summary["status"] == "completed"
+    dropped = summary["workers"][0]["dropped"]
+    assert {r: dropped.get(r) for r in BAD_PAYLOADS} == dict.fromkeys(BAD_PAYLOADS, 5)
+    final = [r for r in read_jsonl(Path(summary["run"]) / "metrics" / "worker-0.jsonl")
+             if r["event"] == "epoch"][-1]  # fmt: skip
+    assert final["dropped_payloads"] == 5 * len(BAD_PAYLOADS)
+    assert summary["workers"][1]["dropped"] == {}

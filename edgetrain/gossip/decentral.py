@@ -64,6 +64,10 @@ log = logging.getLogger(__name__)
 
 _PILOT_SALT = 0x9110
 LOSS_HISTORY = 256  # iterations of peers' losses kept for synchronous decisions
+# How far ahead of this worker a peer's message may be under sync = "iteration" (a peer can be
+# at most staleness + 2 ahead): anything further is refused, so no message makes us keep a
+# buffer for an iteration that never comes.
+MAX_LEAD = 64
 
 
 @dataclass(frozen=True)
@@ -323,6 +327,8 @@ class Decentral:
         self.add_inbound(head.t, payload)
 
     def add_inbound(self, t: int, payload: Payload) -> None:
+        if self.xcfg.sync == "async":
+            t = 0  # applied at the next update whatever its iteration: one sum
         if t not in self.inbound:
             self.inbound[t] = torch.zeros(self.flat.n, device=self.device)
         payload.add_into(self.inbound[t])
@@ -392,7 +398,12 @@ class Decentral:
 
     def note_loss(self, worker: int, t: int, loss: float) -> None:
         self.losses[worker] = loss
-        self.losses_at.setdefault(t, {})[worker] = loss
+        if self.xcfg.sync == "iteration":
+            self.losses_at.setdefault(t, {})[worker] = loss
+
+    def too_far(self, t: int) -> bool:
+        """A message of iteration ``t`` cannot come from a correct peer now."""
+        return self.xcfg.sync == "iteration" and t > self.t + self.xcfg.staleness + MAX_LEAD
 
     def evaluate(self) -> tuple[float, float]:
         return evaluate(self.net, self.x_test, self.y_test)
@@ -484,8 +495,8 @@ class Decentral:
     def _on_grad(self, sender: int, msg: Message, fresh: bool) -> None:
         node = self._node
         head = Header.parse(msg.meta, sender)
-        if head is None:
-            node.traffic.drop("bad_grad_header", msg.sender)
+        if head is None or self.too_far(head.t):
+            node.traffic.drop("bad_grad_header" if head is None else "bad_iteration", msg.sender)
             self.counts["dropped_payloads"] += 1
             return
         if head.loss is not None:
@@ -504,6 +515,10 @@ class Decentral:
     def _on_weights(self, sender: int, msg: Message) -> None:
         node = self._node
         head = Header.parse(msg.meta, sender)
+        if head is not None and self.too_far(head.t):
+            node.traffic.drop("bad_iteration", msg.sender)
+            self.counts["dropped_payloads"] += 1
+            return
         payload = payload_from(msg.meta, msg.tensors, self.flat.n) if head else "bad_header"
         if head is None or isinstance(payload, str):
             node.traffic.drop(str(payload), msg.sender)
