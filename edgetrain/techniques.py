@@ -91,24 +91,22 @@ FAMILIES: dict[str, FamilySpec] = {
                 "edgetrain.gossip.dlion:DLion",
                 ("trainer",),
                 ("gossip", "dlion"),
-                "DLion: capacity-aware batches, adaptive LR/BS, per-link partial gradients with "
-                "residuals, weight exchange to the worst worker",
+                "DLion: capacity-aware batches, adaptive LR/BS, partial gradients per link, "
+                "weight exchange",
             ),
             "gaia": TechniqueSpec(
                 "gaia",
                 "edgetrain.gossip.gaia:Gaia",
                 ("trainer",),
                 ("gossip", "gaia"),
-                "Gaia (DLion's baseline): significance-filtered updates, a parameter server per "
-                "site",
+                "Gaia (DLion's baseline): significance-filtered updates, a server per site",
             ),
             "ako": TechniqueSpec(
                 "ako",
                 "edgetrain.gossip.ako:Ako",
                 ("trainer",),
                 ("gossip", "ako"),
-                "Ako (DLion's baseline): each iteration one of p partitions of the last p "
-                "gradients' sum to every peer",
+                "Ako (DLion's baseline): one of p gradient partitions to every peer per iteration",
             ),
         },
         summary="decentralised training: every worker keeps a replica and exchanges with peers",
