@@ -145,3 +145,61 @@ def dlion_section(name: str) -> type:
     from edgetrain.gossip.exchange_checks import SECTIONS
 
     return SECTIONS[name]
+
+
+def test_every_claim_and_section_from_literal_rows() -> None:
+    """The whole plan's claims and report text from literal rows (the full reproduction is
+    too long for the suite): R-DL-1 to R-DL-8, R-DL-8 marked as an extension."""
+
+    def rows(arms: dict[str, dict[str, object]]) -> list[dict]:
+        return [_row(a, s, **kw) for s in (1, 2) for a, kw in arms.items()]
+
+    t1 = {a: {"final_accuracy": acc, "train_s": t / 100} for a, _, acc, t in dlion.TABLE1}
+    res = {
+        "r_dl_1": rows({"dlion": {"time_to_high": 7.0}, "dlion-nobatch": {"time_to_high": 10.0}}),
+        "r_dl_2": rows({a: {"time_to_low": t} for a, t in
+                        zip(dlion.R2_ARMS, (3.0, 12.0, 11.0, 4.0, 5.0), strict=True)}),
+        "r_dl_3": rows({"dlion": {"accuracy_at_budget": 0.9, "wan_per_iteration": 10.0},
+                        "gaia": {"accuracy_at_budget": 0.7}, "ako": {"accuracy_at_budget": 0.8},
+                        "dlion-fullge": {"accuracy_at_budget": 0.9, "wan_per_iteration": 80.0}}),
+        "r_dl_4": rows(t1),
+        "r_dl_5": {"acc_1": {"64": 0.9, "128": 0.91, "256": 0.9, "512": 0.87, "1024": 0.8,
+                             "2048": 0.7},
+                   "acc_10": {"64": 0.97, "128": 0.97, "256": 0.96, "512": 0.94, "1024": 0.9,
+                              "2048": 0.85},
+                   "knee_1": 256, "knee_10": 256, "drop_10": 0.12, "n_train": 8000, "t_bs": 256},
+        "r_dl_6": rows({a: {"time_to_low": (5.0 if a.endswith("partial") else 6.0)
+                            + (2.0 if "late" in a or "none" in a else 0.0)}
+                        for a in dlion.R6_ARMS}),
+        "r_dl_7": rows({"we7-none": {"accuracy_at_budget": 0.80},
+                        "we7-all": {"accuracy_at_budget": 0.85},
+                        "we7-partial": {"accuracy_at_budget": 0.805},
+                        "we7-one-sync": {"accuracy_at_budget": 0.84},
+                        "we7-one-async": {"accuracy_at_budget": 0.86}}),
+        "r_dl_8": rows({"sel-off": {"wan_per_iteration": 100.0, "iteration_s": 0.2,
+                                    "site_sender": {"0": 0}, "site_receiver": {"0": 0}},
+                        "sel-on": {"wan_per_iteration": 40.0, "iteration_s": 0.15,
+                                   "site_sender": {"0": 60, "3": 30},
+                                   "site_receiver": {"0": 20, "3": 50}}}),
+        "pilot": {"seed": 0}, "targets": {"high": 0.9, "low": 0.8}, "testbeds": {"x": "| t |"},
+    }  # fmt: skip
+    claims = {c.id: c for c in dlion.build_claims(res, PLAN)}
+    assert list(claims) == ["R-DL-1", "R-DL-2", "R-DL-2b", "R-DL-3", "R-DL-3b", "R-DL-3c",
+                            "R-DL-4", "R-DL-5", "R-DL-6", "R-DL-7", "R-DL-8"]  # fmt: skip
+    for cid in ("R-DL-1", "R-DL-2", "R-DL-2b", "R-DL-3", "R-DL-3b", "R-DL-3c", "R-DL-4",
+                "R-DL-5", "R-DL-6", "R-DL-7"):  # fmt: skip
+        assert claims[cid].direction_agrees is True, cid
+    assert claims["R-DL-2"].ours is not None and claims["R-DL-2"].ours.median == pytest.approx(75)
+    assert claims["R-DL-4"].ours is not None and claims["R-DL-4"].ours.median == pytest.approx(2.64)
+    assert claims["R-DL-5"].ours is not None and claims["R-DL-5"].ours.median == 256
+    r8 = claims["R-DL-8"]
+    assert r8.claim.startswith("EXTENSION") and r8.direction_agrees is None
+    assert r8.ours is not None and r8.ours.median == pytest.approx(40)
+    assert r8.details["send_receive_frequency"]["0"]["send"] == pytest.approx(0.6)
+    md = dict(dlion._sections(res, PLAN))
+    assert (
+        "R-DL-5: batch threshold" in md
+        and "| 256 | 0.9000 | 0.9600 |" in md["R-DL-5: batch threshold"]
+    )
+    assert "R-DL-8 (extension): selective propagation" in md
+    assert "Testbed verification: x" in md

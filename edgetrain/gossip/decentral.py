@@ -119,6 +119,7 @@ class Decentral:
         self.sent_at: dict[tuple[int, int], Sent] = {}
         self.inbound: dict[int, torch.Tensor] = {}  # iteration -> sum of what arrived for it
         self.finishing = False
+        self.absorbing = False  # inside absorb(): a send that waits must not absorb again
         self.curve: capacity.Curve = []
         self.pilot_s = 0.0
         self.mark = (0.0, 0.0)  # (clock, wait_s) at the start of the epoch
@@ -459,7 +460,8 @@ class Decentral:
         node = self._node
         deadline = time.monotonic() + self.xcfg.wait_timeout_s
         while not node.wait_room(q, 20):
-            self.absorb()
+            if not self.absorbing:  # keep our own inbox moving: the peer may wait on us too
+                self.absorb()
             self._session.poll()
             if q in self.failed:
                 return False
@@ -474,14 +476,18 @@ class Decentral:
         """Handle every message waiting in the inbox. ``fresh``: they arrived while this worker
         was waiting for them (their acknowledgement times the link, not this worker's step)."""
         node = self._node
-        for msg in node.receive_all():
-            sender = node.peer_ids[msg.sender]
-            if msg.type == ACK:
-                self._on_ack(sender, msg)
-            elif msg.type == GRAD:
-                self._on_grad(sender, msg, fresh)
-            elif msg.type == WEIGHTS:
-                self._on_weights(sender, msg)
+        self.absorbing = True
+        try:
+            for msg in node.receive_all():
+                sender = node.peer_ids[msg.sender]
+                if msg.type == ACK:
+                    self._on_ack(sender, msg)
+                elif msg.type == GRAD:
+                    self._on_grad(sender, msg, fresh)
+                elif msg.type == WEIGHTS:
+                    self._on_weights(sender, msg)
+        finally:
+            self.absorbing = False
 
     def _on_ack(self, sender: int, msg: Message) -> None:
         t = msg.meta.get("t")
