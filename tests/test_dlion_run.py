@@ -70,17 +70,18 @@ def _epochs(run: Path, worker: int) -> list[dict[str, Any]]:
 
 @pytest.mark.timeout(240)
 def test_fast_and_slow_workers_get_batches_in_their_capacity_ratio(tmp_path: Path) -> None:
-    # The recipe's epsilon. Loose: the test shares 2 cores with whatever else runs, so the
-    # pilot's capacities and the steps' times move by tens of percent; without the plan the
-    # slow worker's step would take 3x the fast one's (a spread of 100%).
-    eps = 0.4
+    # The recipe's epsilon. Loose: the test shares 2 cores with whatever else runs, and under
+    # contention the always-busy fast worker loses more to it than the throttled one, whose short
+    # bursts after each sleep get the CPU first; without the plan the slow worker's step would
+    # take 3x the fast one's (a spread of 100% of the mean).
+    eps = 0.5
     summary = _run(
         tmp_path,
         "dlion",
         f'epsilon = {eps}\nwe_when = "none"\nbs_policy = "static"\nlr_policy = "small"\n'
         "decay_lr = false",
         "[[workers]]\ncount = 1\n[[workers]]\ncount = 1\nslowdown = 3.0\n",
-        epochs=3,
+        epochs=6,
         b0=64,
         pilot=2.0,
     )
