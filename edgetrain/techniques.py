@@ -66,6 +66,9 @@ FAMILIES: dict[str, FamilySpec] = {
         sections={
             "gossip": "edgetrain.gossip.config:GossipSection",
             "edgegossip": "edgetrain.gossip.config:EdgeGossipSection",
+            "dlion": "edgetrain.gossip.config:DLionSection",
+            "gaia": "edgetrain.gossip.config:GaiaSection",
+            "ako": "edgetrain.gossip.config:AkoSection",
         },
         techniques={
             "gosgd": TechniqueSpec(
@@ -82,6 +85,28 @@ FAMILIES: dict[str, FamilySpec] = {
                 ("gossip", "edgegossip"),
                 "EdgeGossip: GoSGD with per-epoch data shares r_i balanced on predicted speed, "
                 "loss-ranked aggregated subsets",
+            ),
+            "dlion": TechniqueSpec(
+                "dlion",
+                "edgetrain.gossip.dlion:DLion",
+                ("trainer",),
+                ("gossip", "dlion"),
+                "DLion: capacity-aware batches, adaptive LR/BS, partial gradients per link, "
+                "weight exchange",
+            ),
+            "gaia": TechniqueSpec(
+                "gaia",
+                "edgetrain.gossip.gaia:Gaia",
+                ("trainer",),
+                ("gossip", "gaia"),
+                "Gaia (DLion's baseline): significance-filtered updates, a server per site",
+            ),
+            "ako": TechniqueSpec(
+                "ako",
+                "edgetrain.gossip.ako:Ako",
+                ("trainer",),
+                ("gossip", "ako"),
+                "Ako (DLion's baseline): one of p gradient partitions to every peer per iteration",
             ),
         },
         summary="decentralised training: every worker keeps a replica and exchanges with peers",

@@ -10,7 +10,15 @@ from edgetrain.emulate.spec import SpecError, load_spec, parse_rate, parse_size,
 from edgetrain.emulate.topology import GATEWAY, build, gateway_dev, owned_namespace
 from tests.helpers.paths import TESTBEDS
 
-PAPERS = ("edgegossip-4", "dlion-4", "mercury-4", "dynacomm", "mcpipe-3")
+PAPERS = (
+    "edgegossip-4",
+    "dlion-4",
+    "dlion-compute-4",
+    "dlion-network-4",
+    "mercury-4",
+    "dynacomm",
+    "mcpipe-3",
+)
 
 
 def _spec(**top: object) -> dict[str, object]:
@@ -38,6 +46,20 @@ def test_dlion_is_two_micro_clouds_of_3_and_1_with_one_fast_host() -> None:
     assert all(spec.wan_of(s) == 100_000_000 for s in spec.sites)
     cpus = sorted(h.cpu for _, h in spec.hosts)
     assert cpus[-1] == pytest.approx(3 * cpus[0]) and cpus[0] == cpus[2]
+
+
+def test_dlions_two_experiments_separate_compute_and_network_heterogeneity() -> None:
+    compute = load_spec(TESTBEDS / "dlion-compute-4.toml")
+    assert len(compute.sites) == 1 and compute.sites[0].lan == 1_000_000_000
+    assert sorted(h.cpu for _, h in compute.hosts) == [0.3, 0.3, 0.3, 0.9]  # 3:1, one fast
+    assert compute.wan_of(compute.sites[0]) is None  # one LAN: no WAN
+    network = load_spec(TESTBEDS / "dlion-network-4.toml")
+    assert [len(s.hosts) for s in network.sites] == [3, 1]
+    assert all(s.lan == 1_000_000_000 for s in network.sites)
+    assert all(network.wan_of(s) == 100_000_000 for s in network.sites)
+    assert {h.cpu for _, h in network.hosts} == {0.45}  # equal compute
+    topo = build(network, "10.232.9.0/24")
+    assert {h.site for h in topo.hosts} == {"cloud-a", "cloud-b"}  # the hosts file's sites
 
 
 def test_mercury_links_span_10_to_200_mbit_and_edgegossip_speeds_differ() -> None:

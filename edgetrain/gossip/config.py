@@ -1,11 +1,11 @@
-"""The gossip family's recipe sections, ``[gossip]`` and ``[edgegossip]`` (torch-free: recipes
-validate without torch)."""
+"""The gossip family's recipe sections: ``[gossip]``, ``[edgegossip]``, ``[dlion]``, ``[gaia]``
+and ``[ako]`` (torch-free: recipes validate without torch)."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class GossipSection(BaseModel):
@@ -66,3 +66,139 @@ class EdgeGossipSection(BaseModel):
     monitor: Literal["auto", "machine", "cgroup"] = "auto"
     calibrate_s: float = Field(1.0, gt=0, le=60)  # timed steps before training, for t0
     t0_lambda: float = Field(0.5, gt=0, le=1)  # weight of the last epoch in t0's adaptation
+
+
+class ExchangeSection(BaseModel):
+    """What ``[dlion]``, ``[gaia]`` and ``[ako]`` share, so that the baselines run under the same
+    synchronisation, links and pre-profiling as DLion (docs/gossip.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    # iteration: before applying update t a worker waits for the iteration-(t - staleness)
+    # messages of every worker that sends to it (gossip.md B.2, ours); async: never waits.
+    sync: Literal["iteration", "async"] = "iteration"
+    staleness: int = Field(0, ge=0, le=64)
+    # A message that has not come after this long is given up on (counted; a dead peer is
+    # dropped at once when the coordinator names it).
+    wait_timeout_s: float = Field(120.0, gt=0)
+    # Link rates to start from (Mbit/s): LAN within a site, WAN between sites (the hosts file's
+    # `site`); each worker shares its LAN rate among its destinations and a site its WAN rate.
+    lan_mbit: float = Field(1000.0, gt=0)
+    wan_mbit: float = Field(100.0, gt=0)
+    # Each worker's site when the hosts name none (local processes): one name per worker.
+    sites: list[str] | None = Field(None, min_length=1)
+    # Capacity C_j(m) before training: a pilot of timed steps at a few batch sizes
+    # (`pilot_s` seconds in all, not in the run's clock), or `edgetrain profile`'s throughput
+    # read on each worker's host from `profile` ("{host}": the worker's host name).
+    capacity: Literal["pilot", "profile"] = "pilot"
+    profile: str | None = None
+    pilot_s: float = Field(2.0, gt=0, le=120)
+    # Eq. 5 weighs each worker's mean gradient by 1/k (worker); sample: by m_j / sum m.
+    gradient_weighting: Literal["worker", "sample"] = "worker"
+
+    @model_validator(mode="after")
+    def _check_exchange(self) -> ExchangeSection:
+        if self.sync == "async" and self.staleness:
+            raise ValueError(
+                "staleness bounds how far sync = 'iteration' runs ahead; with sync = 'async' "
+                "nobody waits: remove staleness or use sync = 'iteration'"
+            )
+        if self.capacity == "profile" and not self.profile:
+            raise ValueError(
+                "capacity = 'profile' reads `edgetrain profile` output: set profile = "
+                '"~/profiles/{host}.json" (or capacity = "pilot")'
+            )
+        if self.sites is not None and any(not s for s in self.sites):
+            raise ValueError("sites must be non-empty names, one per worker")
+        return self
+
+
+class DLionSection(ExchangeSection):
+    """``[dlion]``: DLion's mechanisms, each switchable (docs/gossip.md). Where the paper gives
+    no formula the specification's proposal is the default (gossip.md B.3-B.6)."""
+
+    # Compute-capacity-aware batching: m_j in proportion to C_j, equal step time T_unit.
+    batching: bool = True
+    t_unit: Literal["equal-total", "slowest"] = "equal-total"
+    epsilon: float = Field(0.10, gt=0, le=1)  # allowed step-time spread, share of T_unit
+    t_bs: int | None = Field(None, ge=1)  # total batch cap; unset: 10% of the training set
+    # Adaptive learning rate and batch size (Table 1).
+    lr_policy: Literal["small", "large", "warmup"] = "warmup"
+    warmup_until: float = Field(0.10, gt=0, le=1)
+    decay_lr: bool = True
+    decay_at: float = Field(0.80, ge=0, le=1)
+    decay_factor: float = Field(0.1, gt=0, le=1)
+    bs_policy: Literal["static", "speedup", "increase"] = "speedup"
+    speedup_at: float = Field(0.70, ge=0, le=1)
+    speedup_factor: float = Field(2.0, ge=1)
+    increase_at: list[float] = Field(default_factory=lambda: [0.25, 0.50, 0.75])
+    increase_factor: float = Field(1.5, ge=1)
+    # Network-aware gradient exchange: partial (a per-link threshold) or full (dense).
+    gradient_exchange: Literal["partial", "full"] = "partial"
+    threshold: Literal["budget", "static"] = "budget"
+    budget_factor: float = Field(1.0, gt=0)  # GE may take budget_factor x T_unit per link
+    lan_fraction: float = Field(0.10, gt=0, le=1)  # threshold = "static": share of entries
+    wan_fraction: float = Field(0.01, gt=0, le=1)
+    contribution: Literal["magnitude", "relative"] = "magnitude"
+    bandwidth: Literal["live", "static"] = "live"  # live: EWMA of acknowledged goodput
+    bandwidth_alpha: float = Field(0.3, gt=0, le=1)
+    # Weight exchange: when, what, whom, how.
+    we_when: Literal["none", "periodic", "early", "late"] = "early"
+    we_every: int = Field(10, ge=1)
+    we_early_until: float = Field(0.20, gt=0, le=1)
+    we_late_from: float = Field(0.80, ge=0, lt=1)
+    we_what: Literal["full", "partial"] = "full"
+    we_fraction: float = Field(0.10, gt=0, le=1)
+    we_whom: Literal["worst", "all"] = "worst"
+    we_how: Literal["async", "sync"] = "async"
+    we_beta: float = Field(0.5, gt=0, le=1)
+    loss_window: int = Field(20, ge=1)
+    # Selective data propagation between sites (an extension: the paper never evaluated it).
+    selective: bool = False
+    selective_senders: int | None = Field(None, ge=1)
+    selective_receivers: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _check_dlion(self) -> DLionSection:
+        # value-based only: a recipe reaches the workers with every field filled in
+        if self.gradient_exchange == "full" and self.threshold == "static":
+            raise ValueError(
+                "threshold = 'static' cuts partial gradients, but gradient_exchange = 'full' "
+                "sends them whole: use gradient_exchange = 'partial' or threshold = 'budget'"
+            )
+        if self.we_how == "sync" and self.we_when == "none":
+            raise ValueError(
+                "we_how = 'sync' waits for exchanged weights, but we_when = 'none' exchanges "
+                "none: pick we_when = 'periodic', 'early' or 'late', or we_how = 'async'"
+            )
+        if self.we_how == "sync" and (self.sync == "async" or self.selective):
+            raise ValueError(
+                "we_how = 'sync' makes the worst worker wait for the best one's weights, which "
+                "needs every worker to agree on who they are: use sync = 'iteration' without "
+                "selective propagation, or we_how = 'async'"
+            )
+        if any(not 0 < x < 1 for x in self.increase_at):
+            raise ValueError("increase_at must hold progress points between 0 and 1")
+        if (self.selective_senders or self.selective_receivers) and not self.selective:
+            raise ValueError("selective_senders/receivers need selective = true")
+        return self
+
+
+class GaiaSection(ExchangeSection):
+    """``[gaia]``: Gaia's significance filter (the DLion paper's baseline; gossip.md B.8)."""
+
+    significance: float = Field(0.01, gt=0)  # send an entry when |change| > v |w|
+    significance_decay: Literal["none", "sqrt-epoch"] = "none"
+    # worker: every worker is its own site and parameter server (one LAN, DLion §4.1); site:
+    # workers push full gradients to their site's first worker, whose parameter server
+    # exchanges significant updates with the other sites' (DLion §4.2); auto: site when the
+    # workers span several sites and one of them has more than one worker.
+    deployment: Literal["auto", "worker", "site"] = "auto"
+
+
+class AkoSection(ExchangeSection):
+    """``[ako]``: Ako's partitioned gradient exchange (gossip.md B.8)."""
+
+    # p, the number of partitions; unset: from the smallest bandwidth between workers and one
+    # iteration's compute time (p = ceil((k - 1) S / (B t_iter))).
+    partitions: int | None = Field(None, ge=1)

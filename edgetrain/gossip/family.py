@@ -46,6 +46,9 @@ def _sent_counts(report: Mapping[str, Any]) -> dict[int, int]:
     }
 
 
+EXCHANGE = ("dlion", "gaia", "ako")  # techniques on the shared exchange loop (decentral.py)
+
+
 class GossipController:
     """Drain accounting: the gossip family's only per-worker decision."""
 
@@ -93,6 +96,10 @@ class GossipFamily:
             from edgetrain.gossip.balancing import check_recipe
 
             check_recipe(recipe)
+        elif recipe.train.technique in EXCHANGE:
+            from edgetrain.gossip.exchange_checks import check_recipe as check_exchange
+
+            check_exchange(recipe)
 
     def policy(self, recipe: Recipe) -> CoordinationPolicy:
         cfg = recipe.section("gossip", GossipSection)
@@ -104,6 +111,10 @@ class GossipFamily:
             from edgetrain.gossip.balancing import controller_for
 
             return controller_for(recipe, roles)
+        if recipe.train.technique in EXCHANGE:
+            from edgetrain.gossip.exchange_control import ExchangeController
+
+            return ExchangeController(recipe, roles)
         return GossipController()
 
     def report(
@@ -112,13 +123,25 @@ class GossipFamily:
         workers: Mapping[int, list[dict[str, Any]]],
         coordinator: list[dict[str, Any]],
     ) -> dict[str, Any] | None:
-        """Finish-time spread per epoch; EdgeGossip's r_i, predictor error and overheads."""
+        """Finish-time spread per epoch; EdgeGossip's r_i, predictor error and overheads;
+        DLion's, Gaia's and Ako's batch sizes, idle fractions, iterations and bytes per link
+        class."""
+        from edgetrain.gossip.exchange_report import exchange_report
         from edgetrain.gossip.report import gossip_report
 
-        return gossip_report(manifest, workers)
+        out = gossip_report(manifest, workers)
+        if out is not None and manifest.get("technique") in EXCHANGE:
+            own = exchange_report(manifest, workers)
+            if own is not None:
+                out["markdown"] = f"{out['markdown']}\n\n{own.pop('markdown')}"
+                out["exchange"] = own
+        return out
 
     def artifacts(self, event: Event) -> dict[str, Any]:
-        return {}
+        """``plans/batches.json``: the plan DLion, Gaia and Ako start from (batch sizes,
+        T_unit, the achieved spread), as the first worker to report an epoch echoed it."""
+        plan = event.data.get("plan") if event.kind == "epoch" else None
+        return {"plans/batches.json": plan} if isinstance(plan, dict) else {}
 
     def final_model(
         self, recipe: Recipe, handins: Mapping[int, HandIn], roles: Sequence[Role]

@@ -184,7 +184,7 @@ class GoSGD:
         """Merge until every message the live peers sent here has arrived (or the timeout).
 
         A drain directive sent again (a peer failed meanwhile) replaces the expectations."""
-        expect_from = _expectations(directive.get("expect_from"))
+        expect_from = expectations(directive.get("expect_from"))
         seen = session.drain_updates
         deadline = time.monotonic() + self.cfg.drain_timeout_s
         while self._missing(expect_from) and time.monotonic() < deadline:
@@ -193,7 +193,7 @@ class GoSGD:
             session.poll()
             if session.drain_updates != seen and session.drain_directive is not None:
                 seen = session.drain_updates
-                expect_from = _expectations(session.drain_directive.get("expect_from"))
+                expect_from = expectations(session.drain_directive.get("expect_from"))
         expect = sum(expect_from.values())
         if missing := self._missing(expect_from):
             log.warning("drain: %d of %d gossip messages never arrived", missing, expect)
@@ -235,7 +235,7 @@ class GoSGD:
         return [(self._node.inbox, self.absorb)]
 
 
-def _expectations(value: Any) -> dict[str, int]:
+def expectations(value: Any) -> dict[str, int]:
     """``drain``'s per-sender message counts, with anything malformed left out."""
     if not isinstance(value, dict):
         return {}

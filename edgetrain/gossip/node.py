@@ -1,9 +1,11 @@
 """A gossip node's sockets: one PULL inbox it binds, one PUSH outbox per peer.
 
-Gossip is the family's own peer traffic: its message type lives here, not in the control
-protocol. An outbox holds at most ``send_hwm`` messages (2 by default, ``[gossip] outbox``):
-a sender checks that there is room *before* it snapshots its weights, so a slow or dead peer
-costs a counted ``send_queue_full`` and never pins dozens of model copies in memory.
+Gossip is the family's own peer traffic: its message types live in the family, not in the
+control protocol (GoSGD's ``gossip`` here; the exchange techniques' in
+:mod:`edgetrain.gossip.exchange`, passed as ``types``). An outbox holds at most ``send_hwm``
+messages (2 by default, ``[gossip] outbox``): a sender checks that there is room *before* it
+snapshots its weights, so a slow or dead peer costs a counted ``send_queue_full`` and never pins
+dozens of model copies in memory.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class GossipNode:
         announce_host: str | None = None,
         send_hwm: int = 2,
         keys: CurveKeys | None = None,
+        types: tuple[str, ...] = PEER_TYPES,
     ) -> None:
         self.ctx = ctx
         self.worker_id = worker_id
@@ -51,6 +54,7 @@ class GossipNode:
         self.traffic = traffic
         self.send_hwm = send_hwm
         self.keys = keys
+        self.types = types
         sockets.keep_freed_buffers()  # received weights land in warm memory (no page faults)
         self.inbox = sockets.server(ctx, zmq.PULL, keys, INBOX)
         try:
@@ -63,6 +67,7 @@ class GossipNode:
         log.info("gossip inbox listening on %s", self.endpoint)
         self.outboxes: dict[int, zmq.SyncSocket] = {}
         self.peer_names: set[str] = set()
+        self.peer_ids: dict[str, int] = {}
         self.sent: Counter[int] = Counter()
         self.received_from: Counter[str] = Counter()  # valid messages, by sender name
 
@@ -76,6 +81,7 @@ class GossipNode:
             sock.connect(endpoint)
             self.outboxes[peer_id] = sock
             self.peer_names.add(protocol.worker_name(peer_id))
+            self.peer_ids[protocol.worker_name(peer_id)] = peer_id
 
     @property
     def peers(self) -> list[int]:
@@ -89,6 +95,11 @@ class GossipNode:
             return True
         self.traffic.drop("send_queue_full", protocol.worker_name(peer_id))
         return False
+
+    def wait_room(self, peer_id: int, timeout_ms: int) -> bool:
+        """True once a message for ``peer_id`` can be queued, waiting at most ``timeout_ms``
+        (nothing is counted: the caller decides what a full queue means)."""
+        return bool(self.outboxes[peer_id].poll(timeout_ms, zmq.POLLOUT))
 
     def send(self, peer_id: int, msg: Message) -> bool:
         """Queue ``msg`` for ``peer_id`` without blocking; False (counted) if its queue is full.
@@ -117,7 +128,7 @@ class GossipNode:
                 got = channel.recv(
                     self.inbox,
                     self.run_id,
-                    PEER_TYPES,
+                    self.types,
                     self.traffic,
                     flags=zmq.NOBLOCK,
                 )

@@ -1,0 +1,205 @@
+"""The DLion reproduction's whole path at smoke size: a pilot that fixes the targets, then DLion
+with and without capacity-aware batching as real runs, interleaved and resumable, into
+paper-vs-edgetrain.{md,json} of the shared shape; and the claims, targets, knee and recipes
+computed from literal rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgetrain.recipe import parse_recipe
+from edgetrain.reproduce import dlion
+from edgetrain.tomlconfig import loads
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_smoke_reproduction_writes_the_report_and_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert dlion.main(["--smoke", "--out", str(out), "--format", "json"]) == 0
+    doc = json.loads((out / "paper-vs-edgetrain.json").read_text())
+    assert doc["paper"] == "dlion"
+    assert [c["id"] for c in doc["claims"]] == ["R-DL-1"]
+    for claim in doc["claims"]:
+        assert set(claim) >= {
+            "id", "claim", "paper_value", "ours", "unit", "seeds", "direction_agrees",
+            "deviations",
+        }  # fmt: skip
+    assert [(r["arm"], r["seed"]) for r in doc["runs"]] == [("dlion", 1), ("dlion-nobatch", 1)]
+    mine, base = doc["runs"]
+    assert sum(mine["batches"].values()) == sum(base["batches"].values()) == 64  # equal total
+    assert set(base["batches"].values()) == {16}
+    assert mine["iterations"] > 0 and mine["t_unit"] > 0 and base["idle"]
+    results = doc["results"]
+    assert results["pilot"]["seed"] == 0 and results["pilot"]["runs"][0]["arm"] == "dlion-nobatch"
+    assert 0 < results["targets"]["low"] < results["targets"]["high"]  # fixed by the pilot
+    md = (out / "paper-vs-edgetrain.md").read_text()
+    assert "| R-DL-1 |" in md and "## R-DL-1: capacity-aware batching" in md and "## Pilot" in md
+    # resumable: a second pass finds every run done and launches nothing
+    mtimes = {p: p.stat().st_mtime for p in (out / "runs").glob("*/report/summary.json")}
+    assert len(mtimes) == 3
+    assert dlion.main(["--smoke", "--out", str(out), "--format", "json"]) == 0
+    assert {p: p.stat().st_mtime for p in mtimes} == mtimes
+
+
+PLAN = dlion.Plan((1, 2), (1, 2), True, "mnist", "cnn2", 10, 32, None, 4.0)
+
+
+def _row(arm: str, seed: int, **kw: object) -> dict:
+    base = {"arm": arm, "seed": seed, "time_to_high": None, "time_to_low": None,
+            "final_accuracy": 0.9, "accuracy_at_budget": None, "train_s": 10.0,
+            "iteration_s": 0.1, "samples_per_s": 800.0, "idle": {}, "batches": {},
+            "spread": 0.05, "wan_per_iteration": None, "bytes_lan": 0, "bytes_wan": 0,
+            "iterations": 100}  # fmt: skip
+    return {**base, **kw}
+
+
+def test_r1_flags_a_cut_above_the_ideal_bound_as_a_measuring_error() -> None:
+    assert dlion.ideal_cut(dlion.BEDS["compute"].shares) == pytest.approx(100 / 3)
+    rows = [
+        _row("dlion", 1, time_to_high=7.0), _row("dlion-nobatch", 1, time_to_high=10.0),
+        _row("dlion", 2, time_to_high=6.0), _row("dlion-nobatch", 2, time_to_high=10.0),
+    ]  # fmt: skip
+    c = dlion.claim_r1(rows, PLAN)
+    assert c.ours is not None and (c.ours.min, c.ours.max) == pytest.approx((30.0, 40.0))
+    assert c.direction_agrees is True
+    assert "1 value(s) above the bound 33.3" in c.deviations and "measuring error" in c.deviations
+    never = dlion.claim_r1([_row("dlion", 1), _row("dlion-nobatch", 1, time_to_high=9.0)], PLAN)
+    assert (
+        never.ours is None
+        and never.direction_agrees is None
+        and "never reached" in (never.deviations)
+    )
+
+
+def test_r2_counts_a_baseline_that_never_reaches_the_target_as_later() -> None:
+    rows = [
+        _row("dlion", 1, time_to_low=5.0), _row("gaia", 1, time_to_low=20.0),
+        _row("ako", 1, time_to_low=None),
+    ]  # fmt: skip
+    gaia, ako = dlion.claims_r2(
+        rows, dlion.Plan((1,), (1,), True, "mnist", "cnn2", 10, 32, 0.02, 1)
+    )
+    assert gaia.id == "R-DL-2" and gaia.ours is not None and gaia.ours.median == pytest.approx(75)
+    assert gaia.direction_agrees is True
+    assert ako.id == "R-DL-2b" and ako.ours is None and ako.direction_agrees is True
+    assert "ako never reached T_low at seed(s) [1]" in ako.deviations
+
+
+def test_r3_reports_relative_and_point_gains_and_the_wan_share() -> None:
+    rows = [
+        _row("dlion", 1, accuracy_at_budget=0.90, wan_per_iteration=100.0),
+        _row("gaia", 1, accuracy_at_budget=0.60), _row("ako", 1, accuracy_at_budget=0.75),
+        _row("dlion-fullge", 1, accuracy_at_budget=0.905, wan_per_iteration=500.0),
+    ]  # fmt: skip
+    one = dlion.Plan((1,), (1,), True, "mnist", "cnn2", 10, 32, 0.02, 1)
+    claims = {c.id: c for c in dlion.claims_r3(rows, one)}
+    assert claims["R-DL-3"].ours is not None and claims["R-DL-3"].ours.median == pytest.approx(50)
+    assert claims["R-DL-3b"].ours is not None and claims["R-DL-3b"].ours.median == pytest.approx(20)
+    assert "30 [30, 30] pp" in claims["R-DL-3"].deviations
+    share = claims["R-DL-3c"]
+    assert share.ours is not None and share.ours.median == pytest.approx(20)
+    assert share.direction_agrees is True  # <= 25% and within a point
+
+
+def test_targets_knee_and_learning_rate_from_pilots() -> None:
+    t = dlion.targets_from({"dlion": 0.95, "dlion-nobatch": 0.94, "gaia": 0.85, "ako": 0.88})
+    assert t == {"high": 0.93, "low": 0.84}
+    assert dlion.targets_from({"dlion-nobatch": 0.94}) == {"high": 0.93, "low": 0.91}
+    acc = {64: 0.97, 128: 0.975, 256: 0.965, 512: 0.956, 1024: 0.93, 2048: 0.85}
+    assert dlion.knee(acc) == 512  # the largest within 2 points of the best (0.975)
+    assert dlion.knee({64: None}) is None
+    assert dlion.pick_lr({0.01: 0.95, 0.02: 0.96, 0.05: 0.96}) == 0.02
+    curve = {
+        "curve": [{"train_s": 3.0, "test_accuracy": 0.5}, {"train_s": 6.0, "test_accuracy": 0.9}]
+    }
+    assert dlion.time_to(curve, 0.8) == 6.0 and dlion.time_to(curve, 0.95) is None
+    assert dlion.accuracy_at(curve, 5.0) == 0.5 and dlion.accuracy_at(curve, 2.0) is None
+
+
+def test_local_recipes_carry_slowdowns_sites_and_the_arm() -> None:
+    bed = dlion.Bed(dlion.BEDS["network"])
+    text = dlion.recipe(PLAN, "gaia", bed, 'dataset = "digits"\n', 0.02, 800).format(seed=7)
+    parsed = parse_recipe(loads(text))
+    assert parsed.train.technique == "gaia" and parsed.run.seed == 7
+    assert parsed.section("gaia", dlion_section("gaia")).sites == ["cloud-a"] * 3 + ["cloud-b"]
+    assert "t_bs" not in text  # only DLion has T_bs
+    compute = dlion.Bed(dlion.BEDS["compute"])
+    text = dlion.recipe(PLAN, "t1-large", compute, 'dataset = "digits"\n', 0.02, 800)
+    parsed = parse_recipe(loads(text.format(seed=1)))
+    cfg = parsed.section("dlion", dlion_section("dlion"))
+    assert cfg.lr_policy == "large" and cfg.bs_policy == "static" and cfg.t_bs == 800
+    assert cfg.sites is None  # one site
+    slow = [line for line in text.splitlines() if line.startswith("slowdown")]
+    assert slow == ["slowdown = 1.0000"] + ["slowdown = 3.0000"] * 3
+    knee = dlion.recipe(PLAN, "knee-512", compute, 'dataset = "digits"\n', 0.02, 800, b0=128)
+    assert "batch_size = 128" in knee and "t_bs" not in knee and "batching = false" in knee
+    sites = loads(dlion.SITES_SPEC)
+    assert [s["hosts"][0]["cpu"] for s in sites["sites"]] == [0.7, 0.5, 0.4, 0.3]
+
+
+def dlion_section(name: str) -> type:
+    from edgetrain.gossip.exchange_checks import SECTIONS
+
+    return SECTIONS[name]
+
+
+def test_every_claim_and_section_from_literal_rows() -> None:
+    """The whole plan's claims and report text from literal rows (the full reproduction is
+    too long for the suite): R-DL-1 to R-DL-8, R-DL-8 marked as an extension."""
+
+    def rows(arms: dict[str, dict[str, object]]) -> list[dict]:
+        return [_row(a, s, **kw) for s in (1, 2) for a, kw in arms.items()]
+
+    t1 = {a: {"final_accuracy": acc, "train_s": t / 100} for a, _, acc, t in dlion.TABLE1}
+    res = {
+        "r_dl_1": rows({"dlion": {"time_to_high": 7.0}, "dlion-nobatch": {"time_to_high": 10.0}}),
+        "r_dl_2": rows({a: {"time_to_low": t} for a, t in
+                        zip(dlion.R2_ARMS, (3.0, 12.0, 11.0, 4.0, 5.0), strict=True)}),
+        "r_dl_3": rows({"dlion": {"accuracy_at_budget": 0.9, "wan_per_iteration": 10.0},
+                        "gaia": {"accuracy_at_budget": 0.7}, "ako": {"accuracy_at_budget": 0.8},
+                        "dlion-fullge": {"accuracy_at_budget": 0.9, "wan_per_iteration": 80.0}}),
+        "r_dl_4": rows(t1),
+        "r_dl_5": {"acc_1": {"64": 0.9, "128": 0.91, "256": 0.9, "512": 0.87, "1024": 0.8,
+                             "2048": 0.7},
+                   "acc_10": {"64": 0.97, "128": 0.97, "256": 0.96, "512": 0.94, "1024": 0.9,
+                              "2048": 0.85},
+                   "knee_1": 256, "knee_10": 256, "drop_10": 0.12, "n_train": 8000, "t_bs": 256},
+        "r_dl_6": rows({a: {"time_to_low": (5.0 if a.endswith("partial") else 6.0)
+                            + (2.0 if "late" in a or "none" in a else 0.0)}
+                        for a in dlion.R6_ARMS}),
+        "r_dl_7": rows({"we7-none": {"accuracy_at_budget": 0.80},
+                        "we7-all": {"accuracy_at_budget": 0.85},
+                        "we7-partial": {"accuracy_at_budget": 0.805},
+                        "we7-one-sync": {"accuracy_at_budget": 0.84},
+                        "we7-one-async": {"accuracy_at_budget": 0.86}}),
+        "r_dl_8": rows({"sel-off": {"wan_per_iteration": 100.0, "iteration_s": 0.2,
+                                    "site_sender": {"0": 0}, "site_receiver": {"0": 0}},
+                        "sel-on": {"wan_per_iteration": 40.0, "iteration_s": 0.15,
+                                   "site_sender": {"0": 60, "3": 30},
+                                   "site_receiver": {"0": 20, "3": 50}}}),
+        "pilot": {"seed": 0}, "targets": {"high": 0.9, "low": 0.8}, "testbeds": {"x": "| t |"},
+    }  # fmt: skip
+    claims = {c.id: c for c in dlion.build_claims(res, PLAN)}
+    assert list(claims) == ["R-DL-1", "R-DL-2", "R-DL-2b", "R-DL-3", "R-DL-3b", "R-DL-3c",
+                            "R-DL-4", "R-DL-5", "R-DL-6", "R-DL-7", "R-DL-8"]  # fmt: skip
+    for cid in ("R-DL-1", "R-DL-2", "R-DL-2b", "R-DL-3", "R-DL-3b", "R-DL-3c", "R-DL-4",
+                "R-DL-5", "R-DL-6", "R-DL-7"):  # fmt: skip
+        assert claims[cid].direction_agrees is True, cid
+    assert claims["R-DL-2"].ours is not None and claims["R-DL-2"].ours.median == pytest.approx(75)
+    assert claims["R-DL-4"].ours is not None and claims["R-DL-4"].ours.median == pytest.approx(2.64)
+    assert claims["R-DL-5"].ours is not None and claims["R-DL-5"].ours.median == 256
+    r8 = claims["R-DL-8"]
+    assert r8.claim.startswith("EXTENSION") and r8.direction_agrees is None
+    assert r8.ours is not None and r8.ours.median == pytest.approx(40)
+    assert r8.details["send_receive_frequency"]["0"]["send"] == pytest.approx(0.6)
+    md = dict(dlion._sections(res, PLAN))
+    assert (
+        "R-DL-5: batch threshold" in md
+        and "| 256 | 0.9000 | 0.9600 |" in md["R-DL-5: batch threshold"]
+    )
+    assert "R-DL-8 (extension): selective propagation" in md
+    assert "Testbed verification: x" in md
