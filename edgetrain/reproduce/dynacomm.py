@@ -8,8 +8,8 @@ on their own access links of one rate per batch, a parameter server on the LAN, 
 
 - R-DC1/R-DC2: sequential, lbl, ibatch (the paper's Alg. 1/2) and dynacomm, interleaved, for
   each model at 100 and 300 Mbit/s (mobilenet_v2 at 300 only), without and with an emulated
-  10 ms round trip (``[ps] hold_ms``); the local batch per model and bandwidth comes from a pilot run (seed 0,
-  reported, not reused) so that compute and communication are comparable.
+  10 ms round trip (``[ps] hold_ms``); the local batch per model and bandwidth comes from a
+  pilot run (seed 0, reported, not reused) so that compute and communication are comparable.
 - R-DC3: measured iteration time against the simulator's prediction from the same run's
   measured costs, on 0.45-core hosts and on ``dynacomm-repro-1`` (0.9 core).
 - R-DC4: under a bandwidth trace (300 -> 20 -> 300 Mbit/s), DynaComm re-planned every 20
