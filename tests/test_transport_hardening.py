@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import platform
+import socket
 from collections.abc import Iterator
 
 import numpy as np
@@ -87,9 +88,13 @@ def test_gossip_send_to_a_dead_peer_returns_false_once_its_queue_is_full(
     ctx: zmq.Context,
 ) -> None:
     node = GossipNode(ctx, 0, RUN, Traffic(), send_hwm=2)
-    dead = sockets.server(ctx, zmq.PULL)
-    endpoint = channel.bind_random(dead)
-    dead.close(0)  # the peer is gone; its endpoint stays in our peer list
+    # The peer is gone but its endpoint stays in our peer list. A plain socket that is
+    # bound and never listens holds the port, so every connect is refused. (Closing a
+    # zmq listener instead races: zmq closes it later, on its I/O thread, and a connect
+    # that lands first drains our queue into the dying socket; CI saw that once.)
+    dead = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    dead.bind(("127.0.0.1", 0))
+    endpoint = f"tcp://127.0.0.1:{dead.getsockname()[1]}"
     try:
         node.connect({1: endpoint})
         results = [node.send(1, _gossip("w0")) for _ in range(50)]
@@ -97,6 +102,7 @@ def test_gossip_send_to_a_dead_peer_returns_false_once_its_queue_is_full(
         assert node.traffic.dropped["send_queue_full"] == results.count(False)
     finally:
         node.close()
+        dead.close()
 
 
 def test_a_restarted_peer_on_the_same_endpoint_receives_again(ctx: zmq.Context) -> None:
