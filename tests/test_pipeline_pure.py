@@ -286,6 +286,7 @@ def test_the_report_tables_stages_and_fills_the_epoch_curve_from_snapshots() -> 
         "timers": {"compute_s": 6.0, "wait_s": 3.0, "replay_s": 1.0},
         "memory": {"resident_bytes": 3 * 2**20, "rss_delta_bytes": 5 * 2**20},
         "formulas": {"resident_bytes": 3 * 2**20, "paper_bound_bytes": 2 * 2**20},
+        "links": {"sent": {"act": 2**19}, "arrived": {"grad": {"rate_bps": 8e6}}},
     }  # fmt: skip
     snaps = [
         {"snap": 5, "epoch": 1, "microbatches": 5, "train_s": 1.0, "epoch_end": False,
@@ -300,6 +301,9 @@ def test_the_report_tables_stages_and_fills_the_epoch_curve_from_snapshots() -> 
     assert row["busy"] == 0.6 and row["bubble"] == 0.3
     assert row["replay_share"] == pytest.approx(0.2) and row["replay_expected"] == 2 / 3
     assert rep["epoch_accuracy"] == {"1": 0.7}
-    assert "| stage 0 | 1..3 (2) | pairs | 3 | 60% | 30% | 1.00 |" in rep["markdown"]
+    # bytes sent in all, then to the next stage and the one before; arrival rates per inbox
+    assert "| stage 0 | 1..3 (2) | pairs | 3 | 60% | 30% | 1.00 (0.50 / -) | - / 8.0 |" in (
+        rep["markdown"]
+    )
     curve = family_accuracy([Point(1, 2.0, 2.5, None, 1), Point(2, 4.0, 5.0, None, 1)], rep)
     assert [p.accuracy for p in curve] == [0.7, None]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -65,6 +65,40 @@ def to_tensor(arr: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.array(arr, copy=True))
 
 
+@dataclass
+class Arrivals:
+    """When messages arrived on one inbox and how many bytes: over the span from the first
+    arrival to the last, the bytes after the first are what the link delivered, so
+    ``bytes * 8 / span`` is its rate whenever the link was the bottleneck (and a lower bound
+    on it otherwise: a busy receiver takes messages later than they arrive)."""
+
+    messages: int = 0
+    first_s: float | None = None
+    last_s: float | None = None
+    bytes_after_first: int = 0
+
+    def add(self, at: float, nbytes: int) -> None:
+        if self.first_s is None:
+            self.first_s = at
+        else:
+            self.bytes_after_first += nbytes
+        self.last_s = at
+        self.messages += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        span = (
+            self.last_s - self.first_s
+            if self.first_s is not None and self.last_s is not None
+            else None
+        )
+        return {
+            "messages": self.messages,
+            "span_s": span,
+            "bytes_after_first": self.bytes_after_first,
+            "rate_bps": 8 * self.bytes_after_first / span if span else None,
+        }
+
+
 class Links:
     """The sockets of one stage (or replica) and the waits on them."""
 
@@ -90,6 +124,7 @@ class Links:
         self.inboxes: dict[str, zmq.SyncSocket] = {}
         self.outboxes: dict[str, zmq.SyncSocket] = {}
         self.peers: dict[str, str] = {}  # outbox name -> peer worker name
+        self.arrivals: dict[str, Arrivals] = {}  # inbox name -> what arrived on it
 
     def bind(self, name: str, host: str, announce: str | None, hwm: int, what: str) -> str:
         sock, endpoint = bind_inbox(self.ctx, self.keys, host, announce, hwm, what)
@@ -135,12 +170,15 @@ class Links:
         try:
             while True:
                 if sock.poll(POLL_MS, zmq.POLLIN):
+                    before = self.traffic.bytes_received
                     got = channel.recv(sock, self.run_id, kinds, self.traffic, flags=zmq.NOBLOCK)
                     if got is None:
                         continue
                     msg = got[1]
                     reason = accept(msg)
                     if reason is None:
+                        nbytes = self.traffic.bytes_received - before
+                        self.arrivals.setdefault(name, Arrivals()).add(time.monotonic(), nbytes)
                         return msg
                     self.traffic.drop(reason, msg.sender)
                     continue
@@ -152,6 +190,17 @@ class Links:
                     )
         finally:
             self.timers.add("wait_s", time.perf_counter() - t0)
+
+    def sent_by_outbox(self) -> dict[str, int]:
+        """Bytes sent on each outbox (to its peer)."""
+        return {name: self.traffic.bytes_sent_to.get(peer, 0) for name, peer in self.peers.items()}
+
+    def link_figures(self) -> dict[str, Any]:
+        """Bytes sent per outbox and what arrived per inbox, for the report."""
+        return {
+            "sent": self.sent_by_outbox(),
+            "arrived": {name: a.as_dict() for name, a in self.arrivals.items()},
+        }
 
     def close(self) -> None:
         for sock in self.outboxes.values():
