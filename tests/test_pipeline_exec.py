@@ -357,3 +357,27 @@ def test_the_accountant_measures_the_closed_forms_to_the_byte(extra: int) -> Non
     pd = resident("versions", 3 + extra, [UnitSize(u.params, u.pair_elems) for u in infos[:2]], 16)
     mc = resident("pairs", 3 + extra, [UnitSize(u.params, u.pair_elems) for u in infos[:2]], 16)
     assert pd > mc
+
+
+def test_resnet_runs_at_block_granularity_and_mcpipe_still_equals_pipedream() -> None:
+    """A residual block is one cut item, with one pair per inner layer call (specification
+    §5.5): mcPipe replays every convolution and BatchNorm of a block exactly."""
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    def make() -> nn.Module:
+        torch.manual_seed(3)
+        return ResNet(BasicBlock, [1, 1, 1, 1], num_classes=10)
+
+    units = build_units(make(), "resnet")
+    names = [u.name for u in units]
+    assert names == ["conv1", "bn1", "layer1.0", "layer2.0", "layer3.0", "layer4.0", "fc"]
+    block = units[3]  # a block that downsamples: conv1, bn1, conv2, bn2, downsample.0, .1
+    assert [leaf.kind for leaf in block.leaves] == ["Conv2d", "BatchNorm2d"] * 3
+    x = RNG.standard_normal((24, 3, 16, 16)).astype(np.float32)
+    y = RNG.integers(0, 10, 24).astype(np.int64)
+    bounds = [(0, 3), (3, 5), (5, 7)]
+    kw = {"microbatch": 4, "cap": 6, "hyper": Hyper(0.05), "trace": True}
+    pd = simulate.run(make, "resnet", (3, 16, 16), x, y, bounds, "pipedream", **kw)
+    mc = simulate.run(make, "resnet", (3, 16, 16), x, y, bounds, "mcpipe", **kw)
+    assert pd.trace == mc.trace and _same(pd.weights, mc.weights)
+    assert mc.modes == [["pairs"] * 3, ["pairs"] * 2, ["pairs"] * 2]
