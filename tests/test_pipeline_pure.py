@@ -302,8 +302,27 @@ def test_the_report_tables_stages_and_fills_the_epoch_curve_from_snapshots() -> 
     assert row["replay_share"] == pytest.approx(0.2) and row["replay_expected"] == 2 / 3
     assert rep["epoch_accuracy"] == {"1": 0.7}
     # bytes sent in all, then to the next stage and the one before; arrival rates per inbox
-    assert "| stage 0 | 1..3 (2) | pairs | 3 | 60% | 30% | 1.00 (0.50 / -) | - / 8.0 |" in (
-        rep["markdown"]
-    )
+    want = "| stage 0 | 1..3 (2) | pairs | 3 | 60% | 30% | 1.00 (0.50 / -) | - / 8.0 |"
+    assert want in rep["markdown"]
     curve = family_accuracy([Point(1, 2.0, 2.5, None, 1), Point(2, 4.0, 5.0, None, 1)], rep)
     assert [p.accuracy for p in curve] == [0.7, None]
+
+
+def test_the_budget_stops_after_the_epoch_the_slowest_clock_passes_it() -> None:
+    from edgetrain.pipeline.family import stop_after
+
+    reports = [{"train_clock_s": 9.0}, {"train_clock_s": 10.5}, {"train_clock_s": None}]
+    assert stop_after(10.0, reports) and not stop_after(11.0, reports)
+    assert not stop_after(None, reports) and not stop_after(1.0, [{}, {"train_clock_s": True}])
+
+
+def test_an_inbox_rate_is_what_arrived_after_the_first_message_over_the_span() -> None:
+    from edgetrain.pipeline.links import Arrivals
+
+    a = Arrivals()
+    assert a.as_dict()["rate_bps"] is None
+    for k in range(5):  # 1,000 bytes every 0.1 s: the first only opens the span
+        a.add(10.0 + 0.1 * k, 1000)
+    got = a.as_dict()
+    assert got["messages"] == 5 and got["bytes_after_first"] == 4000
+    assert got["span_s"] == pytest.approx(0.4) and got["rate_bps"] == pytest.approx(80_000)
