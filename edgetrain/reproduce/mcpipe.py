@@ -173,7 +173,7 @@ def plan_for(args: argparse.Namespace, root: Path | None) -> Plan:
     if args.quick:
         wide = Workload("digits", "mlp", MLP_WIDE)
         return Plan(
-            "quick", seeds[:1], False, wide, 20.0, 30, (2,), TECHNIQUES,
+            "quick", seeds[:1], False, wide, 20.0, 45, (2,), TECHNIQUES,
             (MemConfig(wide, (2, 2), 2, "spec", (*PIPELINES,)),),
             (("mlp", MLP_WIDE, (2, 2), 0), ("mlp", MLP_WIDE, (2, 2), 2)),
         )  # fmt: skip
