@@ -128,3 +128,32 @@ def test_a_model_that_is_not_a_chain_is_refused_in_one_line(tmp_path: Path, mode
     assert line.startswith(f"error: [model] model '{model}' cannot be cut into pipeline stages")
     assert "resnet18" in line and "vgg16" in line  # what is supported
     assert not (tmp_path / "runs").exists()
+
+
+def test_plan_takes_each_stages_memory_cap_from_the_hosts_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(
+        '[[hosts]]\naddress = "10.0.0.1"\nmemory = "64m"\n'
+        '[[hosts]]\naddress = "10.0.0.2"\nmemory = 1073741824\n'
+    )
+    recipe = str(_recipe(tmp_path, plan=None))
+    code, out, err = run_cli(
+        capsys, "plan", "--pipeline", "--recipe", recipe, "--hosts", str(hosts), "--format", "json"
+    )
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [s["cap_bytes"] for s in doc["stages"]] == [64 * 2**20, 2**30]
+    assert doc["inputs"]["hosts"] == str(hosts)
+    # a cap no cut fits under: one line naming the unit, its memory and the cap
+    hosts.write_text('[[hosts]]\naddress = "a"\nmemory = "32m"\nworkers = 2\n')
+    code, _, err = run_cli(
+        capsys, "plan", "--pipeline", "--recipe", recipe, "--hosts", str(hosts),
+        "--microbatch", "100000",
+    )  # fmt: skip
+    assert code == 2 and "Traceback" not in err
+    assert "against a cap of 32 MiB" in last_error(err), err
+    hosts.write_text('[[hosts]]\naddress = "a"\nmemory = "lots"\nworkers = 2\n')
+    code, _, err = run_cli(capsys, "plan", "--pipeline", "--recipe", recipe, "--hosts", str(hosts))
+    assert code == 2 and "memory 'lots' is not a size" in last_error(err), err
