@@ -326,3 +326,18 @@ def test_an_inbox_rate_is_what_arrived_after_the_first_message_over_the_span() -
     got = a.as_dict()
     assert got["messages"] == 5 and got["bytes_after_first"] == 4000
     assert got["span_s"] == pytest.approx(0.4) and got["rate_bps"] == pytest.approx(80_000)
+    assert got["busy_rate_bps"] is None  # no sender stamps
+
+
+def test_the_links_busy_time_is_the_union_of_each_messages_sent_to_arrived_interval() -> None:
+    from edgetrain.pipeline.links import Arrivals
+
+    a = Arrivals()
+    # two messages queued back to back (the second handed over before the first arrived), a
+    # pause, then one alone; a stamp later than the arrival (clocks apart) is not counted
+    for sent, arrived in ((0.0, 0.1), (0.05, 0.2), (1.0, 1.1), (2.0, 1.9)):
+        a.add(arrived, 1000, sent, arrived)
+    got = a.as_dict()
+    assert got["busy_s"] == pytest.approx(0.3) and got["bytes_stamped"] == 3000
+    assert got["busy_periods"] == 2 and got["idle_gaps_s"] == [pytest.approx(0.8)]
+    assert got["busy_rate_bps"] == pytest.approx(8 * 3000 / 0.3)

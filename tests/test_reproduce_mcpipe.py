@@ -109,8 +109,18 @@ def test_fits_and_link_claims() -> None:
     claim = mcpipe_claims._fits(fits)
     assert claim.direction_agrees is True and claim.ours is not None and claim.ours.median == 900
     assert "900 MiB" in claim.deviations and "equal to the unlimited run's" in claim.deviations
-    link = mcpipe_claims._link({"rate_bps": 1e7, "activations_bps": 9.4e6, "errors_bps": 1.2e7})
-    assert link.direction_agrees is True and "measuring error" in link.deviations
+    # 1 s busy at 10 Mbit/s, the 32 KiB bucket full at the start, refilled 1 ms (10 kbit) in a
+    # short gap and wholly in a long one: 10,000,000 + 262,144 + 10,000 + 262,144 bits at most
+    inbox = {"busy_s": 1.0, "idle_gaps_s": [0.001, 5.0], "bytes_stamped": 1_200_000}
+    assert mcpipe_claims.link_efficiency(inbox, 1e7, 32768) == pytest.approx(9.6e6 / 10_534_288)
+    over = {"busy_s": 1.0, "idle_gaps_s": [0.001, 5.0], "bytes_stamped": 1_400_000}
+    link = mcpipe_claims._link({"rate_bps": 1e7, "burst_bytes": 32768,
+                                "inboxes": {"activations": inbox, "errors": over}})  # fmt: skip
+    assert link.ours is not None and link.ours.min == pytest.approx(0.911, abs=1e-3)
+    assert link.direction_agrees is True and "errors, timed by" in link.deviations
+    too_much = mcpipe_claims._link({"rate_bps": 1e7, "burst_bytes": 32768,
+                                    "inboxes": {"activations": over}})  # fmt: skip
+    assert "measuring error" in too_much.deviations  # 1.06 of what tbf lets through
 
 
 def test_recipes_parse_and_hosts_files_place_the_evaluator_away_from_stage_0() -> None:
@@ -123,11 +133,13 @@ def test_recipes_parse_and_hosts_files_place_the_evaluator_away_from_stage_0() -
         RunSpec("dataparallel", 2, budget_s=90.0, snapshot_every=125),
         RunSpec("local", 1, budget_s=90.0, snapshot_every=125),
         RunSpec("mcpipe", 2, 2, (2, 2), evaluator=False, microbatches=22, epochs=1, memory=True),
+        RunSpec("pipedream", 2, 2, (3, 1), evaluator=False, heartbeat_s=10.0),
     ):
         parsed = parse_recipe(loads(recipe(w, spec, "arm").format(seed=4)))
         check_recipe(parsed)
         assert parsed.run.seed == 4 and parsed.train.technique == spec.technique
         assert parsed.model.options == MLP_WIDE and parsed.train.momentum == 0
+        assert parsed.run.heartbeat_s == (spec.heartbeat_s or 1.0)
     assert slots(RunSpec("pipedream", 3), 3) == [1, 1, 2]
     assert slots(RunSpec("local", 1), 2) == [1, 1]
     assert slots(RunSpec("mcpipe", 2, evaluator=False), 3) == [1, 1, 0]
@@ -136,3 +148,47 @@ def test_recipes_parse_and_hosts_files_place_the_evaluator_away_from_stage_0() -
     text = hosts_text(testbed, [1, 2, 0])
     hosts = loads(text)["hosts"]
     assert [(h["name"], h["workers"]) for h in hosts] == [("laptop-1", 1), ("laptop-2", 2)]
+
+
+def test_the_full_plan_cuts_vgg16_as_the_specification_does(tmp_path: Path) -> None:
+    args = type("A", (), {"seeds": 3, "smoke": False, "quick": False})()
+    p = mcpipe.plan_for(args, tmp_path)
+    assert p.seeds == (1, 2, 3) and p.topologies == (2, 3) and p.link
+    vgg = {c.key: c.split for c in p.memory if c.workload.model == "vgg16"}
+    # §7.5: by parameters N = 2 cuts after fc1, N = 3 puts the convolutions, fc1 and fc2-fc3
+    # apart; by time the fully connected layers land on the last stage
+    assert vgg["vgg16-n2-params-e0"] == (14, 2) and vgg["vgg16-n3-params-e0"] == (13, 1, 2)
+    assert vgg["vgg16-n2-time-e0"][-1] > 3 and vgg["vgg16-n3-time-e0"][-1] > 3
+    assert p.fits is not None and p.fits.key == "vgg16-n2-params-e2" and p.fits.m0 == 4
+    mlp = [c for c in p.memory if c.workload.model == "mlp"]
+    assert {(c.split, c.extra) for c in mlp} == {((2, 2), 0), ((2, 2), 1), ((2, 1, 1), 0),
+                                                 ((2, 1, 1), 1)}  # fmt: skip
+
+
+def test_vgg_and_worker_count_claims_from_literal_rows() -> None:
+    memory = []
+    # by time: conv stage 0 (mcPipe worse), FC stage 1 (m = 1, equal); by parameters: fc1 on
+    # stage 0 (1.9x), fc2-fc3 on stage 1
+    shapes = {"time": ((1e6, 0.6), (1e8, 1.0)), "params": ((1e8, 1.9), (1e6, 1.0))}
+    for partition, stages in shapes.items():
+        key = f"vgg16-n2-{partition}-e0"
+        for s, (params, ratio) in enumerate(stages):
+            pd = int(1000 * ratio)
+            memory += [
+                _mem(key, "pipedream", s, 2 - s, pd, model="vgg16", partition=partition,
+                     extra=0, params=params, stages=2),
+                _mem(key, "mcpipe", s, 2 - s, 1000, model="vgg16", partition=partition,
+                     extra=0, params=params, stages=2),
+            ]  # fmt: skip
+    by_time = mcpipe_claims._vgg(memory, "time", "M7", "-")
+    assert by_time.ours is not None and by_time.ours.median == 1.0  # the FC stage, last
+    by_params = mcpipe_claims._vgg(memory, "params", "M8", "m")
+    assert by_params.ours is not None and by_params.ours.median == pytest.approx(1.9)
+    assert by_params.direction_agrees is True
+    lost = mcpipe_claims.no_saving(memory)
+    assert ("vgg16-n2-time-e0", 0) in {(r["config"], r["stage"]) for r in lost}
+    assert "early convolutions" in next(r["why"] for r in lost if r["stage"] == 0)
+    rows = [_acc("mcpipe", 1, 2, 5.0, 40.0, 0.95), _acc("mcpipe", 1, 3, 4.0, 30.0, 0.96)]
+    three = mcpipe_claims._workers(rows, (2, 3))
+    assert three is not None and three.ours is not None and three.ours.median == 0.75
+    assert three.direction_agrees is True and mcpipe_claims._workers(rows, (2,)) is None

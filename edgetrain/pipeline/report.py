@@ -107,10 +107,21 @@ def _mib(x: Any) -> str:
     return f"{x / MiB:.2f}" if isinstance(x, (int, float)) else "-"
 
 
+def inbox_rate(arrived: Any) -> float | None:
+    """An inbox's rate in bits/s: over the link's busy time when the messages were stamped,
+    else over the span of their arrivals."""
+    if not isinstance(arrived, dict):
+        return None
+    for key in ("busy_rate_bps", "rate_bps"):
+        rate = arrived.get(key)
+        if isinstance(rate, (int, float)) and not isinstance(rate, bool):
+            return float(rate)
+    return None
+
+
 def _mbit(arrived: Any) -> str:
-    """An inbox's delivery rate over its busy span (Mbit/s), or "-"."""
-    rate = arrived.get("rate_bps") if isinstance(arrived, dict) else None
-    return f"{rate / 1e6:.1f}" if isinstance(rate, (int, float)) else "-"
+    rate = inbox_rate(arrived)
+    return f"{rate / 1e6:.1f}" if rate is not None else "-"
 
 
 def _pct(x: Any) -> str:
@@ -144,8 +155,9 @@ def render(stages: list[dict[str, Any]], curve: list[dict[str, Any]]) -> str:
         "",
         "Busy: compute (forward, replay, backward, update) over the training clock; bubble: time",
         "waiting for an activation or error; sent: all bytes, then those to the next stage",
-        "(activations) and to the one before (errors); in: what arrived per inbox over its busy",
-        "span (the link's rate when the link is the bottleneck, a lower bound otherwise).",
+        "(activations) and to the one before (errors); in: what arrived per inbox over the",
+        "link's busy time (the union of every message's sent-to-arrived interval, by the hosts'",
+        "clocks), the rate the link carried it at.",
         "",
         "Memory per stage, MiB (resident: weights + pairs + optimiser state between operations,",
         "the quantity the paper's theorem bounds; formula: the specification's general bound",

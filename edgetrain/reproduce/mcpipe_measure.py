@@ -138,6 +138,7 @@ def accuracy_row(
 
 
 def link_rate(row: Mapping[str, Any], inbox: str) -> float | None:
-    """What arrived on a stage's inbox over its busy span, in bits/s."""
-    arrived = (row.get("link_arrived") or {}).get(inbox) or {}
-    return _num(arrived.get("rate_bps"))
+    """What arrived on a stage's inbox over the link's busy time, in bits/s."""
+    from edgetrain.pipeline.report import inbox_rate
+
+    return inbox_rate((row.get("link_arrived") or {}).get(inbox))

@@ -52,6 +52,7 @@ class RunSpec:
     epochs: int = 100
     snapshot_every: int = 0
     memory: bool = False  # a memory run: fixed glibc mmap threshold
+    heartbeat_s: float | None = None  # None: the recipe's default
 
     @property
     def role(self) -> str:
@@ -92,8 +93,9 @@ def recipe(w: Workload, r: RunSpec, name: str) -> str:
         pipeline["mmap_threshold"] = MMAP_THRESHOLD
     section = "".join(f"{k} = {_toml(v)}\n" for k, v in pipeline.items())
     evaluator = '[[workers]]\nrole = "evaluator"\ncount = 1\n' if r.evaluator else ""
+    beat = f"heartbeat_s = {float(r.heartbeat_s)!r}\n" if r.heartbeat_s is not None else ""
     parts = [
-        f"[run]\nname = {_toml(name)}\nseed = \0\ncheckpoint_every = 0\n",
+        f"[run]\nname = {_toml(name)}\nseed = \0\ncheckpoint_every = 0\n{beat}",
         f"[data]\n{data_text(w)}",
         f"[model]\nname = {_toml(w.model)}\n",
         f"[model.options]\n{options}" if options else "",
