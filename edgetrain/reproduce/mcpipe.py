@@ -96,9 +96,11 @@ class MemConfig:
         return f"{self.workload.label}-n{self.stages}-{self.partition}-e{self.extra}"
 
     def run(self, technique: str) -> RunSpec:
+        # heartbeats every 5 s: a stage of VGG16 hands in up to 0.5 GB at the end, and a long
+        # transfer delays the heartbeats behind it on the host's link
         return RunSpec(
             technique, self.stages, self.extra, self.split, evaluator=False,
-            microbatches=3 * self.m0 + 10, epochs=1, memory=True,
+            microbatches=3 * self.m0 + 10, epochs=1, memory=True, heartbeat_s=5.0,
         )  # fmt: skip
 
 
