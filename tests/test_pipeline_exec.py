@@ -75,17 +75,24 @@ def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
     return set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
 
 
+PLAIN = Hyper(0.05)  # plain SGD: Linear units step through the fused addmm
+
+
 @pytest.mark.parametrize("n", [2, 3, 4])
 @pytest.mark.parametrize("extra", [0, 1])
-def test_mcpipe_uses_pipedreams_weights_per_microbatch_bit_for_bit(n: int, extra: int) -> None:
-    """T3 (and T16: momentum and weight decay replay exactly)."""
-    pd = _run("pipedream", SPLITS[n], extra=extra, trace=True)
-    mc = _run("mcpipe", SPLITS[n], extra=extra, trace=True)
+@pytest.mark.parametrize("hyper", [HYPER, PLAIN], ids=["momentum", "plain"])
+def test_mcpipe_uses_pipedreams_weights_per_microbatch_bit_for_bit(
+    n: int, extra: int, hyper: Hyper
+) -> None:
+    """T3 (and T16: momentum and weight decay replay exactly; under plain SGD the Linear
+    units' fused steps replay exactly too)."""
+    pd = _run("pipedream", SPLITS[n], extra=extra, trace=True, hyper=hyper)
+    mc = _run("mcpipe", SPLITS[n], extra=extra, trace=True, hyper=hyper)
     assert pd.trace == mc.trace  # every (stage, epoch, F/B, microbatch, unit, version, digest)
     assert len(pd.trace) == 2 * 2 * 10 * 4
     assert _same(pd.weights, mc.weights)  # weights and BatchNorm statistics
     assert all(m == ["pairs"] * len(m) for m in mc.modes)
-    greedy = _run("greedy", SPLITS[n], extra=extra)
+    greedy = _run("greedy", SPLITS[n], extra=extra, hyper=hyper)
     assert not _same(pd.weights, greedy.weights)
 
 
@@ -96,11 +103,13 @@ def test_the_interleaving_of_stages_does_not_change_the_weights() -> None:
 
 
 @pytest.mark.parametrize("technique", ["pipedream", "greedy", "mcpipe"])
-def test_a_window_of_one_equals_local_sgd(technique: str) -> None:
+@pytest.mark.parametrize("hyper", [HYPER, PLAIN], ids=["momentum", "plain"])
+def test_a_window_of_one_equals_local_sgd(technique: str, hyper: Hyper) -> None:
     """T4: stop-and-wait at every stage is model parallelism without pipelining."""
-    local = _run("local", [(0, 4)])
+    local = _run("local", [(0, 4)], hyper=hyper)
     for n in (2, 3, 4):
-        assert _same(local.weights, _run(technique, SPLITS[n], uniform=1).weights), n
+        got = _run(technique, SPLITS[n], uniform=1, hyper=hyper)
+        assert _same(local.weights, got.weights), n
 
 
 def test_the_executor_is_textbook_sgd() -> None:
@@ -357,3 +366,55 @@ def test_the_accountant_measures_the_closed_forms_to_the_byte(extra: int) -> Non
     pd = resident("versions", 3 + extra, [UnitSize(u.params, u.pair_elems) for u in infos[:2]], 16)
     mc = resident("pairs", 3 + extra, [UnitSize(u.params, u.pair_elems) for u in infos[:2]], 16)
     assert pd > mc
+
+
+def test_resnet_runs_at_block_granularity_and_mcpipe_still_equals_pipedream() -> None:
+    """A residual block is one cut item, with one pair per inner layer call (specification
+    §5.5): mcPipe replays every convolution and BatchNorm of a block exactly."""
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    def make() -> nn.Module:
+        torch.manual_seed(3)
+        return ResNet(BasicBlock, [1, 1, 1, 1], num_classes=10)
+
+    units = build_units(make(), "resnet")
+    names = [u.name for u in units]
+    assert names == ["conv1", "bn1", "layer1.0", "layer2.0", "layer3.0", "layer4.0", "fc"]
+    block = units[3]  # a block that downsamples: conv1, bn1, conv2, bn2, downsample.0, .1
+    assert [leaf.kind for leaf in block.leaves] == ["Conv2d", "BatchNorm2d"] * 3
+    x = RNG.standard_normal((24, 3, 16, 16)).astype(np.float32)
+    y = RNG.integers(0, 10, 24).astype(np.int64)
+    bounds = [(0, 3), (3, 5), (5, 7)]
+    kw = {"microbatch": 4, "cap": 6, "hyper": Hyper(0.05), "trace": True}
+    pd = simulate.run(make, "resnet", (3, 16, 16), x, y, bounds, "pipedream", **kw)
+    mc = simulate.run(make, "resnet", (3, 16, 16), x, y, bounds, "mcpipe", **kw)
+    assert pd.trace == mc.trace and _same(pd.weights, mc.weights)
+    assert mc.modes == [["pairs"] * 3, ["pairs"] * 2, ["pairs"] * 2]
+
+
+def test_the_fused_linear_step_gives_the_same_bits_in_place_and_into_a_buffer() -> None:
+    """Every store steps a Linear unit through fused_sgd (one addmm per call): PipeDream into a
+    new version's buffer, GreedyUpdates and mcPipe's folds in place, mcPipe's replays on a
+    clone. The forms agree bit for bit, and with the unfused gradient to rounding."""
+    from edgetrain.pipeline.stores import LeafCall, fusable, fused_sgd, unit_grads
+
+    unit = build_units(mlp(), "mlp")[1]
+    assert fusable(unit, Hyper(0.05)) and not fusable(unit, Hyper(0.05, momentum=0.9))
+    gen = torch.Generator().manual_seed(0)
+    calls = [
+        LeafCall(0, torch.randn(8, 48, generator=gen), torch.randn(8, 32, generator=gen))
+        for _ in range(2)
+    ]  # two calls of the layer (shared weights): stepped in turn
+    src = {n: p.detach().clone() for n, p in unit.module.named_parameters()}
+    into = fused_sgd(unit, calls, src, 0.05, {n: torch.empty_like(t) for n, t in src.items()})
+    inplace = {n: t.clone() for n, t in src.items()}
+    fused_sgd(unit, calls, inplace, 0.05)
+    assert _same(
+        {k: v.numpy() for k, v in into.items()}, {k: v.numpy() for k, v in inplace.items()}
+    )
+    grads = unit_grads(unit, calls, src)
+    for n, t in src.items():
+        torch.testing.assert_close(into[n], t - 0.05 * grads[n], rtol=1e-5, atol=1e-6)
+    untouched = fused_sgd(unit, [LeafCall(0, calls[0].x)], src, 0.05, {n: torch.empty_like(t)
+                          for n, t in src.items()})  # fmt: skip
+    assert all(torch.equal(untouched[n], src[n]) for n in src)  # no error reached it

@@ -286,6 +286,7 @@ def test_the_report_tables_stages_and_fills_the_epoch_curve_from_snapshots() -> 
         "timers": {"compute_s": 6.0, "wait_s": 3.0, "replay_s": 1.0},
         "memory": {"resident_bytes": 3 * 2**20, "rss_delta_bytes": 5 * 2**20},
         "formulas": {"resident_bytes": 3 * 2**20, "paper_bound_bytes": 2 * 2**20},
+        "links": {"sent": {"act": 2**19}, "arrived": {"grad": {"rate_bps": 8e6}}},
     }  # fmt: skip
     snaps = [
         {"snap": 5, "epoch": 1, "microbatches": 5, "train_s": 1.0, "epoch_end": False,
@@ -300,6 +301,43 @@ def test_the_report_tables_stages_and_fills_the_epoch_curve_from_snapshots() -> 
     assert row["busy"] == 0.6 and row["bubble"] == 0.3
     assert row["replay_share"] == pytest.approx(0.2) and row["replay_expected"] == 2 / 3
     assert rep["epoch_accuracy"] == {"1": 0.7}
-    assert "| stage 0 | 1..3 (2) | pairs | 3 | 60% | 30% | 1.00 |" in rep["markdown"]
+    # bytes sent in all, then to the next stage and the one before; arrival rates per inbox
+    want = "| stage 0 | 1..3 (2) | pairs | 3 | 60% | 30% | 1.00 (0.50 / -) | - / 8.0 |"
+    assert want in rep["markdown"]
     curve = family_accuracy([Point(1, 2.0, 2.5, None, 1), Point(2, 4.0, 5.0, None, 1)], rep)
     assert [p.accuracy for p in curve] == [0.7, None]
+
+
+def test_the_budget_stops_after_the_epoch_the_slowest_clock_passes_it() -> None:
+    from edgetrain.pipeline.family import stop_after
+
+    reports = [{"train_clock_s": 9.0}, {"train_clock_s": 10.5}, {"train_clock_s": None}]
+    assert stop_after(10.0, reports) and not stop_after(11.0, reports)
+    assert not stop_after(None, reports) and not stop_after(1.0, [{}, {"train_clock_s": True}])
+
+
+def test_an_inbox_rate_is_what_arrived_after_the_first_message_over_the_span() -> None:
+    from edgetrain.pipeline.links import Arrivals
+
+    a = Arrivals()
+    assert a.as_dict()["rate_bps"] is None
+    for k in range(5):  # 1,000 bytes every 0.1 s: the first only opens the span
+        a.add(10.0 + 0.1 * k, 1000)
+    got = a.as_dict()
+    assert got["messages"] == 5 and got["bytes_after_first"] == 4000
+    assert got["span_s"] == pytest.approx(0.4) and got["rate_bps"] == pytest.approx(80_000)
+    assert got["busy_rate_bps"] is None  # no sender stamps
+
+
+def test_the_links_busy_time_is_the_union_of_each_messages_sent_to_arrived_interval() -> None:
+    from edgetrain.pipeline.links import Arrivals
+
+    a = Arrivals()
+    # two messages queued back to back (the second handed over before the first arrived), a
+    # pause, then one alone; a stamp later than the arrival (clocks apart) is not counted
+    for sent, arrived in ((0.0, 0.1), (0.05, 0.2), (1.0, 1.1), (2.0, 1.9)):
+        a.add(arrived, 1000, sent, arrived)
+    got = a.as_dict()
+    assert got["busy_s"] == pytest.approx(0.3) and got["bytes_stamped"] == 3000
+    assert got["busy_periods"] == 2 and got["idle_gaps_s"] == [pytest.approx(0.8)]
+    assert got["busy_rate_bps"] == pytest.approx(8 * 3000 / 0.3)

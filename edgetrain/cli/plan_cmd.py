@@ -75,6 +75,10 @@ def plan(
     testbed: Annotated[
         Path | None, typer.Option(help="--pipeline: caps and speeds from a testbed spec's hosts.")
     ] = None,
+    hosts: Annotated[
+        Path | None,
+        typer.Option(help="--pipeline: memory caps from a hosts file's `memory`, in slot order."),
+    ] = None,
     fmt: FormatOption = OutputFormat.text,
 ) -> None:
     """Plan parameter pulls and gradient pushes: sequential, layer-by-layer, iBatch, DynaComm.
@@ -84,6 +88,7 @@ def plan(
     edgetrain plan --profile runs/r1/profiles/jetson.json --bandwidth 10mbit,100mbit,1gbit
     edgetrain plan --costs costs.json --format json
     edgetrain plan --pipeline --recipe r.toml --profile RUN/profiles/h.json --stages 3
+    edgetrain plan --pipeline --recipe r.toml --hosts hosts.toml --objective memory
     """
     if pipeline:
         from edgetrain.cli.plan_pipeline import plan_pipeline
@@ -93,8 +98,8 @@ def plan(
         plan_pipeline(
             profile=profile, recipe_path=recipe, stages=stages, objective=objective,
             technique=technique, microbatch=microbatch, window_extra=window_extra,
-            memory_cap=memory_cap, speeds=speeds, testbed=testbed, bandwidth=bandwidth,
-            run_dir=run_dir, name=_name_ok(name or "pipeline"), fmt=fmt,
+            memory_cap=memory_cap, speeds=speeds, testbed=testbed, hosts=hosts,
+            bandwidth=bandwidth, run_dir=run_dir, name=_name_ok(name or "pipeline"), fmt=fmt,
         )  # fmt: skip
         return
     from edgetrain.plan import inputs

@@ -2,8 +2,9 @@
 
 The unit table comes from the recipe's model (or the profile's), per-unit times from the
 profile (scaled to the microbatch) or, without one, from multiply-accumulates; host memory caps
-and speeds from ``--memory-cap``/``--speeds`` or a testbed spec (``--testbed``, its hosts in
-order). The exact min-max partitioner does the rest (:mod:`edgetrain.pipeline.partition`)."""
+and speeds from ``--memory-cap``/``--speeds``, a testbed spec (``--testbed``, its hosts in
+order) or a hosts file's ``memory`` (``--hosts``, the stages' slots in order). The exact
+min-max partitioner does the rest (:mod:`edgetrain.pipeline.partition`)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,18 @@ def _testbed(path: Path, n: int) -> tuple[list[int | None], list[float]]:
     return [h.memory for h in hosts[:n]], [1.0 / h.cpu for h in hosts[:n]]
 
 
+def _hosts_caps(path: Path, n: int) -> list[int | None]:
+    """The memory of the host each of the first ``n`` worker slots is on (hosts in file order,
+    ``workers`` slots each: the stages when the recipe lists them first)."""
+    from edgetrain.launch.hosts import load_hosts
+
+    cfg, _ = load_hosts(path)
+    slots = [h for h in cfg.hosts for _ in range(h.workers)]
+    if len(slots) < n:
+        raise EdgetrainError(f"hosts file {path} has {len(slots)} worker slots for {n} stages")
+    return [h.memory for h in slots[:n]]
+
+
 def _profile_times(profile: dict[str, Any], units: list[Any], microbatch: int) -> list[float]:
     """Per-unit fwd + bwd seconds from a profile's layers (matched by name), scaled from the
     profile's batch size to the microbatch."""
@@ -92,6 +105,7 @@ def plan_pipeline(
     memory_cap: str | None,
     speeds: str | None,
     testbed: Path | None,
+    hosts: Path | None,
     bandwidth: str | None,
     run_dir: Path | None,
     name: str,
@@ -149,8 +163,12 @@ def plan_pipeline(
     infos = unit_table(units, shape)
     times = _profile_times(prof, units, b) if prof is not None and prof.get("layers") else None
     caps, speed = _sizes(memory_cap, n, "--memory-cap"), _floats(speeds, n, "--speeds")
+    if testbed is not None and hosts is not None:
+        raise EdgetrainError("give --testbed SPEC or --hosts FILE, not both")
     if testbed is not None:
         caps, speed = _testbed(testbed, n)
+    if hosts is not None:
+        caps = _hosts_caps(hosts, n)
     try:
         rate = parse_bandwidth(bandwidth) if bandwidth else None
     except ValueError as exc:
@@ -167,6 +185,7 @@ def plan_pipeline(
         "profile": str(profile) if profile else None,
         "recipe": str(recipe_path) if recipe_path else None,
         "testbed": str(testbed) if testbed else None,
+        "hosts": str(hosts) if hosts else None,
     }
     doc = plan_document(infos, part, objective, setting, model_name, inputs)
     written = None

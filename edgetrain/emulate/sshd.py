@@ -1,6 +1,7 @@
 """One OpenSSH server per emulated host: its own host key and config, listening only on the
-host's address inside its namespace, started inside the host's cgroups so that every session
-(and every worker) inherits the host's CPU share."""
+host's address inside its network namespace, started inside the host's cgroups so that every
+session (and every worker) inherits the host's CPU share and memory limit, and sees the
+cgroup hierarchies (its own memory peak) as a process on a real host does."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from edgetrain.emulate import cgroups
 from edgetrain.emulate.topology import HostNode
 
 SSHD = Path("/usr/sbin/sshd")
+NETNS_DIR = Path("/run/netns")  # where `ip netns add` names its namespaces
 CLIENT_KEY = "id_ed25519"
 
 
@@ -24,6 +26,8 @@ class SshdError(RuntimeError):
 
 
 def ssh_unavailable() -> str | None:
+    if shutil.which("nsenter") is None:
+        return "`nsenter` not found; install util-linux (apt-get install util-linux)"
     for tool in ("ssh", "ssh-keygen"):
         if shutil.which(tool) is None:
             return (
@@ -75,7 +79,10 @@ def start(state: Path, testbed: str, host: HostNode, timeout: float = 20.0) -> i
     if host.memory is not None:
         groups.append(cgroups.memory_dir(testbed, host.name))
     join = "; ".join(f"echo $$ > {shlex.quote(str(g / 'cgroup.procs'))}" for g in groups)
-    argv = ["ip", "netns", "exec", host.ns, str(SSHD), "-f", str(config), "-E", str(d / "sshd.log")]
+    # Only the network namespace: `ip netns exec` would also remount /sys, which hides the
+    # cgroup hierarchies, so a worker could not read its own host's memory peak and limit.
+    argv = ["nsenter", f"--net={NETNS_DIR / host.ns}", str(SSHD), "-f", str(config)]
+    argv += ["-E", str(d / "sshd.log")]
     script = f"{join} && exec {' '.join(shlex.quote(a) for a in argv)}"
     done = subprocess.run(
         ["sh", "-c", script], capture_output=True, text=True, timeout=timeout, check=False

@@ -290,6 +290,7 @@ def hosts_toml(tb: Testbed) -> str:
                 "site": h.site,
                 "labels": list(h.labels),
                 "bind": h.address,
+                **({"memory": h.memory} if h.memory is not None else {}),
             }
             for h in tb.topo.hosts
         ],

@@ -145,6 +145,9 @@ def prepare(req: LaunchRequest) -> RunSetup:
     roles, slots = _roles_and_slots(recipe, hosts[0] if hosts else None, hosts[2] if hosts else "")
     resume = _resume_point(recipe, family, roles, resumed) if resumed is not None else None
     data = preflight(recipe)  # bad data or model: exit 2, nothing started or written
+    check_dir = getattr(family, "check_run_dir", None)  # what the run reads from its directory
+    if check_dir is not None:
+        check_dir(recipe, resumed.path if resumed is not None else req.run_dir)
     keys, keys_dir = _keys(recipe)
     opts = LaunchOptions(keys=keys, keys_dir=keys_dir)
     launcher: Launcher = LocalLauncher()

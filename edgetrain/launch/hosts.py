@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from edgetrain import tomlconfig
 from edgetrain.errors import EdgetrainError
@@ -44,6 +44,18 @@ class Host(_Model):
     # The machine `address` names (an ssh alias resolves through ~/.ssh/config): what peers
     # and the coordinator reach. Default: what `ssh -G` says, at launch.
     hostname: str | None = None
+    # The host's memory in bytes (or "2g", "512m"): a cap planners respect
+    # (`edgetrain plan --pipeline --hosts`); launch itself does not enforce it.
+    memory: int | None = Field(None, ge=1)
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _size(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            from edgetrain.emulate.spec import parse_size
+
+            return parse_size(v)
+        return v
 
     @property
     def reach(self) -> str:

@@ -62,13 +62,17 @@ def resident(
     return total * FLOAT
 
 
-def transient(store: str, units: Sequence[UnitSize], momentum: bool = False) -> int:
+def transient(
+    store: str, units: Sequence[UnitSize], momentum: bool = False, fused: bool = False
+) -> int:
     """The largest temporary on top of the resident bytes during an operation (unchunked
-    kernels): a weight-gradient, and for mcPipe the weight being replayed (and its momentum)."""
+    kernels): a weight-gradient (none for ``fused`` Linear steps under plain SGD), and for
+    mcPipe the weight being replayed (and its momentum)."""
     biggest = max((u.params for u in units), default=0)
+    grad = 0 if fused else biggest
     if store in ("pairs", "auto"):
-        return (2 + int(momentum)) * biggest * FLOAT
-    return biggest * FLOAT
+        return (1 + int(momentum)) * biggest * FLOAT + grad * FLOAT
+    return grad * FLOAT
 
 
 def paper_bound(omega: int, n: int, m: int) -> float:

@@ -44,6 +44,11 @@ class PipelineSection(BaseModel):
     mmap_threshold: int | None = Field(None, ge=4096)
     # Seconds a stage waits for one activation or error before naming the stage it waits on.
     recv_timeout_s: float = Field(300.0, gt=0)
+    # A training-time budget in seconds (None: train every epoch of [train] epochs): once the
+    # training clock passes it, a pipeline (and Local) stops at the end of that epoch, and
+    # data-parallel replicas stop after that step (they agree on it in their gradient
+    # exchange), so arms with different speeds can be compared over the same time.
+    budget_s: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _check(self) -> PipelineSection:

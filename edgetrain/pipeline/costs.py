@@ -98,7 +98,8 @@ def estimate(infos: Sequence[UnitInfo], lo: int, hi: int, s: int, st: Setting) -
     if hi < len(infos) and st.bandwidth:
         comm = 2 * st.microbatch * part[-1].out_elems * bounds.FLOAT / st.bandwidth
     res = bounds.resident(store, m, sizes, st.microbatch, st.momentum)
-    trans = bounds.transient(store, sizes, st.momentum)
+    linear = all(lf.kind == "Linear" for u in part for lf in u.leaves)
+    trans = bounds.transient(store, sizes, st.momentum, fused=linear and not st.momentum)
     acts = m * st.microbatch * bounds.FLOAT * sum(u.in_elems + u.pair_elems for u in part)
     return StageEstimate(compute, comm, res, trans, acts, sum(u.params for u in part), m)
 

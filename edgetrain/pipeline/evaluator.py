@@ -5,8 +5,9 @@ While the stages train it only receives: each part is checked (a stage's own uni
 model's names and shapes, float32) and written to a scratch directory on its host, so it holds
 no snapshot in memory and takes no CPU from training. After the drain it waits for every part
 the stages reported sending, then loads each complete snapshot into the recipe's model and
-scores it on the test split. The scores (with each snapshot's training time) go out with its
-final report; the family's report turns them into the accuracy curve.
+scores it on the test split (with the snapshot's ``sha256``, so two runs' snapshots after the
+same microbatches can be compared bit for bit). The scores (with each snapshot's training
+time) go out with its final report; the family's report turns them into the accuracy curve.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from edgetrain.runtime.base import Final, Ready, WorkerContext
 from edgetrain.runtime.session import Session
 from edgetrain.runtime.setup import build_run_model, load_run_data
 from edgetrain.runtime.trainer import evaluate
+from edgetrain.runtime.weights import model_sha256
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +181,7 @@ class Evaluator:
                 "complete": complete,
                 "test_accuracy": None,
                 "test_loss": None,
+                "sha256": None,
             }
             if complete:
                 arrays: dict[str, np.ndarray] = {}
@@ -189,6 +192,6 @@ class Evaluator:
                     {k: torch.from_numpy(v) for k, v in arrays.items()}, strict=False
                 )
                 acc, loss = evaluate(self.model, x, y)
-                row.update(test_accuracy=acc, test_loss=loss)
+                row.update(test_accuracy=acc, test_loss=loss, sha256=model_sha256(arrays))
             out.append(row)
         return out

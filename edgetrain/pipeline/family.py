@@ -11,13 +11,14 @@ labels travel with the activations to the last stage.
 
 The partition comes from a plan file (``[pipeline] plan``), an explicit ``split``, or the exact
 min-max partitioner at launch (``objective``), and reaches every process in its ``start``
-directive with the number of microbatches per epoch.
+directive with the number of microbatches per epoch. With a time budget (``[pipeline]
+budget_s``) the barrier after the epoch that passes it tells every process to stop there.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -200,6 +201,15 @@ def choose_bounds(recipe: Recipe, run_dir: Path) -> tuple[list[tuple[int, int]],
     return list(part.bounds), {"source": "partitioner", "objective": cfg.objective}
 
 
+def stop_after(budget: float | None, reports: Iterable[Mapping[str, Any]]) -> bool:
+    """Has the slowest training clock of an epoch's reports passed the budget? Pure."""
+    if budget is None:
+        return False
+    clocks = [r.get("train_clock_s") for r in reports]
+    seen = [float(c) for c in clocks if isinstance(c, (int, float)) and not isinstance(c, bool)]
+    return bool(seen) and max(seen) >= budget
+
+
 class PipelineController:
     """At start: the partition and the microbatches per epoch; at drain: how many snapshot
     parts the evaluator must wait for."""
@@ -208,6 +218,7 @@ class PipelineController:
         self.roles = list(roles)
         cfg = recipe.section("pipeline", PipelineSection)
         self.cap = cfg.microbatches
+        self.budget = cfg.budget_s
         self.microbatch = microbatch_of(recipe)
         if recipe.train.technique == "dataparallel":
             self.bounds: list[tuple[int, int]] = []
@@ -231,6 +242,9 @@ class PipelineController:
         return Decision({i: dict(directive) for i in ready})
 
     def on_barrier(self, epoch: int, reports: Mapping[int, Mapping[str, Any]]) -> Decision:
+        """Past the time budget: every training process stops after this epoch."""
+        if stop_after(self.budget, reports.values()):
+            return Decision({i: {"stop": True} for i in reports})
         return Decision()
 
     def on_drain(self, done: Mapping[int, Mapping[str, Any]]) -> Decision:
@@ -248,6 +262,20 @@ class PipelineFamily:
 
     def check(self, recipe: Recipe) -> None:
         check_recipe(recipe)
+
+    def check_run_dir(self, recipe: Recipe, run_dir: Path | None) -> None:
+        """A ``[pipeline] plan`` must be readable and fit the model before the run starts
+        (``run_dir`` None: the launch makes a new directory, which holds no plan)."""
+        cfg = recipe.section("pipeline", PipelineSection)
+        if cfg.plan is None or recipe.train.technique == "dataparallel":
+            return
+        if run_dir is None:
+            raise RecipeError(
+                f"[pipeline] plan = {cfg.plan!r} is read from the run directory, and this "
+                "launch would make a new one",
+                "launch with --run-dir RUN, the directory `edgetrain plan --pipeline` wrote to",
+            )
+        choose_bounds(recipe, run_dir)
 
     def policy(self, recipe: Recipe) -> CoordinationPolicy:
         return CoordinationPolicy(

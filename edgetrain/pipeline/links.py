@@ -8,9 +8,10 @@ and names what it waited on when it gives up."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -65,6 +66,69 @@ def to_tensor(arr: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.array(arr, copy=True))
 
 
+@dataclass
+class Arrivals:
+    """What arrived on one inbox, and when.
+
+    Two rates: over the span from the first arrival to the last (the bytes after the first),
+    which is the link's rate only while the link never waits on the schedule; and over the
+    link's busy time, the union of every message's [sent, arrived] interval (the sender stamps
+    ``sent_at`` with its wall clock), which counts a message queued behind another from when it
+    was handed to the link. The second needs the hosts' clocks to agree (one machine's clock on
+    an emulated testbed); a stamp that is not a number, or later than the arrival, is ignored."""
+
+    messages: int = 0
+    first_s: float | None = None
+    last_s: float | None = None
+    bytes_after_first: int = 0
+    bytes_stamped: int = 0
+    busy_s: float = 0.0
+    periods: int = 0  # busy intervals
+    gaps: list[float] = field(default_factory=list)  # idle time between them (a rate
+    # limiter's bucket refills meanwhile)
+    _open: tuple[float, float] | None = None  # the busy interval still growing
+
+    def add(self, at: float, nbytes: int, sent_at: float | None = None, now: float = 0.0) -> None:
+        """A message of ``nbytes`` taken at monotonic time ``at``; ``sent_at`` (the sender's
+        wall clock) and ``now`` (ours) place it on the link."""
+        if self.first_s is None:
+            self.first_s = at
+        else:
+            self.bytes_after_first += nbytes
+        self.last_s = at
+        self.messages += 1
+        if sent_at is None or not math.isfinite(sent_at) or sent_at > now:
+            return
+        self.bytes_stamped += nbytes
+        if self._open is not None and sent_at <= self._open[1]:
+            self._open = (self._open[0], max(self._open[1], now))
+            return
+        if self._open is not None:
+            self.busy_s += self._open[1] - self._open[0]
+            self.gaps.append(sent_at - self._open[1])
+        self._open = (sent_at, now)
+        self.periods += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        span = (
+            self.last_s - self.first_s
+            if self.first_s is not None and self.last_s is not None
+            else None
+        )
+        busy = self.busy_s + (self._open[1] - self._open[0] if self._open is not None else 0.0)
+        return {
+            "messages": self.messages,
+            "span_s": span,
+            "bytes_after_first": self.bytes_after_first,
+            "rate_bps": 8 * self.bytes_after_first / span if span else None,
+            "busy_s": busy,
+            "busy_periods": self.periods,
+            "idle_gaps_s": [round(g, 6) for g in self.gaps],
+            "bytes_stamped": self.bytes_stamped,
+            "busy_rate_bps": 8 * self.bytes_stamped / busy if busy > 0 else None,
+        }
+
+
 class Links:
     """The sockets of one stage (or replica) and the waits on them."""
 
@@ -90,6 +154,7 @@ class Links:
         self.inboxes: dict[str, zmq.SyncSocket] = {}
         self.outboxes: dict[str, zmq.SyncSocket] = {}
         self.peers: dict[str, str] = {}  # outbox name -> peer worker name
+        self.arrivals: dict[str, Arrivals] = {}  # inbox name -> what arrived on it
 
     def bind(self, name: str, host: str, announce: str | None, hwm: int, what: str) -> str:
         sock, endpoint = bind_inbox(self.ctx, self.keys, host, announce, hwm, what)
@@ -109,7 +174,8 @@ class Links:
         epoch: int = 0,
         step: int = 0,
     ) -> None:
-        msg = Message(kind, self.name, self.run_id, step, epoch, dict(meta), tensors)
+        stamped = {**meta, "sent_at": time.time()}  # when it was handed to the link
+        msg = Message(kind, self.name, self.run_id, step, epoch, stamped, tensors)
         t0 = time.perf_counter()
         try:
             channel.send(self.outboxes[name], msg, self.traffic, peer=self.peers[name])
@@ -135,12 +201,23 @@ class Links:
         try:
             while True:
                 if sock.poll(POLL_MS, zmq.POLLIN):
+                    before = self.traffic.bytes_received
                     got = channel.recv(sock, self.run_id, kinds, self.traffic, flags=zmq.NOBLOCK)
                     if got is None:
                         continue
                     msg = got[1]
                     reason = accept(msg)
                     if reason is None:
+                        nbytes = self.traffic.bytes_received - before
+                        sent = msg.meta.get("sent_at")
+                        stamp = (
+                            float(sent)
+                            if isinstance(sent, (int, float)) and not isinstance(sent, bool)
+                            else None
+                        )
+                        self.arrivals.setdefault(name, Arrivals()).add(
+                            time.monotonic(), nbytes, stamp, time.time()
+                        )
                         return msg
                     self.traffic.drop(reason, msg.sender)
                     continue
@@ -152,6 +229,17 @@ class Links:
                     )
         finally:
             self.timers.add("wait_s", time.perf_counter() - t0)
+
+    def sent_by_outbox(self) -> dict[str, int]:
+        """Bytes sent on each outbox (to its peer)."""
+        return {name: self.traffic.bytes_sent_to.get(peer, 0) for name, peer in self.peers.items()}
+
+    def link_figures(self) -> dict[str, Any]:
+        """Bytes sent per outbox and what arrived per inbox, for the report."""
+        return {
+            "sent": self.sent_by_outbox(),
+            "arrived": {name: a.as_dict() for name, a in self.arrivals.items()},
+        }
 
     def close(self) -> None:
         for sock in self.outboxes.values():

@@ -124,9 +124,13 @@ class ReplicaRunner:
         accounting.reset_cgroup_peak(self.cgroup)
         self.clock = 0.0
         steps = 0
+        last = recipe.train.epochs
         for epoch in range(ctx.start_epoch, recipe.train.epochs + 1):
-            steps = self._epoch(session, epoch, steps)
-        session.done({"snapshot_parts": self.snap_parts}, recipe.train.epochs, steps)
+            steps, stop = self._epoch(session, epoch, steps)
+            if stop:  # the time budget is spent
+                last = epoch
+                break
+        session.done({"snapshot_parts": self.snap_parts}, last, steps)
         meta = {"role": str(ctx.role), "replica": self.r, "version": self.stage.store.latest}
         return Final(HandIn(stage_state(self.stage), meta), {**self._metrics(), "steps": steps})
 
@@ -136,7 +140,9 @@ class ReplicaRunner:
 
     # ------------------------------------------------------------------ one epoch
 
-    def _epoch(self, session: Session, epoch: int, steps: int) -> int:
+    def _epoch(self, session: Session, epoch: int, steps: int) -> tuple[int, bool]:
+        """One epoch's steps (fewer once the time budget is spent: every replica stops after
+        the same step); the steps so far, and whether to stop."""
         recipe = self.ctx.recipe
         started = time.monotonic()
         snap_before = self.snap_s
@@ -144,7 +150,9 @@ class ReplicaRunner:
             self.samples, self.b, recipe.run.seed, epoch, self.cfg.microbatches
         )
         losses: list[float] = []
-        correct = seen = 0
+        correct = seen = done = 0
+        over = False
+        budget = self.cfg.budget_s
         for j, full in enumerate(batches):
             session.poll()
             idx = torch.from_numpy(feed.replica_slice(full, self.r, self.R))
@@ -169,11 +177,15 @@ class ReplicaRunner:
                 ]
             micro.calls = []
             store.release(micro.version)
-            total = self._allreduce(epoch, steps + j + 1, grads)
+            clock = self.clock + time.monotonic() - started - (self.snap_s - snap_before)
+            mine = budget is not None and clock >= budget
+            total, over = self._allreduce(epoch, steps + j + 1, grads, mine)
             store.apply_grads(total)
             ex.sample()
-            session.progress(epoch, j + 1, steps + j + 1, loss=loss)
-            absorbed = (epoch - 1) * self.m + j + 1
+            done = j + 1
+            session.progress(epoch, done, steps + done, loss=loss)
+            absorbed = (epoch - 1) * self.m + done
+            end = done == len(batches) or over
             if (
                 self.r == 0
                 and self._snapshots()
@@ -183,12 +195,14 @@ class ReplicaRunner:
                 self.clock_now = (
                     self.clock + time.monotonic() - started - (self.snap_s - snap_before)
                 )
-                self._snapshot(epoch, absorbed, j == len(batches) - 1)
+                self._snapshot(epoch, absorbed, end)
+            if over:
+                break
         epoch_s = time.monotonic() - started - (self.snap_s - snap_before)
         self.clock += epoch_s
-        steps += len(batches)
+        steps += done
         t0 = time.monotonic()
-        absorbed = epoch * self.m
+        absorbed = (epoch - 1) * self.m + done
         every = self.cfg.snapshot_every
         if self.r == 0 and self._snapshots() and not (every and absorbed % every == 0):
             self.clock_now = self.clock
@@ -197,7 +211,7 @@ class ReplicaRunner:
             **self._metrics(),
             "loss": sum(losses) / len(losses) if losses else None,
             "train_accuracy": correct / seen if seen else None,
-            "epoch_steps": len(batches),
+            "epoch_steps": done,
             "steps": steps,
             "epoch_s": epoch_s,
             "eval_s": time.monotonic() - t0,
@@ -208,25 +222,25 @@ class ReplicaRunner:
             meta = {"role": str(self.ctx.role), "replica": self.r,
                     "version": self.stage.store.latest}  # fmt: skip
             session.checkpoint(epoch, steps, HandIn(weights, meta))
-        session.end_epoch(epoch, steps, metrics, last=epoch == recipe.train.epochs)
-        return steps
+        go = session.end_epoch(epoch, steps, metrics, last=epoch == recipe.train.epochs)
+        return steps, over or bool(go.get("stop"))
 
     def _allreduce(
-        self, epoch: int, step: int, grads: list[dict[str, torch.Tensor]]
-    ) -> list[dict[str, torch.Tensor]]:
-        """Every replica's gradients, summed in replica order, over R."""
+        self, epoch: int, step: int, grads: list[dict[str, torch.Tensor]], over: bool
+    ) -> tuple[list[dict[str, torch.Tensor]], bool]:
+        """Every replica's gradients, summed in replica order, over R; and whether any replica
+        has spent the time budget (``over``: this one), the same answer at every replica."""
         if self.R == 1:
-            return grads
+            return grads, over
         assert self.links is not None
         units = self.stage.units
         mine = {
             unit.state_name(k): g.numpy() for unit, gs in zip(units, grads, strict=True)
             for k, g in gs.items()
         }  # fmt: skip
+        meta = {"epoch": epoch, "step": step, "over": over}
         for r in sorted(self.peers):
-            self.links.send(
-                f"to{r}", messages.DP_GRAD, {"epoch": epoch, "step": step}, mine, epoch, step
-            )
+            self.links.send(f"to{r}", messages.DP_GRAD, meta, mine, epoch, step)
         got: dict[int, Message] = {}
         names = {v: k for k, v in self.peers.items()}
         while len(got) < len(self.peers):
@@ -262,7 +276,7 @@ class ReplicaRunner:
                     assert total is not None
                     summed[k] = total.div_(self.R)
                 out.append(summed)
-        return out
+        return out, over or any(m.meta.get("over") is True for m in got.values())
 
     # ------------------------------------------------------------------ snapshots, reports
 
@@ -312,5 +326,6 @@ class ReplicaRunner:
             },
             "train_clock_s": self.clock,
             "snapshot_parts": self.snap_parts,
+            "links": self.links.link_figures() if self.links is not None else {},
             **self.ctx.traffic.as_dict(),
         }

@@ -40,11 +40,15 @@ def stage_row(worker: int, row: Mapping[str, Any]) -> dict[str, Any]:
         "units": row.get("units", []),
         "store_modes": row.get("store_modes", []),
         "m": m,
+        "updates": row.get("version"),
         "busy": _ratio(t.get("compute_s"), clock),
         "bubble": _ratio(t.get("wait_s"), clock),
         "bytes_sent": row.get("bytes_sent"),
+        "link_sent": (row.get("links") or {}).get("sent", {}),
+        "link_arrived": (row.get("links") or {}).get("arrived", {}),
         "send_s": t.get("send_s"),
         "replay_s": t.get("replay_s"),
+        "compute_s": t.get("compute_s"),
         "replay_share": _ratio(
             t.get("replay_s"), (t.get("compute_s") or 0) - (t.get("replay_s") or 0)
         ),
@@ -63,7 +67,10 @@ def snapshot_curve(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     snaps = final.get("snapshots") if final else None
     if not isinstance(snaps, list):
         return []
-    keep = ("snap", "epoch", "microbatches", "train_s", "epoch_end", "test_accuracy", "test_loss")
+    keep = (
+        "snap", "epoch", "microbatches", "train_s", "epoch_end", "test_accuracy", "test_loss",
+        "sha256",
+    )  # fmt: skip
     return [{k: s.get(k) for k in keep} for s in snaps if isinstance(s, dict)]
 
 
@@ -100,6 +107,23 @@ def _mib(x: Any) -> str:
     return f"{x / MiB:.2f}" if isinstance(x, (int, float)) else "-"
 
 
+def inbox_rate(arrived: Any) -> float | None:
+    """An inbox's rate in bits/s: over the link's busy time when the messages were stamped,
+    else over the span of their arrivals."""
+    if not isinstance(arrived, dict):
+        return None
+    for key in ("busy_rate_bps", "rate_bps"):
+        rate = arrived.get(key)
+        if isinstance(rate, (int, float)) and not isinstance(rate, bool):
+            return float(rate)
+    return None
+
+
+def _mbit(arrived: Any) -> str:
+    rate = inbox_rate(arrived)
+    return f"{rate / 1e6:.1f}" if rate is not None else "-"
+
+
 def _pct(x: Any) -> str:
     return f"{100 * x:.0f}%" if isinstance(x, (int, float)) else "-"
 
@@ -108,9 +132,9 @@ def render(stages: list[dict[str, Any]], curve: list[dict[str, Any]]) -> str:
     lines = [
         "## Pipeline stages",
         "",
-        "| stage | units | store | m | busy | bubble | sent MiB | replay s | replay/compute "
-        "(w/3) |",
-        "|---:|---|---|---:|---:|---:|---:|---:|---:|",
+        "| stage | units | store | m | busy | bubble | sent MiB (act / err) | in Mbit/s "
+        "(act / err) | replay s | replay/compute (w/3) |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in stages:
         units = s["units"]
@@ -119,16 +143,26 @@ def render(stages: list[dict[str, Any]], curve: list[dict[str, Any]]) -> str:
         share = s["replay_share"]
         exp = s["replay_expected"]
         replay = f"{share:.2f} ({exp:.2f})" if share is not None and exp is not None else "-"
+        sent, arrived = s.get("link_sent") or {}, s.get("link_arrived") or {}
+        links = f"{_mib(sent.get('act'))} / {_mib(sent.get('grad'))}"
+        rates = f"{_mbit(arrived.get('act'))} / {_mbit(arrived.get('grad'))}"
         lines.append(
             f"| {s['role']} {s['index']} | {span} ({len(units)}) | {modes} | {s['m'] or '-'} | "
-            f"{_pct(s['busy'])} | {_pct(s['bubble'])} | {_mib(s['bytes_sent'])} | "
-            f"{(s['replay_s'] or 0):.2f} | {replay} |"
+            f"{_pct(s['busy'])} | {_pct(s['bubble'])} | {_mib(s['bytes_sent'])} ({links}) | "
+            f"{rates} | {(s['replay_s'] or 0):.2f} | {replay} |"
         )
     lines += [
         "",
+        "Busy: compute (forward, replay, backward, update) over the training clock; bubble: time",
+        "waiting for an activation or error; sent: all bytes, then those to the next stage",
+        "(activations) and to the one before (errors); in: what arrived per inbox over the",
+        "link's busy time (the union of every message's sent-to-arrived interval, by the hosts'",
+        "clocks), the rate the link carried it at.",
+        "",
         "Memory per stage, MiB (resident: weights + pairs + optimiser state between operations,",
-        "the quantity the paper's theorem bounds; transient: plus the largest temporary; RSS over",
-        "the process's baseline after set-up; cgroup: the emulated host's peak):",
+        "the quantity the paper's theorem bounds; formula: the specification's general bound",
+        "for this store; transient: plus the largest temporary; RSS over the process's baseline",
+        "after set-up; cgroup: the emulated host's peak):",
         "",
         "| stage | resident | formula | paper bound | transient | activations | RSS delta | "
         "cgroup peak |",

@@ -128,10 +128,13 @@ class StageRunner:
         accounting.reset_cgroup_peak(self.cgroup)
         self.clock = 0.0
         steps = 0
-        epochs = recipe.train.epochs
+        epochs = last = recipe.train.epochs
         for epoch in range(ctx.start_epoch, epochs + 1):
-            steps = self._epoch(session, epoch, steps)
-        session.done({"snapshot_parts": self.snap_parts}, epochs, steps)
+            steps, stop = self._epoch(session, epoch, steps)
+            if stop:  # the time budget is spent
+                last = epoch
+                break
+        session.done({"snapshot_parts": self.snap_parts}, last, steps)
         weights = stage_state(self.stage)
         meta = self._handin_meta()
         metrics = {**self._metrics(final=True), "steps": steps}
@@ -196,7 +199,8 @@ class StageRunner:
 
     # ------------------------------------------------------------------ one epoch
 
-    def _epoch(self, session: Session, epoch: int, steps: int) -> int:
+    def _epoch(self, session: Session, epoch: int, steps: int) -> tuple[int, bool]:
+        """One epoch's operations; the steps so far, and whether the coordinator said stop."""
         ctx = self.ctx
         cfg = self.cfg
         started = time.monotonic()
@@ -248,8 +252,8 @@ class StageRunner:
         }
         if session.checkpoint_due(epoch):
             session.checkpoint(epoch, steps, self._checkpoint())
-        session.end_epoch(epoch, steps, metrics, last=epoch == ctx.recipe.train.epochs)
-        return steps
+        go = session.end_epoch(epoch, steps, metrics, last=epoch == ctx.recipe.train.epochs)
+        return steps, bool(go.get("stop"))
 
     def _forward(self, epoch: int, j: int, batches: list[np.ndarray]) -> None:
         assert self.links is not None
@@ -371,6 +375,7 @@ class StageRunner:
             },
             "train_clock_s": self.clock,
             "snapshot_parts": self.snap_parts,
+            "links": self.links.link_figures() if self.links is not None else {},
             **self.ctx.traffic.as_dict(),
         }
         return out

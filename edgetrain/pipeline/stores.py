@@ -16,8 +16,12 @@ One stage store serves every schedule; per unit it keeps its weights one of thre
   the microbatch being back-propagated always used the base itself. After each backward the
   updates no in-flight microbatch needs are folded into the base and their pairs freed.
 
-Every update goes through :func:`~edgetrain.pipeline.kernels.apply_update` on gradients from the
-same function, so ``pairs`` reproduces ``versions`` bit for bit.
+Every update of a unit goes through one function: :func:`fused_sgd` for a unit of Linear
+layers under plain SGD (the weight-gradient GEMM and the step in one ``addmm``, with no gradient
+tensor to allocate: replaying a pending update costs about one weight gradient), else
+:func:`~edgetrain.pipeline.kernels.apply_update` on gradients from the shared
+:func:`~edgetrain.pipeline.kernels.weight_grad`; so ``pairs`` reproduces ``versions`` bit for
+bit.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 
 from edgetrain.pipeline.accounting import Accountant, Timers, storage_bytes
 from edgetrain.pipeline.chain import Unit
@@ -78,6 +83,55 @@ def unit_grads(unit: Unit, calls: Sequence[LeafCall], weights: Mapping[str, torc
         if name not in grads:
             grads[name] = torch.zeros_like(w)
     return grads
+
+
+def fusable(unit: Unit, hyper: Hyper) -> bool:
+    """Can the unit's plain SGD step go through :func:`fused_sgd` (every layer a Linear, no
+    momentum, no weight decay)?"""
+    plain = not hyper.momentum and not hyper.weight_decay
+    return plain and bool(unit.leaves) and all(type(lf.module) is nn.Linear for lf in unit.leaves)
+
+
+@torch.no_grad()
+def fused_sgd(
+    unit: Unit,
+    calls: Sequence[LeafCall],
+    src: Mapping[str, torch.Tensor],
+    lr: float,
+    out: Mapping[str, torch.Tensor] | None = None,
+) -> Weights:
+    """``src - lr * dW`` for a unit of Linear layers, one ``addmm`` per layer call (the
+    weight-gradient GEMM and the step in one kernel, no gradient tensor), into ``out`` (None:
+    ``src`` in place), calls in call order. In place and into ``out`` give the same bits, so
+    every store that steps through here (PipeDream's new version, GreedyUpdates' copy, mcPipe's
+    replay and fold) computes the same weights."""
+    dst = dict(src) if out is None else dict(out)
+    done: set[str] = set()  # names already stepped into dst (a later call steps dst again)
+    for call in calls:
+        if call.delta is None:
+            continue
+        leaf = unit.leaves[call.leaf]
+        d2 = call.delta.reshape(-1, call.delta.shape[-1])
+        x2 = call.x.reshape(-1, call.x.shape[-1])
+        wname = _join(leaf.local, "weight")
+        base = dst[wname] if wname in done else src[wname]
+        if dst[wname] is base:
+            base.addmm_(d2.t(), x2, alpha=-lr)
+        else:
+            torch.addmm(base, d2.t(), x2, alpha=-lr, out=dst[wname])
+        done.add(wname)
+        bname = _join(leaf.local, "bias")
+        if bname in src:
+            base = dst[bname] if bname in done else src[bname]
+            if dst[bname] is base:
+                base.add_(d2.sum(0), alpha=-lr)
+            else:
+                torch.add(base, d2.sum(0), alpha=-lr, out=dst[bname])
+            done.add(bname)
+    for name, t in src.items():  # a layer no call reached: unchanged
+        if name not in done and dst[name] is not t:
+            dst[name].copy_(t)
+    return dst
 
 
 def _nbytes(ts: Iterable[torch.Tensor]) -> int:
@@ -146,6 +200,7 @@ class StageStore:
         self.in_flight: Counter[int] = Counter()
         self.pending: list[_Pending] = []
         self.state: list[_UnitState] = []
+        self.fused = [fusable(unit, hyper) for unit in self.units]
         for u, (weights, mode) in enumerate(zip(init, modes, strict=True)):
             w = {n: t.detach().clone().contiguous() for n, t in weights.items()}
             buf = None
@@ -207,8 +262,7 @@ class StageStore:
                     self._step_versions(u, v, calls[u], needed)
                 elif st.mode == "latest":
                     w = st.versions[self.latest]
-                    g = self._grads(u, calls[u], w)
-                    self._apply(w, g, lr, st.momentum)
+                    self._step(u, calls[u], w, w, lr, st.momentum)
                     st.versions = {self.latest + 1: w}
             if "pairs" in self.modes:
                 self._pairs_update(lr, calls, needed)
@@ -235,6 +289,25 @@ class StageStore:
         self.latest += 1
 
     # ------------------------------------------------------------------ helpers
+
+    def _step(
+        self,
+        u: int,
+        calls: Sequence[LeafCall],
+        at: Mapping[str, torch.Tensor],
+        src: Weights,
+        lr: float,
+        buf: Weights | None,
+        out: Weights | None = None,
+    ) -> Weights:
+        """Unit ``u``'s ``src`` stepped by its calls' gradients (taken at weights ``at``, which
+        only the generic fallback reads) into ``out`` (None: in place): fused for Linear units
+        under plain SGD, else the shared weight gradient and :func:`apply_update`."""
+        if self.fused[u]:
+            return fused_sgd(self.units[u], calls, src, lr, out)
+        g = self._grads(u, calls, at)
+        with self.acc.hold(_nbytes(g.values())):
+            return self._apply(src, g, lr, buf, out)
 
     def _grads(self, u: int, calls: Sequence[LeafCall], w: Mapping[str, torch.Tensor]) -> Grads:
         with self.acc.hold(_nbytes(w.values())):
@@ -265,21 +338,20 @@ class StageStore:
     def _step_versions(self, u: int, v: int, calls: Sequence[LeafCall], needed: set[int]) -> None:
         st = self.state[u]
         newest = st.versions[self.latest]
-        g = self._grads(u, calls, st.versions[v])
-        with self.acc.hold(_nbytes(g.values())):
-            if self.latest not in needed:  # nobody reads the newest: step it in place
-                self._apply(newest, g, self.hyper.lr, st.momentum)
-                del st.versions[self.latest]
-                st.versions[self.latest + 1] = newest
-            else:  # a new version, in the buffer of one nobody needs if there is one
-                free = [k for k in st.versions if k not in needed and k != self.latest]
-                out = st.versions.pop(free[0]) if free else None
-                if out is None:
-                    out = {n: torch.empty_like(t) for n, t in newest.items()}
-                with self.acc.hold(_nbytes(out.values()) if not free else 0):
-                    st.versions[self.latest + 1] = self._apply(
-                        newest, g, self.hyper.lr, st.momentum, out
-                    )
+        at, lr = st.versions[v], self.hyper.lr
+        if self.latest not in needed:  # nobody reads the newest: step it in place
+            self._step(u, calls, at, newest, lr, st.momentum)
+            del st.versions[self.latest]
+            st.versions[self.latest + 1] = newest
+        else:  # a new version, in the buffer of one nobody needs if there is one
+            free = [k for k in st.versions if k not in needed and k != self.latest]
+            out = st.versions.pop(free[0]) if free else None
+            if out is None:
+                out = {n: torch.empty_like(t) for n, t in newest.items()}
+            with self.acc.hold(_nbytes(out.values()) if not free else 0):
+                st.versions[self.latest + 1] = self._step(
+                    u, calls, at, newest, lr, st.momentum, out
+                )
         for k in [k for k in st.versions if k not in needed and k != self.latest + 1]:
             del st.versions[k]
 
@@ -300,9 +372,7 @@ class StageStore:
         for u, calls in entry.calls.items():
             st = self.state[u]
             base = st.versions.pop(self.base)
-            g = self._grads(u, calls, base)
-            with self.acc.hold(_nbytes(g.values())):
-                self._apply(base, g, entry.lr, st.momentum)
+            self._step(u, calls, base, base, entry.lr, st.momentum)
             st.versions[self.base + 1] = base
         self.base += 1
 
@@ -315,9 +385,7 @@ class StageStore:
         size = _nbytes(w.values()) + (_nbytes(buf.values()) if buf is not None else 0)
         with self.acc.hold(size):
             for entry in self.pending[: v - self.base]:
-                g = self._grads(u, entry.calls[u], w)
-                with self.acc.hold(_nbytes(g.values())):
-                    self._apply(w, g, entry.lr, buf)
+                self._step(u, entry.calls[u], w, w, entry.lr, buf)
         return w
 
     # ------------------------------------------------------------------ whole state

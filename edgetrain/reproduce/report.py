@@ -74,7 +74,7 @@ def _fmt(x: Any, unit: str = "") -> str:
     if x is None:
         return "-"
     text = str(x)
-    if isinstance(x, str) and unit and text.endswith(unit):  # a paper value that says its unit
+    if isinstance(x, str):  # a paper value in words ("< 1", "almost identical") has no unit
         return text
     if isinstance(x, float):
         text = f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"

@@ -169,6 +169,10 @@ class Family(Protocol):
     # Optional, looked up with getattr by the report:
     #   report(manifest, worker_rows: {id: [rows]}, coordinator_rows) -> dict | None
     # adds a family's own figures (and a "markdown" section) to report/summary.{json,md}.
+    # Optional, looked up with getattr by launch before the run directory is written:
+    #   check_run_dir(recipe, run_dir: Path | None) -> None
+    # refuses (RecipeError) what the run would read from its directory (a plan file) and
+    # cannot; ``run_dir`` is None when the launch makes a new directory.
 
     def artifacts(self, event: Event) -> dict[str, Any]:
         """Files to write into the run directory for an event, ``{relative path: JSON}`` (a

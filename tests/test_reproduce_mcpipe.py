@@ -1,0 +1,194 @@
+"""The mcPipe reproduction: its whole path at smoke size (real runs, interleaved, resumable,
+into paper-vs-edgetrain.{md,json} of the shared shape), its claims from literal rows, and the
+recipes and hosts files it writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgetrain.reproduce import mcpipe, mcpipe_claims
+from edgetrain.reproduce.mcpipe_recipes import (
+    MLP_WIDE,
+    RunSpec,
+    Workload,
+    hosts_text,
+    recipe,
+    slots,
+)
+from edgetrain.tomlconfig import loads
+
+
+@pytest.mark.timeout(400)
+def test_smoke_reproduction_writes_the_report_and_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert mcpipe.main(["--smoke", "--out", str(out), "--format", "json"]) == 0
+    doc = json.loads((out / "paper-vs-edgetrain.json").read_text())
+    assert doc["paper"] == "mcpipe"
+    claims = {c["id"]: c for c in doc["claims"]}
+    assert {"R-MP-0a", "R-MP-0b", "R-MP-2a", "R-MP-M1", "R-MP-M2", "R-MP-G2"} <= set(claims)
+    for claim in doc["claims"]:
+        assert set(claim) >= {
+            "id", "claim", "paper_value", "ours", "unit", "seeds", "direction_agrees",
+            "deviations",
+        }  # fmt: skip
+    # mcPipe equals PipeDream per microbatch in one process, the launched run equals the
+    # simulator, and the two arms' snapshots after the same microbatches are bit-identical
+    assert claims["R-MP-0a"]["direction_agrees"] and claims["R-MP-0b"]["direction_agrees"]
+    assert claims["R-MP-2a"]["ours"]["min"] == 1.0
+    # the accountant measures the general bound to the byte, and at a window of 4 stage 0 of
+    # the MLP holds well under PipeDream's versions with the same final weights
+    assert claims["R-MP-M2"]["ours"] == {"median": 1.0, "min": 1.0, "max": 1.0}
+    assert claims["R-MP-M1"]["direction_agrees"] is True
+    assert claims["R-MP-M1"]["ours"]["median"] >= 2.5
+    results = doc["results"]
+    assert results["pilot"]["seed"] == 0 and results["targets"]["late"] > 0  # fixed by the pilot
+    assert [(r["arm"], r["seed"]) for r in doc["runs"]] == [("pipedream", 1), ("mcpipe", 1)]
+    md = (out / "paper-vs-edgetrain.md").read_text()
+    assert "| R-MP-M1 |" in md and "## Memory per stage" in md and "## Pilot" in md
+    # resumable: a second pass finds every run done and launches nothing
+    mtimes = {p: p.stat().st_mtime for p in (out / "runs").glob("*/report/summary.json")}
+    assert len(mtimes) == 5  # two memory runs, the pilot, two arms
+    assert mcpipe.main(["--smoke", "--out", str(out), "--format", "json"]) == 0
+    assert {p: p.stat().st_mtime for p in mtimes} == mtimes
+
+
+def _acc(arm: str, seed: int, n: int, early: float | None, late: float | None, at: float) -> dict:
+    return {"arm": arm, "seed": seed, "topology": n, "time_to_early": early, "time_to_late": late,
+            "at_budget": at, "final_train_s": 95.0, "curve": [], "stages": []}  # fmt: skip
+
+
+def test_accuracy_claims_from_literal_rows() -> None:
+    rows = [
+        _acc("local", 1, 2, 10.0, None, 0.90), _acc("dataparallel", 1, 2, 30.0, None, 0.85),
+        _acc("pipedream", 1, 2, 4.0, 40.0, 0.95), _acc("greedy", 1, 2, 3.0, None, 0.93),
+        _acc("mcpipe", 1, 2, 5.0, 50.0, 0.94),
+    ]  # fmt: skip
+    early = mcpipe_claims._greedy_early(rows, 2)
+    assert early.ours is not None and early.ours.median == pytest.approx(0.75)
+    assert early.direction_agrees is True
+    late = mcpipe_claims._greedy_late(rows, 2)
+    assert late.ours is not None and late.ours.median == pytest.approx(2.0)
+    behind = mcpipe_claims._behind(rows, 2, 90.0)
+    # neither Local nor data parallelism reached the target: counted with their 95 s
+    assert behind.ours is not None and behind.ours.median == pytest.approx(95.0 / 50.0)
+    assert behind.direction_agrees is True and "lower bound" in behind.deviations
+
+
+def _mem(config: str, technique: str, index: int, m: int, resident: int, **kw: object) -> dict:
+    base = {"config": config, "technique": technique, "index": index, "m": m,
+            "resident": resident, "formula": resident, "model": "mlp-2048", "stages": 3,
+            "extra": 1, "partition": "spec", "units": ["1"], "params": 1000,
+            "model_sha256": "a", "paper_bound": 1200, "transient": resident,
+            "rss_delta": resident}  # fmt: skip
+    return {**base, **kw}
+
+
+def test_memory_claims_and_where_mcpipe_does_not_save() -> None:
+    memory = [
+        _mem("c", "pipedream", 0, 4, 16000), _mem("c", "mcpipe", 0, 4, 5000),
+        _mem("c", "pipedream", 2, 2, 8000), _mem("c", "mcpipe", 2, 2, 10000),
+        _mem("c", "pipedream", 3, 1, 4000), _mem("c", "mcpipe", 3, 1, 4000, formula=3000),
+    ]  # fmt: skip
+    goal = mcpipe_claims._memory_goal(memory)
+    assert goal.ours is not None and goal.ours.median == pytest.approx(3.2)
+    assert goal.direction_agrees is True
+    lost = mcpipe_claims.no_saving(memory)
+    assert [(r["stage"], "pairs outweigh" in r["why"]) for r in lost] == [(2, True), (3, False)]
+    bound = mcpipe_claims._general_bound(memory)
+    assert "measuring error" in bound.deviations  # 4000 measured over a 3000-byte formula
+
+
+def test_fits_and_link_claims() -> None:
+    fits = {"limit_bytes": 900 * 2**20, "peaks": {"pipedream": 2**30, "mcpipe": 700 * 2**20},
+            "pipedream": {"status": "failed", "oom_kills": 1, "error": "lost stage 0"},
+            "mcpipe": {"status": "completed", "model_sha256": "s"},
+            "unlimited_mcpipe_sha256": "s"}  # fmt: skip
+    claim = mcpipe_claims._fits(fits)
+    assert claim.direction_agrees is True and claim.ours is not None and claim.ours.median == 900
+    assert "900 MiB" in claim.deviations and "equal to the unlimited run's" in claim.deviations
+    # 1 s busy at 10 Mbit/s, the 32 KiB bucket full at the start, refilled 1 ms (10 kbit) in a
+    # short gap and wholly in a long one: 10,000,000 + 262,144 + 10,000 + 262,144 bits at most
+    inbox = {"busy_s": 1.0, "idle_gaps_s": [0.001, 5.0], "bytes_stamped": 1_200_000}
+    assert mcpipe_claims.link_efficiency(inbox, 1e7, 32768) == pytest.approx(9.6e6 / 10_534_288)
+    over = {"busy_s": 1.0, "idle_gaps_s": [0.001, 5.0], "bytes_stamped": 1_400_000}
+    link = mcpipe_claims._link({"rate_bps": 1e7, "burst_bytes": 32768,
+                                "inboxes": {"activations": inbox, "errors": over}})  # fmt: skip
+    assert link.ours is not None and link.ours.min == pytest.approx(0.911, abs=1e-3)
+    assert link.direction_agrees is True and "errors, timed by" in link.deviations
+    too_much = mcpipe_claims._link({"rate_bps": 1e7, "burst_bytes": 32768,
+                                    "inboxes": {"activations": over}})  # fmt: skip
+    assert "measuring error" in too_much.deviations  # 1.06 of what tbf lets through
+
+
+def test_recipes_parse_and_hosts_files_place_the_evaluator_away_from_stage_0() -> None:
+    from edgetrain.pipeline.family import check_recipe
+    from edgetrain.recipe import parse_recipe
+
+    w = Workload("digits", "mlp", MLP_WIDE)
+    for spec in (
+        RunSpec("pipedream", 3, 1, (1, 1, 2), budget_s=90.0, snapshot_every=125),
+        RunSpec("dataparallel", 2, budget_s=90.0, snapshot_every=125),
+        RunSpec("local", 1, budget_s=90.0, snapshot_every=125),
+        RunSpec("mcpipe", 2, 2, (2, 2), evaluator=False, microbatches=22, epochs=1, memory=True),
+        RunSpec("pipedream", 2, 2, (3, 1), evaluator=False, heartbeat_s=10.0),
+    ):
+        parsed = parse_recipe(loads(recipe(w, spec, "arm").format(seed=4)))
+        check_recipe(parsed)
+        assert parsed.run.seed == 4 and parsed.train.technique == spec.technique
+        assert parsed.model.options == MLP_WIDE and parsed.train.momentum == 0
+        assert parsed.run.heartbeat_s == (spec.heartbeat_s or 1.0)
+    assert slots(RunSpec("pipedream", 3), 3) == [1, 1, 2]
+    assert slots(RunSpec("local", 1), 2) == [1, 1]
+    assert slots(RunSpec("mcpipe", 2, evaluator=False), 3) == [1, 1, 0]
+    testbed = {"python": "/p", "hosts": [{"address": f"10.0.0.{k}", "name": f"laptop-{k}"}
+                                          for k in (1, 2, 3)]}  # fmt: skip
+    text = hosts_text(testbed, [1, 2, 0])
+    hosts = loads(text)["hosts"]
+    assert [(h["name"], h["workers"]) for h in hosts] == [("laptop-1", 1), ("laptop-2", 2)]
+
+
+def test_the_full_plan_cuts_vgg16_as_the_specification_does(tmp_path: Path) -> None:
+    args = type("A", (), {"seeds": 3, "smoke": False, "quick": False})()
+    p = mcpipe.plan_for(args, tmp_path)
+    assert p.seeds == (1, 2, 3) and p.topologies == (2, 3) and p.link
+    vgg = {c.key: c.split for c in p.memory if c.workload.model == "vgg16"}
+    # §7.5: by parameters N = 2 cuts after fc1, N = 3 puts the convolutions, fc1 and fc2-fc3
+    # apart; by time the fully connected layers land on the last stage
+    assert vgg["vgg16-n2-params-e0"] == (14, 2) and vgg["vgg16-n3-params-e0"] == (13, 1, 2)
+    assert vgg["vgg16-n2-time-e0"][-1] > 3 and vgg["vgg16-n3-time-e0"][-1] > 3
+    assert p.fits is not None and p.fits.key == "vgg16-n2-params-e2" and p.fits.m0 == 4
+    mlp = [c for c in p.memory if c.workload.model == "mlp"]
+    assert {(c.split, c.extra) for c in mlp} == {((2, 2), 0), ((2, 2), 1), ((2, 1, 1), 0),
+                                                 ((2, 1, 1), 1)}  # fmt: skip
+
+
+def test_vgg_and_worker_count_claims_from_literal_rows() -> None:
+    memory = []
+    # by time: conv stage 0 (mcPipe worse), FC stage 1 (m = 1, equal); by parameters: fc1 on
+    # stage 0 (1.9x), fc2-fc3 on stage 1
+    shapes = {"time": ((1e6, 0.6), (1e8, 1.0)), "params": ((1e8, 1.9), (1e6, 1.0))}
+    for partition, stages in shapes.items():
+        key = f"vgg16-n2-{partition}-e0"
+        for s, (params, ratio) in enumerate(stages):
+            pd = int(1000 * ratio)
+            memory += [
+                _mem(key, "pipedream", s, 2 - s, pd, model="vgg16", partition=partition,
+                     extra=0, params=params, stages=2),
+                _mem(key, "mcpipe", s, 2 - s, 1000, model="vgg16", partition=partition,
+                     extra=0, params=params, stages=2),
+            ]  # fmt: skip
+    by_time = mcpipe_claims._vgg(memory, "time", "M7", "-")
+    assert by_time.ours is not None and by_time.ours.median == 1.0  # the FC stage, last
+    by_params = mcpipe_claims._vgg(memory, "params", "M8", "m")
+    assert by_params.ours is not None and by_params.ours.median == pytest.approx(1.9)
+    assert by_params.direction_agrees is True
+    lost = mcpipe_claims.no_saving(memory)
+    assert ("vgg16-n2-time-e0", 0) in {(r["config"], r["stage"]) for r in lost}
+    assert "early convolutions" in next(r["why"] for r in lost if r["stage"] == 0)
+    rows = [_acc("mcpipe", 1, 2, 5.0, 40.0, 0.95), _acc("mcpipe", 1, 3, 4.0, 30.0, 0.96)]
+    three = mcpipe_claims._workers(rows, (2, 3))
+    assert three is not None and three.ours is not None and three.ours.median == 0.75
+    assert three.direction_agrees is True and mcpipe_claims._workers(rows, (2,)) is None
