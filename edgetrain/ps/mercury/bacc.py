@@ -138,12 +138,14 @@ class Protocol:
         """What T2 should do now."""
         if self.stopped:
             return Action(STOP)
-        if self.refresh and self.iteration >= 0 and not self.refreshing:
+        if self.refreshing or self.swapping:  # T2 is busy with one already
+            return Action(WAIT)
+        if self.refresh and self.iteration >= 0:
             if self.anytime and (self.agg is not None or self.done_samples == 0):
                 return Action(REFRESH, self.iteration)
             if not self.anytime and self.done_samples < self.target:
                 return Action(REFRESH, self.iteration)
-        if self.swap_work and not self.held and not self.swapping:
+        if self.swap_work and not self.held:
             if self.pause_swaps and self.agg is None:
                 return Action(SWAP)
             if not self.pause_swaps and self.slot_left > 0 and self.refresh_satisfied():

@@ -48,6 +48,7 @@ from edgetrain.ps.mercury.sampling import (
     Sampler,
     all_inclusive,
     default_beta,
+    uniform_batch,
 )
 from edgetrain.runtime.base import Final, Ready, Runner, WorkerContext
 from edgetrain.runtime.epochs import run_epochs
@@ -302,10 +303,7 @@ class MercuryDevice:
         cfg, n = self.cfg, self.cache.size
         rng = np.random.default_rng([self.seed, _SALT_DRAW, self.me, t])
         if cfg.sampling == "uniform":
-            per_epoch = max(1, n // self.batch)
-            epoch, pos = divmod(t, per_epoch)
-            order = np.random.default_rng([self.seed, _SALT_EPOCH, self.me, epoch]).permutation(n)
-            return order[pos * self.batch : (pos + 1) * self.batch], np.ones(self.batch)
+            return uniform_batch(n, self.batch, t, [self.seed, _SALT_EPOCH, self.me])
         if cfg.sampling == "all":
             return all_inclusive(self.cache.importance, self.batch, cfg.smoothing, rng)
         beta = self._beta()
@@ -397,12 +395,10 @@ class MercuryDevice:
         answer = net.swap(peer, plan.round, seq, tensors)
         got = len(answer.tensors["y"])
         with self._lock:
-            if got < len(slots):
-                plan.give_back(peer, len(slots) - got)
-                plan.close(peer)
-                self._busy.difference_update(int(s) for s in slots[got:])
+            kept = plan.settle(peer, slots, got)
+            self._busy.difference_update(int(s) for s in slots[got:])
             if got:
-                self._placements.append(self._placement(slots[:got], answer.tensors, got))
+                self._placements.append(self._placement(kept, answer.tensors, got))
             self.reshard_stats["answered"] += got
             left = any(plan.remaining(j) > 0 for j in self._initiates())
             if not left:
@@ -432,12 +428,10 @@ class MercuryDevice:
         r, asked = int(msg.meta["round"]), len(msg.tensors["y"])
         with self._lock:
             plan = self._plan
-            if plan is None or plan.round < r:
+            slots = plan.answer(peer, r, asked) if plan is not None else None
+            if slots is None:
                 return None
-            give = 0 if plan.round > r else min(asked, plan.remaining(peer))
-            slots = plan.take(peer, give) if give else np.zeros(0, dtype=np.int64)
-            if plan.round == r and give < asked:
-                plan.close(peer)
+            give = len(slots)
             self._busy.update(int(s) for s in slots)
             if give:
                 self._placements.append(self._placement(slots, msg.tensors, give))

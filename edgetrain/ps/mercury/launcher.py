@@ -19,7 +19,7 @@ import numpy as np
 from edgetrain.comm.control import CoordinationPolicy, Decision, HandIn, Role
 from edgetrain.errors import RecipeError
 from edgetrain.ps.mercury.config import MercurySection, Settings, conflicts, settings
-from edgetrain.ps.mercury.shards import diverged
+from edgetrain.ps.mercury.shards import diverged, naming
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.base import FinalModel, HandInError
 from edgetrain.runtime.weights import OPTIM_PREFIX
@@ -67,8 +67,7 @@ def _hash_halt(when: str, hashes: Mapping[int, Any]) -> str | None:
     bad = diverged(got)
     if not bad:
         return None
-    who = ", ".join(f"device {d}" for d in bad)
-    return f"replicas diverged {when}: {who} hold other weights than device {min(got)}"
+    return f"replicas diverged {when}: {naming(bad)} other weights than device {min(got)}"
 
 
 class MercuryController:
@@ -118,8 +117,9 @@ def final_model(handins: Mapping[int, HandIn], roles: Sequence[Role]) -> FinalMo
     hashes = {d: str(handins[i].meta.get("weights_hash")) for d, i in devices.items()}
     bad = diverged(hashes)
     if bad:
-        who = ", ".join(f"device {d}" for d in bad)
-        raise HandInError(f"replicas diverged by the end: {who} hold other weights than device 0")
+        raise HandInError(
+            f"replicas diverged by the end: {naming(bad)} other weights than device 0"
+        )
     first = handins[devices[min(devices)]]
     weights: dict[str, np.ndarray] = {
         k: v

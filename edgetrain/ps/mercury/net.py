@@ -36,7 +36,7 @@ from edgetrain.comm.security import CurveKeys
 from edgetrain.comm.wire import Message
 from edgetrain.errors import RunError
 from edgetrain.ps.mercury import messages
-from edgetrain.ps.mercury.shards import Averager, diverged
+from edgetrain.ps.mercury.shards import Averager, diverged, naming
 
 log = logging.getLogger(__name__)
 
@@ -310,9 +310,8 @@ class Net(threading.Thread):
             self.stats.hash_checks += 1
             bad = diverged(got)
             if bad:
-                who = ", ".join(f"device {d}" for d in bad)
                 self.error = (
-                    f"replicas diverged at iteration {t}: {who} hold other weights than "
+                    f"replicas diverged at iteration {t}: {naming(bad)} other weights than "
                     f"device {min(got)} (hash {got[min(got)]})"
                 )
 

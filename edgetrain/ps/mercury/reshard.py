@@ -136,6 +136,26 @@ class RoundPlan:
     def close(self, peer: int) -> None:
         self.closed.add(peer)
 
+    def answer(self, peer: int, round_: int, asked: int) -> np.ndarray | None:
+        """The answering side of a chunk of ``asked`` samples from ``peer`` for ``round_``:
+        as many of its own slots for the pair (fewer once the list is used up, which ends the
+        pair; none for an older round). None: that round is not planned here yet."""
+        if self.round < round_:
+            return None
+        give = 0 if self.round > round_ else min(asked, self.remaining(peer))
+        slots = self.take(peer, give)
+        if self.round == round_ and give < asked:
+            self.close(peer)
+        return slots
+
+    def settle(self, peer: int, sent: np.ndarray, answered: int) -> np.ndarray:
+        """The sending side once ``peer`` answered ``answered`` of the ``sent`` slots: the
+        slots whose samples were exchanged (the rest stay; fewer ends the pair)."""
+        if answered < len(sent):
+            self.give_back(peer, len(sent) - answered)
+            self.close(peer)
+        return sent[:answered]
+
     @property
     def offered(self) -> int:
         return sum(len(v) for v in self.lists.values())

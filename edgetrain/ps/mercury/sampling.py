@@ -207,16 +207,11 @@ def all_inclusive(
     return idx, 1.0 / (len(q) * q[idx])
 
 
-class UniformEpochs:
-    """Standard sampling: a shuffled local epoch, minibatches without replacement, weight 1."""
-
-    def __init__(self, n: int, rng: np.random.Generator) -> None:
-        self.n = n
-        self.rng = rng
-        self._order = np.zeros(0, dtype=np.int64)
-
-    def draw(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
-        if len(self._order) < batch:  # a new local epoch (its tail too short for a batch)
-            self._order = self.rng.permutation(self.n)
-        idx, self._order = self._order[:batch], self._order[batch:]
-        return idx, np.ones(batch)
+def uniform_batch(n: int, batch: int, t: int, seed: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Standard sampling (weight 1): iteration ``t``'s minibatch of shuffled local epochs of
+    ``n // batch`` minibatches, without replacement within an epoch. Stateless: the epoch's
+    order comes from ``seed`` and the epoch number, so a resumed run draws the same."""
+    per_epoch = max(1, n // batch)
+    epoch, pos = divmod(t, per_epoch)
+    order = np.random.default_rng([*seed, epoch]).permutation(n)
+    return order[pos * batch : (pos + 1) * batch], np.ones(batch)

@@ -87,3 +87,10 @@ def diverged(hashes: dict[int, str]) -> list[int]:
         return []
     ref = hashes[min(hashes)]
     return sorted(d for d, h in hashes.items() if h != ref)
+
+
+def naming(devices: list[int]) -> str:
+    """``device 2 holds`` / ``devices 1, 3 hold``: the subject of a divergence message."""
+    if len(devices) == 1:
+        return f"device {devices[0]} holds"
+    return f"devices {', '.join(str(d) for d in devices)} hold"
