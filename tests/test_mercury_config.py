@@ -12,6 +12,7 @@ from edgetrain import techniques, tomlconfig
 from edgetrain.errors import RecipeError
 from edgetrain.launch.api import load_checked_recipe
 from edgetrain.ps.mercury.config import MercurySection, settings
+from edgetrain.recipe import parse_recipe
 from tests.helpers.cli import run_cli
 
 
@@ -61,7 +62,8 @@ def write(tmp_path: Path, body: str) -> Path:
     ("body", "expected"),
     [
         (
-            "technique = 'mercury'\n[mercury]\nfederated = true\nresharding = 'aware'\n[[workers]]\n",
+            "technique = 'mercury'\n[mercury]\nfederated = true\nresharding = 'aware'\n"
+            "[[workers]]\n",
             "federated = true keeps data on its device",
         ),
         (
@@ -75,7 +77,8 @@ def write(tmp_path: Path, body: str) -> Path:
             "resharding = 'aware' draws by the group-wise importance cache",
         ),
         (
-            "technique = 'multips-sgd'\n[mercury]\nsampling = 'groupwise'\n[[workers]]\ncount = 2\n",
+            "technique = 'multips-sgd'\n[mercury]\nsampling = 'groupwise'\n"
+            "[[workers]]\ncount = 2\n",
             "sampling = 'groupwise' does not fit technique 'multips-sgd'",
         ),
         (
@@ -106,8 +109,10 @@ def test_bad_mercury_recipes_are_one_line(tmp_path, capsys, body: str, expected:
 
 
 def test_a_good_recipe_loads() -> None:
-    body = "[train]\nfamily = 'ps'\ntechnique = 'mercury'\n[mercury]\nbeta = 0.1\n[[workers]]\ncount = 4\n"
-    from edgetrain.recipe import parse_recipe
+    body = (
+        "[train]\nfamily = 'ps'\ntechnique = 'mercury'\n[mercury]\nbeta = 0.1\n"
+        "[[workers]]\ncount = 4\n"
+    )
 
     recipe = parse_recipe(tomlconfig.loads(body))
     assert recipe.section("mercury", MercurySection).beta == 0.1
