@@ -119,17 +119,46 @@ FAMILIES["ps"] = FamilySpec(
     roles=("trainer", "server"),
     default_role="trainer",
     data_roles=("trainer",),
-    sections={"ps": "edgetrain.ps.config:PsSection"},
+    sections={
+        "ps": "edgetrain.ps.config:PsSection",
+        "mercury": "edgetrain.ps.mercury.config:MercurySection",
+    },
     techniques={
-        name: TechniqueSpec(
-            name, "edgetrain.ps.scheduled:make_runner", ("trainer", "server"), ("ps",), summary
-        )
-        for name, summary in (
-            ("sequential", "parameter server: pull everything, compute, push everything"),
-            ("lbl", "parameter server: every layer its own pull and push (Poseidon, WFBP)"),
-            ("ibatch", "parameter server: iBatch's greedy forward segments, pushes layer by layer"),
-            ("dynacomm", "parameter server: DynaComm's optimal segments, re-planned every epoch"),
-        )
+        **{
+            name: TechniqueSpec(
+                name, "edgetrain.ps.scheduled:make_runner", ("trainer", "server"), ("ps",), summary
+            )
+            for name, summary in (
+                ("sequential", "parameter server: pull everything, compute, push everything"),
+                ("lbl", "parameter server: every layer its own pull and push (Poseidon, WFBP)"),
+                (
+                    "ibatch",
+                    "parameter server: iBatch's greedy forward segments, pushes layer by layer",
+                ),
+                (
+                    "dynacomm",
+                    "parameter server: DynaComm's optimal segments, re-planned every epoch",
+                ),
+            )
+        },
+        # Mercury: every process is a device, role "trainer", that also serves one shard of
+        # the flat parameter vector from its own process (no "server" processes).
+        "mercury": TechniqueSpec(
+            "mercury",
+            "edgetrain.ps.mercury.device:make_runner",
+            ("trainer",),
+            ("mercury",),
+            "Mercury: every trainer also a shard server; group-wise importance sampling, "
+            "importance-aware resharding, BACC scheduler",
+        ),
+        "multips-sgd": TechniqueSpec(
+            "multips-sgd",
+            "edgetrain.ps.mercury.device:make_runner",
+            ("trainer",),
+            ("mercury",),
+            "standard distributed SGD on Mercury's multi-server layout: uniform sampling, "
+            "every trainer a shard server (Mercury's baseline)",
+        ),
     },
     summary="parameter-server shards hold the model; trainers pull weights and push gradients",
     placement={"server": "ps"},

@@ -1,0 +1,193 @@
+"""Mercury's recipe section, ``[mercury]`` (torch-free), and the settings a technique runs with.
+
+Every parameter the paper leaves unset is a field here with the specification's default
+(shared/specs/ps.md §2.3.3, §2.4, §2.5, §4 items 17-24): the number of fixed groups D, the
+slots d, beta, the smoothing lambda, the initial importance, the loss mode, the resharding
+cadence and budget. :func:`settings` resolves the defaults that depend on the technique
+(``mercury`` or its baseline ``multips-sgd``) and refuses combinations that cannot run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from edgetrain.errors import RecipeError
+
+MERCURY = "mercury"
+BASELINE = "multips-sgd"
+TECHNIQUES = (MERCURY, BASELINE)
+
+Sampling = Literal["groupwise", "uniform", "all"]
+Resharding = Literal["aware", "agnostic", "random", "none"]
+Scheduler = Literal["bacc", "sequential", "agnostic"]
+GroupSize = Literal["anytime", "predict", "fixed"]
+
+
+class MercurySection(BaseModel):
+    """``[mercury]``: sampling, resharding and scheduling of a Mercury run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    # groupwise: the paper's group-wise importance sampling; uniform: shuffled local epochs
+    # (standard distributed SGD); all: every sample re-scored every iteration (All-IS).
+    sampling: Sampling = "groupwise"
+    # exact: the specification's exactly unbiased weight (§2.3.4); paper: the plain p/q of
+    # [MC §4.1], biased when beta > 0 (kept to show the bias).
+    weights: Literal["exact", "paper"] = "exact"
+    slots: int = Field(2, ge=1)  # d: groups drawn per iteration (i.i.d., with replacement)
+    beta: float | None = Field(None, ge=0)  # freshness; None: 1 / D_eff (D_eff = N / mean G)
+    smoothing: float = Field(0.5, ge=0)  # lambda: q ~ I + lambda * (group's mean I)
+    initial_importance: float = Field(1.0, gt=0)  # I of a sample never refreshed
+    # auto: eval mode without BatchNorm/Dropout, else train mode with BN buffers restored
+    loss_mode: Literal["auto", "eval", "train"] = "auto"
+    # anytime: refresh while the aggregation lasts (BACC); predict: G_t from the measured
+    # aggregation time and forward rate; fixed: G = ceil(N / groups). None: the scheduler's
+    # own (bacc: anytime; sequential and agnostic: fixed).
+    group_size: GroupSize | None = None
+    groups: int = Field(10, ge=1)  # D, for a fixed group size
+    refresh_chunk: int = Field(32, ge=1)  # c: samples scored per forward pass
+    # bacc: two threads (refresh during aggregation, resharding during compute, paused at
+    # aggregation); sequential: one thread, reshard piece -> refresh -> sample -> compute ->
+    # aggregate; agnostic: two threads with a fixed G and a fixed resharding slot.
+    scheduler: Scheduler = "bacc"
+    reshard_slot_ms: float = Field(50.0, gt=0)  # agnostic: resharding time per iteration
+    # aware: N_o samples by importance, cohort by cohort; agnostic: N_p at random; random:
+    # N_o at random (the control the paper lacks); none. None: aware (mercury, not
+    # federated), else none.
+    resharding: Resharding | None = None
+    federated: bool = False  # data never leaves a device: no resharding
+    reshard_fraction: float = Field(0.5, gt=0, lt=1)  # rho: N_p = rho * N_k per round
+    # N_o as a fraction of N_p, or "bandwidth": what fits the round's compute windows at the
+    # measured link rate, min(N_p, bw * T_cp * iterations / sample bytes)
+    reshard_budget: float | Literal["bandwidth"] = "bandwidth"
+    reshard_every: int | None = Field(None, ge=1)  # iterations per round; None: a local epoch
+    chunk_bytes: int = Field(65536, ge=1024, le=16 * 2**20)  # one mc.swap at most
+    optimizer: Literal["adam", "sgd"] = "adam"  # every device steps it on the averaged gradient
+    epoch_iterations: int | None = Field(None, ge=1)  # None: a local epoch (min N_k / batch)
+    stop_accuracy: float | None = Field(None, gt=0, le=1)  # stop once device 0 reaches it
+    hash_every: int = Field(100, ge=1)  # iterations between replica hash checks
+    reply_timeout_s: float = Field(120.0, gt=0)
+    # R-M7: iterations at which device 0 scores a fixed subset (t, t+1, t+10)
+    premise_probe: list[int] = Field(default_factory=list)
+    premise_samples: int = Field(500, ge=10)
+
+    @model_validator(mode="after")
+    def _check(self) -> MercurySection:
+        if isinstance(self.reshard_budget, float) and not 0 < self.reshard_budget <= 1:
+            raise ValueError("reshard_budget must be in (0, 1] (a fraction of N_p) or 'bandwidth'")
+        if self.federated and self.resharding not in (None, "none"):
+            raise ValueError(
+                f"federated = true keeps data on its device: resharding = '{self.resharding}' "
+                "cannot run (leave resharding out or set it to 'none')"
+            )
+        if self.scheduler != "bacc" and self.group_size in ("anytime", "predict"):
+            raise ValueError(
+                f"group_size = '{self.group_size}' needs the BACC threads; scheduler = "
+                f"'{self.scheduler}' refreshes a fixed group (group_size = 'fixed')"
+            )
+        if self.sampling != "groupwise" and self.resharding == "aware":
+            raise ValueError(
+                f"resharding = 'aware' draws by the group-wise importance cache; sampling = "
+                f"'{self.sampling}' has none (use 'agnostic' or 'random')"
+            )
+        if self.weights == "paper" and self.sampling != "groupwise":
+            raise ValueError("weights = 'paper' applies to sampling = 'groupwise' only")
+        return self
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one device runs: the section with every technique-dependent default resolved."""
+
+    technique: str
+    sampling: str
+    weights: str
+    slots: int
+    beta: float | None
+    smoothing: float
+    initial_importance: float
+    loss_mode: str
+    group_size: str
+    groups: int
+    refresh_chunk: int
+    scheduler: str
+    reshard_slot_ms: float
+    resharding: str
+    federated: bool
+    reshard_fraction: float
+    reshard_budget: float | str
+    reshard_every: int | None
+    chunk_bytes: int
+    optimizer: str
+    epoch_iterations: int | None
+    stop_accuracy: float | None
+    hash_every: int
+    reply_timeout_s: float
+    premise_probe: tuple[int, ...]
+    premise_samples: int
+
+    @property
+    def importance(self) -> bool:
+        """Whether the run keeps an importance cache (group-wise or All-IS)."""
+        return self.sampling != "uniform"
+
+    @property
+    def threads(self) -> bool:
+        """Whether a second thread (T2) refreshes and reshards beside the training thread."""
+        return self.scheduler in ("bacc", "agnostic")
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def conflicts(section: MercurySection, technique: str) -> RecipeError | None:
+    """What the recipe's own ``[mercury]`` keys ask that ``technique`` cannot do (only the
+    keys the recipe sets; the launcher checks this, workers get every key filled in)."""
+    given = section.model_fields_set
+    if technique == BASELINE:
+        for key, want in (("sampling", "uniform"), ("scheduler", "sequential")):
+            value = getattr(section, key)
+            if key in given and value != want:
+                return RecipeError(
+                    f"[mercury] {key} = '{value}' does not fit technique '{BASELINE}' "
+                    f"(standard distributed SGD: {key} = '{want}')",
+                    f"use technique = '{MERCURY}' for importance sampling and BACC",
+                )
+        if section.resharding == "aware":
+            return RecipeError(
+                f"[mercury] resharding = 'aware' needs importance sampling; technique "
+                f"'{BASELINE}' samples uniformly",
+                "use 'agnostic', 'random' or 'none'",
+            )
+    return None
+
+
+def settings(section: MercurySection, technique: str, batch_size: int) -> Settings:
+    """The settings of ``technique`` from ``[mercury]``; :class:`RecipeError` for what cannot
+    run. ``multips-sgd`` is standard distributed SGD on the same multi-server layout: uniform
+    sampling, no resharding unless asked, the sequential pipeline (§4 item 26)."""
+    if technique not in TECHNIQUES:
+        raise RecipeError(f"technique '{technique}' is not Mercury's")
+    values = section.model_dump()
+    if technique == BASELINE:
+        values["sampling"], values["scheduler"] = "uniform", "sequential"
+        if values["resharding"] == "aware":
+            values["resharding"] = "none"
+    if values["resharding"] is None:
+        aware = technique == MERCURY and not values["federated"]
+        values["resharding"] = "aware" if aware and values["sampling"] == "groupwise" else "none"
+    if values["scheduler"] != "bacc":
+        values["group_size"] = "fixed"
+    elif values["group_size"] is None:
+        values["group_size"] = "anytime"
+    if values["sampling"] != "uniform" and values["slots"] > batch_size:
+        raise RecipeError(
+            f"[mercury] slots = {values['slots']} is more than [train] batch_size = {batch_size}: "
+            "every slot needs at least one draw",
+            "lower slots or raise the batch",
+        )
+    values["premise_probe"] = tuple(values["premise_probe"])
+    return Settings(technique=technique, **values)

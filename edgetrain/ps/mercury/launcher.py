@@ -1,0 +1,137 @@
+"""Mercury on the launcher side: what a run needs, its controller, its model and its report.
+
+Every process is a ``trainer`` (a device) and serves one shard, so every one is needed: losing
+a device stops the run naming it. The controller (pure) gives each device at start the
+iterations per epoch, every device's local dataset size (the shard owners' weights) and the
+iterations per resharding round; at start and at every barrier it compares the devices'
+weight hashes (a device that diverged halts the run with one line) and, with ``[mercury]
+stop_accuracy``, ends training once device 0's test accuracy reaches it. The run's model is
+device 0's replica; the hand-ins' hashes must all agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from edgetrain.comm.control import CoordinationPolicy, Decision, HandIn, Role
+from edgetrain.errors import RecipeError
+from edgetrain.ps.mercury.config import MercurySection, Settings, conflicts, settings
+from edgetrain.ps.mercury.shards import diverged, naming
+from edgetrain.recipe import Recipe
+from edgetrain.runtime.base import FinalModel, HandInError
+from edgetrain.runtime.weights import OPTIM_PREFIX
+
+PRIVATE = "mercury."  # hand-in arrays that are not the model (local data, cache)
+
+
+def run_settings(recipe: Recipe) -> Settings:
+    return settings(
+        recipe.section("mercury", MercurySection), recipe.train.technique, recipe.train.batch_size
+    )
+
+
+def check(recipe: Recipe) -> None:
+    """Refuse what cannot run: a role other than trainer, a [train] optimizer Mercury ignores."""
+    problem = conflicts(recipe.section("mercury", MercurySection), recipe.train.technique)
+    if problem is not None:
+        raise problem
+    run_settings(recipe)
+    others = sorted({r for r in recipe.role_names() if r != "trainer"})
+    if others:
+        raise RecipeError(
+            f"a {recipe.train.technique} run has devices only (role 'trainer'; each serves one "
+            f"shard), not {', '.join(others)}",
+            "drop the role of those [[workers]]",
+        )
+    if "optimizer" in recipe.train.model_fields_set:
+        raise RecipeError(
+            f"[train] optimizer is not read by {recipe.train.technique}",
+            "set [mercury] optimizer = 'adam' (the default) or 'sgd' instead",
+        )
+
+
+def policy() -> CoordinationPolicy:
+    return CoordinationPolicy(
+        epoch_roles=frozenset({"trainer"}),
+        barriers=True,
+        fatal_roles=frozenset({"trainer"}),
+        checkpoint_roles=frozenset({"trainer"}),
+    )
+
+
+def _hash_halt(when: str, hashes: Mapping[int, Any]) -> str | None:
+    got = {d: str(h) for d, h in hashes.items() if isinstance(h, str)}
+    bad = diverged(got)
+    if not bad:
+        return None
+    return f"replicas diverged {when}: {naming(bad)} other weights than device {min(got)}"
+
+
+class MercuryController:
+    """Iterations, sizes and rounds at start; the hash check and the stop at each barrier."""
+
+    def __init__(self, recipe: Recipe, roles: Sequence[Role]) -> None:
+        self.cfg = run_settings(recipe)
+        self.batch = recipe.train.batch_size
+        self.device = {i: r.index for i, r in enumerate(roles) if r.name == "trainer"}
+
+    def _by_device(self, reports: Mapping[int, Mapping[str, Any]], key: str) -> dict[int, Any]:
+        return {self.device[i]: r.get(key) for i, r in reports.items() if i in self.device}
+
+    def on_start(self, ready: Mapping[int, Mapping[str, Any]]) -> Decision:
+        sizes = self._by_device(ready, "samples")
+        halt = _hash_halt("before training", self._by_device(ready, "weights_hash"))
+        if halt:
+            return Decision(halt=halt)
+        counts = [int(sizes.get(d) or 0) for d in range(len(sizes))]
+        local_epoch = max(1, min(counts) // self.batch) if counts else 1
+        directive = {
+            "iterations": self.cfg.epoch_iterations or local_epoch,
+            "round_iterations": self.cfg.reshard_every or local_epoch,
+            "sizes": counts,
+        }
+        return Decision({i: directive for i in ready})
+
+    def on_barrier(self, epoch: int, reports: Mapping[int, Mapping[str, Any]]) -> Decision:
+        halt = _hash_halt(f"by epoch {epoch}", self._by_device(reports, "weights_hash"))
+        if halt:
+            return Decision(halt=halt)
+        acc = self._by_device(reports, "test_accuracy").get(0)
+        stop = self.cfg.stop_accuracy
+        if stop is not None and isinstance(acc, (int, float)) and acc >= stop:
+            return Decision({i: {"stop": True} for i in reports})
+        return Decision()
+
+    def on_drain(self, done: Mapping[int, Mapping[str, Any]]) -> Decision:
+        return Decision()
+
+
+def final_model(handins: Mapping[int, HandIn], roles: Sequence[Role]) -> FinalModel:
+    """Device 0's replica; every device's final hash must equal it."""
+    devices = {roles[i].index: i for i in handins if roles[i].name == "trainer"}
+    if not devices:
+        raise HandInError("no Mercury device handed in its replica")
+    hashes = {d: str(handins[i].meta.get("weights_hash")) for d, i in devices.items()}
+    bad = diverged(hashes)
+    if bad:
+        raise HandInError(
+            f"replicas diverged by the end: {naming(bad)} other weights than device 0"
+        )
+    first = handins[devices[min(devices)]]
+    weights: dict[str, np.ndarray] = {
+        k: v
+        for k, v in first.weights.items()
+        if not k.startswith(OPTIM_PREFIX) and not k.startswith(PRIVATE)
+    }
+    info = {"replicas": len(devices), "replica_hash": hashes[min(hashes)], "hashes_agree": True}
+    return FinalModel(weights, info)
+
+
+def resume(handins: Mapping[int, HandIn], roles: Sequence[Role]) -> dict[int, HandIn]:
+    for i in handins:
+        if roles[i].name != "trainer":
+            raise HandInError(f"the checkpoint holds worker {i}, which is not a device now")
+    return dict(handins)

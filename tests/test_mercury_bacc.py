@@ -1,0 +1,140 @@
+"""The BACC hand-off between a device's two threads, driven by a fake clock (specs/ps.md §2.5):
+the anytime refresh fills exactly the aggregation window (at least one chunk), resharding
+pauses when aggregation starts and resumes after (breakpoint-resume), the step waits for T2
+to stand still; the bandwidth-agnostic variant refreshes a fixed count and reshards in a
+fixed slot whatever the aggregation does."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from edgetrain.ps.mercury.bacc import REFRESH, STOP, SWAP, WAIT, Action, Handoff, Protocol
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _run(p: Protocol, kind: str, start: float, end: float, samples: int = 0) -> None:
+    """T2 takes its next action (which must be ``kind``) from ``start`` to ``end``."""
+    action = p.next_action()
+    assert action.kind == kind, action
+    p.started(action, start)
+    p.finished(action, end, samples)
+
+
+def test_the_anytime_refresh_fills_the_aggregation_window() -> None:
+    p = Protocol()
+    assert p.next_action() == Action(WAIT)  # nothing before the first aggregation
+    p.begin_aggregation(0, 0.00)
+    assert p.next_action() == Action(REFRESH, 0)
+    _run(p, REFRESH, 0.00, 0.03, 32)
+    action = p.next_action()
+    assert action == Action(REFRESH, 0)  # still aggregating: another chunk
+    p.started(action, 0.03)
+    p.end_aggregation(0, 0.05)  # the averaged gradient is in, a chunk is running
+    assert not p.may_step()  # T2 reads the weights: T1 waits
+    p.finished(action, 0.06, 32)
+    assert p.may_step()
+    p.stepped(0.06)
+    assert p.stats.cohorts == [64] and p.stats.step_wait_s == pytest.approx(0.01)
+    assert p.next_action() == Action(WAIT)  # the cohort of iteration 0 is closed
+
+
+def test_a_fast_link_still_refreshes_one_chunk() -> None:
+    p = Protocol()
+    p.begin_aggregation(1, 1.000)
+    p.end_aggregation(1, 1.001)  # before T2 even woke
+    assert not p.may_step()
+    _run(p, REFRESH, 1.001, 1.010, 32)  # the minimum of one chunk
+    assert p.may_step() and p.next_action() == Action(WAIT)
+    p.stepped(1.010)
+    assert p.stats.step_wait_s == pytest.approx(0.009)
+
+
+def test_resharding_pauses_at_aggregation_and_resumes_after() -> None:
+    p = Protocol()
+    p.swap_work = True
+    assert p.next_action() == Action(SWAP)  # compute phase: the network is free
+    swap = p.next_action()
+    p.started(swap, 2.00)
+    p.begin_aggregation(2, 2.01)  # T1 sends its gradient: the swap in flight must end first
+    assert p.next_action() == Action(WAIT)  # busy until the chunk in flight is done
+    p.finished(swap, 2.04)
+    assert p.stats.pause_latency_max_s == pytest.approx(0.03) and p.stats.pauses == 1
+    assert p.next_action() == Action(REFRESH, 2)  # paused: refresh, not swap
+    _run(p, REFRESH, 2.04, 2.06, 32)
+    p.end_aggregation(2, 2.07)
+    assert p.next_action() == Action(SWAP)  # resumed where it stopped
+    assert p.may_step()
+    p.held = True  # evaluation and barriers are not training time
+    assert p.next_action() == Action(WAIT)
+    p.held = False
+    p.swap_work = False
+    assert p.next_action() == Action(WAIT)
+    p.stopped = True
+    assert p.next_action() == Action(STOP)
+
+
+def test_the_bandwidth_agnostic_variant_ignores_the_aggregation() -> None:
+    p = Protocol(anytime=False, pause_swaps=False, slot_s=0.05)
+    p.swap_work = True
+    p.begin_aggregation(0, 0.0, target=64)
+    _run(p, REFRESH, 0.00, 0.02, 32)
+    p.end_aggregation(0, 0.01)
+    assert not p.may_step()  # a fixed group: T1 waits for all of it
+    _run(p, REFRESH, 0.02, 0.04, 32)
+    assert p.may_step()
+    _run(p, SWAP, 0.04, 0.07)  # resharding whether or not aggregation runs
+    assert p.next_action() == Action(SWAP)  # 0.02 s of the slot left
+    _run(p, SWAP, 0.07, 0.10)
+    assert p.next_action() == Action(WAIT)  # the slot is spent
+    p.begin_aggregation(1, 0.2, target=64)
+    assert p.next_action() == Action(REFRESH, 1)
+    _run(p, REFRESH, 0.2, 0.21, 64)
+    assert p.next_action() == Action(SWAP)  # during aggregation: the slot ignores it
+
+
+@pytest.mark.timeout(30)
+def test_two_threads_hand_off_through_the_condition() -> None:
+    """T1 and T2 as real threads; the clock is fake, the order is forced by events."""
+    clock = FakeClock()
+    h = Handoff(Protocol(), clock)
+    chunk_started = threading.Event()
+    release_chunk = threading.Event()
+    refreshed: list[int] = []
+
+    def t2() -> None:
+        while True:
+            action = h.next(timeout=5)
+            if action.kind == STOP:
+                return
+            if action.kind == REFRESH:
+                chunk_started.set()
+                assert release_chunk.wait(5)
+                refreshed.append(action.iteration)
+                h.finished(action, 32)
+
+    thread = threading.Thread(target=t2, daemon=True)
+    thread.start()
+    try:
+        h.begin(0)
+        assert chunk_started.wait(5)
+        clock.now = 0.5
+        h.end(0)
+        assert not h.wait_step(timeout=0.05)  # T2 is inside a chunk: no step yet
+        clock.now = 0.8
+        release_chunk.set()
+        assert h.wait_step(timeout=5)
+        assert refreshed == [0] and h.p.stats.cohorts == [32]
+        assert h.p.stats.step_wait_s == pytest.approx(0.3)  # 0.5 -> 0.8 on the fake clock
+    finally:
+        h.stop()
+        thread.join(5)
+    assert not thread.is_alive()
