@@ -86,11 +86,14 @@ def render_markdown(
     title: str,
     claims: Sequence[Claim],
     sections: Sequence[tuple[str, str]] = (),
+    preamble: str = "",
 ) -> str:
-    """The report: the claims table first, then free sections (setup, testbed, pilot)."""
-    lines = [
-        f"# {title}: paper against edgetrain",
-        "",
+    """The report: the claims table first (after ``preamble``, what the reader must know before
+    any number, such as a calibration), then free sections (setup, testbed, pilot)."""
+    lines = [f"# {title}: paper against edgetrain", ""]
+    if preamble:
+        lines += [preamble.rstrip(), ""]
+    lines += [
         "Our value is the median over seeds, with [min, max]. A direction that agrees means our",
         "result points the same way as the paper's (faster, smaller, more accurate), not that the",
         "magnitudes match: see the deviations.",
@@ -123,6 +126,7 @@ def write(
     runs: Sequence[dict[str, Any]],
     sections: Sequence[tuple[str, str]] = (),
     extra: dict[str, Any] | None = None,
+    preamble: str = "",
 ) -> dict[str, Any]:
     """Write ``OUT/paper-vs-edgetrain.{json,md}``; return the JSON document."""
     doc = {
@@ -133,5 +137,5 @@ def write(
     }
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / JSON_NAME, doc)
-    atomic_write_text(out / MD_NAME, render_markdown(paper, title, claims, sections))
+    atomic_write_text(out / MD_NAME, render_markdown(paper, title, claims, sections, preamble))
     return doc
