@@ -210,13 +210,22 @@ def _pilot(run: Runner, tb: Testbed | None) -> dict[str, Any]:
                 "run": row["run"],
                 "final_accuracy": row["final_accuracy"],
                 "train_s": row["train_s"],
-                "curve": summary.get("curve"),
+                "curve": _points(summary, run.p.every),
             }
         )
     best = max(tried, key=lambda t: t["final_accuracy"] or 0.0)
     run.lr = best["lr"]
     run.targets = targets_from(best["final_accuracy"])
     return {"seed": run.p.pilot_seed, "lr": run.lr, "targets": run.targets, "tried": tried}
+
+
+def _points(summary: dict[str, Any], every: int) -> list[list[float]]:
+    """The curve as [iterations, accuracy] pairs (short enough for the report)."""
+    return [
+        [int(pt["epoch"]) * every, round(float(pt["test_accuracy"]), 4)]
+        for pt in summary.get("curve", [])
+        if isinstance(pt.get("test_accuracy"), (int, float))
+    ]
 
 
 def _compare(rows: Sequence[dict[str, Any]], target: float | None) -> dict[str, Any]:
