@@ -1,0 +1,216 @@
+"""The Mercury reproduction's whole path at smoke size (a pilot that fixes the learning rate and
+the targets, then the baseline and Mercury as real runs of four devices, interleaved and
+resumable, into paper-vs-edgetrain.{md,json}); and its plan, recipes, trace and claims against
+literal tables."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from edgetrain.emulate.trace import Trace, load_trace
+from edgetrain.errors import EdgetrainError
+from edgetrain.ps.mercury.config import MercurySection, settings
+from edgetrain.recipe import parse_recipe
+from edgetrain.reproduce import mercury, mercury_claims
+from edgetrain.reproduce.mercury_plan import ALL, Plan, data_text, plan_for, recipe, targets_from
+from edgetrain.tomlconfig import loads
+
+FIELDS = {"id", "claim", "paper_value", "ours", "unit", "seeds", "direction_agrees", "deviations"}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_smoke_reproduction_writes_the_report_and_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert mercury.main(["--smoke", "--out", str(out), "--format", "json"]) == 0
+    doc = json.loads((out / "paper-vs-edgetrain.json").read_text())
+    assert doc["paper"] == "mercury"
+    claims = {c["id"]: c for c in doc["claims"]}
+    assert {"R-M1", "R-M2", "R-M3", "R-M4c", "R-M5", "R-M6", "R-M7", "R-M8", "R-M9"} <= set(claims)
+    for claim in doc["claims"]:
+        assert set(claim) >= FIELDS
+        if claim["ours"] is None:  # every row not measured says why
+            assert claim["deviations"].startswith("not measured: ") and claim["seeds"] == []
+        else:
+            stat = claim["ours"]
+            assert all(isinstance(stat[k], float) for k in ("median", "min", "max"))
+            assert stat["min"] <= stat["median"] <= stat["max"]
+    assert "--smoke runs R-M1 only" in claims["R-M2"]["deviations"]
+    assert "emulated testbed" in claims["R-M5"]["deviations"]  # local: no trace
+    one = claims["R-M1"]  # measured: a speed-up of the paired seed (or reached by neither)
+    assert one["ours"] is not None or "not reached" in one["deviations"]
+    results = doc["results"]
+    assert results["pilot"]["seed"] == 0 and results["pilot"]["tried"][0]["curve"]
+    assert 0 < results["targets"]["primary"] <= 0.98  # fixed by the pilot, before the runs
+    assert [(r["arm"], r["seed"]) for r in doc["runs"]] == [("uniform", 1), ("mercury", 1)]
+    base, merc = doc["runs"]
+    assert base["reshard_bytes"] == 0 and merc["reshard_bytes"] > 0  # aware resharding moved
+    assert merc["hashes_agree"] and merc["t_cp_s"] > 0 and merc["t_cm_s"] > 0
+    assert merc["cohort_mean"] >= 32  # BACC's anytime refresh: at least one chunk
+    compared = results["compare"]["100"]["1"]["runs"]  # edgetrain compare of the seed's arms
+    assert [r["technique"] for r in compared] == ["multips-sgd", "mercury"]
+    md = (out / "paper-vs-edgetrain.md").read_text()
+    assert md.index("**Calibration") < md.index("| id | claim |")  # above the table
+    assert "not the paper's 3.74x" in md and "| R-M1 |" in md and "## Pilot" in md
+    assert "| local | mercury |" in md
+    # resumable: a second pass finds every run done and launches nothing
+    mtimes = {p: p.stat().st_mtime for p in (out / "runs").glob("*/report/summary.json")}
+    assert len(mtimes) == 3
+    assert mercury.main(["--smoke", "--out", str(out), "--format", "json"]) == 0
+    assert {p: p.stat().st_mtime for p in mtimes} == mtimes
+
+
+def _args(**kw: object) -> argparse.Namespace:
+    base = {"seeds": 2, "smoke": False, "quick": False, "testbed": "emulated"}
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_the_plan_of_each_mode() -> None:
+    full = plan_for(_args())
+    assert full.bandwidths == (100, 10, 50, 200) and full.home == 100
+    assert full.seeds == (1, 2) and full.experiments == ALL and full.dataset == "mnist"
+    assert full.epochs == 60 and full.lrs == (0.001, 0.004)
+    local = plan_for(_args(testbed="local"))
+    assert local.bandwidths == (100,) and "R-M5" not in local.experiments
+    quick = plan_for(_args(quick=True, seeds=3))
+    assert (quick.dataset, quick.bandwidths, quick.seeds) == ("digits", (100,), (1,))
+    assert not quick.experiments and not quick.local
+    smoke = plan_for(_args(smoke=True))
+    assert smoke.local and smoke.budget < 100
+    with pytest.raises(EdgetrainError, match="--seeds must be at least 1"):
+        plan_for(_args(seeds=0))
+
+
+@pytest.mark.parametrize(
+    ("pilot", "primary", "secondary"),
+    [
+        (0.991, 0.98, 0.97),  # the specification's targets, reachable
+        (0.9812, 0.976, 0.966),  # lowered to the pilot's final less 0.5 points
+        (0.8472, 0.842, 0.832),
+        (None, 0.98, 0.97),
+    ],
+)
+def test_targets_are_fixed_by_the_pilot(
+    pilot: float | None, primary: float, secondary: float
+) -> None:
+    assert targets_from(pilot) == {"primary": primary, "secondary": secondary}
+
+
+def test_recipes_differ_only_in_the_technique_and_its_keys() -> None:
+    p = plan_for(_args())
+    data = data_text(p, "/data/mnist", 0.5)
+    texts = {
+        arm: recipe(p, arm, data, 0.001, 0.98 if arm != "rs-aware" else None).format(seed=7)
+        for arm in ("uniform", "mercury", "rs-aware", "all-is", "fed-mercury")
+    }
+    parsed = {arm: parse_recipe(loads(t)) for arm, t in texts.items()}
+    for r in parsed.values():
+        assert r.run.seed == 7 and r.train.lr == 0.001 and r.train.batch_size == 32
+        assert r.data.partition == "dirichlet" and r.data.alpha == 0.5
+        assert r.train.epochs == 60 and len(r.workers) == 1 and r.workers[0].count == 4
+    assert parsed["uniform"].train.technique == "multips-sgd"
+    cfg = {
+        arm: settings(r.section("mercury", MercurySection), r.train.technique, 32)
+        for arm, r in parsed.items()
+    }
+    assert (cfg["uniform"].sampling, cfg["uniform"].resharding) == ("uniform", "none")
+    assert (cfg["mercury"].resharding, cfg["mercury"].scheduler) == ("aware", "bacc")
+    assert cfg["mercury"].stop_accuracy == 0.98 and cfg["rs-aware"].stop_accuracy is None
+    assert cfg["rs-aware"].reshard_budget == 0.5
+    assert (cfg["all-is"].sampling, cfg["all-is"].resharding) == ("all", "none")
+    fed = cfg["fed-mercury"]
+    assert fed.federated and fed.resharding == "none" and fed.scheduler == "sequential"
+    assert all(c.epoch_iterations == 20 for c in cfg.values())
+    premises = recipe(p, "premises", data, 0.001, None, {"premise_probe": [20, 100]})
+    got = parse_recipe(loads(premises.format(seed=1))).section("mercury", MercurySection)
+    assert got.premise_probe == [20, 100]
+
+
+def test_the_variation_trace_is_ten_percent_and_scales_to_the_batch_rate() -> None:
+    trace = load_trace(mercury.TRACE)
+    assert trace.loop
+    rates = {c.rate for c in trace.changes}
+    assert min(rates) == 90_000_000 and max(rates) == 110_000_000  # ±10% of 100 Mbit/s
+    links = {c.link for c in trace.changes}
+    assert links == {"dev-1", "dev-2", "dev-3", "dev-4"}
+    for link in links:  # every link changes every 5-10 s, in its own phase
+        ats = sorted(c.at for c in trace.changes if c.link == link)
+        gaps = [b - a for a, b in zip(ats, ats[1:], strict=False)]
+        assert all(5 <= g <= 10 for g in gaps), (link, gaps)
+    assert len({min(c.at for c in trace.changes if c.link == h) for h in links}) == 4
+    scaled = Trace(**loads(mercury.trace_text(10)))
+    assert {c.rate for c in scaled.changes} >= {9_000_000, 11_000_000}
+    assert [c.at for c in scaled.changes] == [c.at for c in trace.changes]
+
+
+def _row(arm: str, seed: int, t: float | None, e: int | None, **kw: object) -> dict:
+    return {"arm": arm, "seed": seed, "time_to_primary": t, "iterations_to_primary": e,
+            "time_to_secondary": None, "final_accuracy": 0.98, "t_cp_s": 0.02,
+            "t_cm_s": 0.03, "t_is_s": 0.0025, "reshard_bytes": 0, **kw}  # fmt: skip
+
+
+PLAN = Plan((1, 2), False, "mnist", "lenet5", (100, 10), 1200, 20, (0.001,), ALL)
+
+
+def test_claims_from_literal_rows() -> None:
+    r_m1 = {
+        "100": [_row("uniform", 1, 60.0, 900), _row("mercury", 1, 50.0, 600),
+                _row("uniform", 2, 66.0, 1000), _row("mercury", 2, 40.0, 700)],
+        "10": [_row("uniform", 1, 300.0, 900), _row("mercury", 1, 250.0, 600),
+               _row("uniform", 2, 330.0, 1000), _row("mercury", 2, None, None)],
+    }  # fmt: skip
+    r_m3 = [
+        _row("rs-none", 1, None, None, final_accuracy=0.95),
+        _row("rs-agnostic", 1, None, None, final_accuracy=0.96, reshard_bytes=1000),
+        _row("rs-random", 1, None, None, final_accuracy=0.957, reshard_bytes=500),
+        _row("rs-aware", 1, None, None, final_accuracy=0.959, reshard_bytes=700),
+    ]
+    probes = [{"iteration": 20, "lag": 0, "top10_share": 0.4},
+              {"iteration": 20, "lag": 1, "under_5pct": 0.6, "under_10pct": 0.8},
+              {"iteration": 20, "lag": 10, "under_5pct": 0.3, "under_10pct": 0.5}]  # fmt: skip
+    res = {
+        "r_m1": r_m1,
+        "r_m3": r_m3,
+        "r_m7": [_row("premises", 1, None, None, premises=probes)],
+        "targets": {"primary": 0.98},
+    }
+    claims = mercury_claims.build(res, PLAN)
+    by = {}
+    for c in claims:
+        by.setdefault(c.id, []).append(c)
+    at100, at10 = by["R-M1"]
+    assert at100.ours is not None and (at100.ours.min, at100.ours.max) == (1.2, 1.65)
+    assert at100.direction_agrees is True and "1.1-1.6x" in at100.deviations
+    assert at10.ours is not None and at10.ours.median == 1.2  # seed 2 never reached the target
+    assert at10.direction_agrees is False  # a seed without a value fails "every seed"
+    trend = by["R-M1t"][0]
+    assert trend.ours is not None and trend.ours.median == pytest.approx(1.2 / 1.425)
+    assert trend.direction_agrees is False
+    gain, aware, control, share = by["R-M3"] + by["R-M3b"] + by["R-M3c"] + by["R-M3d"]
+    assert gain.ours is not None and gain.ours.median == pytest.approx(1.0)
+    assert aware.ours is not None and aware.ours.median == pytest.approx(-0.1)
+    assert aware.direction_agrees is False  # within 0.5 points, but 70% of the bytes (> 60%)
+    assert control.ours is not None and control.ours.median == pytest.approx(0.2)
+    assert share.ours is not None and share.ours.median == 0.7
+    assert "above the bound 0.55" in share.deviations and "measuring error" in share.deviations
+    moves = by["R-M7"][0]
+    assert moves.ours is not None and moves.ours.median == pytest.approx(60.0)
+    assert moves.direction_agrees is True  # 60% >= 0.8 x the paper's 50%
+    assert by["R-M7c"][0].direction_agrees is False  # 50% < 0.8 x 65%
+    model = by["R-M8"][0]  # Eq. 5 with T_is / (T_cp + T_cm) = 0.05
+    want = (900 / 600) / 1.05 / (60 / 50)
+    assert model.ours is not None and model.ours.min == pytest.approx(
+        min(want, (1000 / 700) / 1.05 / (66 / 40))
+    )
+    assert "1.00x the baseline's" in model.deviations
+    bacc = by["R-M4c"][0]
+    assert bacc.ours is not None and bacc.ours.median == pytest.approx(5.0)
+    assert bacc.direction_agrees is True
+    for cid in ("R-M2", "R-M4", "R-M5", "R-M6", "R-M1b", "R-M9"):
+        (c,) = by[cid]
+        assert c.ours is None and c.direction_agrees is None
+        assert c.deviations.startswith("not measured: ")
