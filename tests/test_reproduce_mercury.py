@@ -100,6 +100,10 @@ def test_targets_are_fixed_by_the_pilot(
     assert targets_from(pilot) == {"primary": primary, "secondary": secondary}
 
 
+def test_digits_targets_keep_a_wider_margin() -> None:
+    assert targets_from(0.9861, 0.015) == {"primary": 0.971, "secondary": 0.961}
+
+
 def test_recipes_differ_only_in_the_technique_and_its_keys() -> None:
     p = plan_for(_args())
     data = data_text(p, "/data/mnist", 0.5)
@@ -183,6 +187,7 @@ def test_claims_from_literal_rows() -> None:
     for c in claims:
         by.setdefault(c.id, []).append(c)
     at100, at10 = by["R-M1"]
+    assert [c.ours is None for c in by["R-M1s"]] == [True, True]  # no secondary times given
     assert at100.ours is not None and (at100.ours.min, at100.ours.max) == (1.2, 1.65)
     assert at100.direction_agrees is True and "1.1-1.6x" in at100.deviations
     assert at10.ours is not None and at10.ours.median == 1.2  # seed 2 never reached the target

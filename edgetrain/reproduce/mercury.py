@@ -215,7 +215,8 @@ def _pilot(run: Runner, tb: Testbed | None) -> dict[str, Any]:
         )
     best = max(tried, key=lambda t: t["final_accuracy"] or 0.0)
     run.lr = best["lr"]
-    run.targets = targets_from(best["final_accuracy"])
+    margin = 0.015 if run.p.dataset == "digits" else 0.005
+    run.targets = targets_from(best["final_accuracy"], margin)
     return {"seed": run.p.pilot_seed, "lr": run.lr, "targets": run.targets, "tried": tried}
 
 

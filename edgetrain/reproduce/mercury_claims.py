@@ -148,7 +148,19 @@ def r_m1(res: dict[str, Any], p: Plan) -> list[report.Claim]:
                 _all(sp, lambda v: v > 1),
                 f"{scale_text(p)}; expected 1.1-1.6x (calibration), not 3.74x",
                 iterations_ratio=report.Stat.of(e),
-                secondary=report.Stat.of(paired(rows, "uniform", "mercury", "time_to_secondary")),
+            )
+        )
+        second = paired(rows, "uniform", "mercury", "time_to_secondary")
+        out.append(
+            _claim(
+                "R-M1s",
+                f"the same at the secondary target {_pct(res, 'secondary')} ({label})",
+                PAPER["speedup"],
+                second,
+                "x",
+                _seeds(rows),
+                _all(second, lambda v: v > 1),
+                "the calibration expects a smaller gain at the lower target (1.16x at 97%)",
             )
         )
     lo, hi = min(p.bandwidths), max(p.bandwidths)
@@ -638,9 +650,10 @@ def setup_text(res: dict[str, Any], p: Plan) -> str:
         "Every arm differs from the baseline (multips-sgd) only in the technique and its "
         "[mercury] keys; Mercury's defaults: d = 2, beta = 1/D_eff, lambda = 0.5, anytime "
         "refresh, aware resharding with the bandwidth budget once per local epoch. "
-        f"{reduced if p.dataset != 'digits' else ''} MNIST saturates near 99%, which "
-        "limits how many fewer iterations are possible; the paper's CIFAR-scale speed-ups are "
-        "not expected here."
+        f"{reduced if p.dataset != 'digits' else ''} "
+        f"{'MNIST saturates near 99%' if p.dataset == 'mnist' else 'Digits saturates near 98%'}"
+        ", which limits how many fewer iterations are possible; the paper's CIFAR-scale "
+        "speed-ups are not expected here."
     ).replace("  ", " ")
 
 

@@ -79,19 +79,20 @@ def plan_for(args: argparse.Namespace) -> Plan:
     if args.smoke:
         return Plan((1,), True, "digits", "lenet5", (100,), 40, 10, (0.001,), frozenset())
     if args.quick:
-        return Plan(seeds[:1], local, "digits", "lenet5", (100,), 300, 10, (0.001,), frozenset())
+        return Plan(seeds[:1], local, "digits", "lenet5", (100,), 600, 10, (0.001,), frozenset())
     bandwidths = (100,) if local else (100, 10, 50, 200)
     experiments = ALL - {"R-M5"} if local else ALL
     return Plan(seeds, local, "mnist", "lenet5", bandwidths, 1200, 20, (0.001, 0.004), experiments)
 
 
-def targets_from(pilot_accuracy: float | None) -> dict[str, float]:
+def targets_from(pilot_accuracy: float | None, margin: float = 0.005) -> dict[str, float]:
     """The targets, fixed by the pilot before any measured run: the specification's 98% and
-    97%, lowered to the pilot's final accuracy less 0.5 points (and 1 point below that) when
-    the uniform baseline cannot reach them within the budget. Never tuned afterwards."""
+    97%, lowered to the pilot's final accuracy less ``margin`` (0.5 points; digits, whose 360
+    test images make one seed's accuracy noisy, 1.5) and 1 point below that when the uniform
+    baseline cannot reach them within the budget. Never tuned afterwards."""
     primary = SPEC_TARGETS[0]
     if pilot_accuracy is not None:
-        primary = min(primary, math.floor((pilot_accuracy - 0.005) * 1000) / 1000)
+        primary = min(primary, math.floor((pilot_accuracy - margin) * 1000) / 1000)
     secondary = min(SPEC_TARGETS[1], round(primary - 0.01, 3))
     return {"primary": round(primary, 3), "secondary": secondary}
 
