@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -50,7 +49,8 @@ from typing import Any
 
 from edgetrain.errors import EdgetrainError
 from edgetrain.reproduce import cli, report
-from edgetrain.reproduce.runs import Arm, interleave, run_arm
+from edgetrain.reproduce.report import finite_median as _median
+from edgetrain.reproduce.runs import Arm, data_section, interleave, run_arm, time_to
 from edgetrain.reproduce.testbed import Testbed, testbed, verify_markdown
 
 REPO = Path(__file__).resolve().parents[2]
@@ -261,29 +261,7 @@ sync_epochs = true
 {lines}{bed.workers()}"""
 
 
-def _data(p: Plan, root: Path | None) -> str:
-    if p.dataset == "digits":
-        return 'dataset = "digits"\n'
-    return f'dataset = "mnist"\nroot = "{root}"\ntest_split = 0.2\n'
-
-
 # ------------------------------------------------------------------ reading runs
-
-
-def _median(xs: Sequence[Any]) -> float | None:
-    vals = [float(x) for x in xs if isinstance(x, (int, float)) and math.isfinite(x)]
-    return statistics.median(vals) if vals else None
-
-
-def time_to(summary: dict[str, Any], target: float | None) -> float | None:
-    """Training seconds until the workers' mean accuracy first reaches ``target``."""
-    if target is None:
-        return None
-    for point in summary.get("curve", []):
-        acc = point.get("test_accuracy")
-        if acc is not None and acc >= target:
-            return float(point["train_s"])
-    return None
 
 
 def accuracy_at(summary: dict[str, Any], budget: float | None) -> float | None:
@@ -950,7 +928,7 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     root = cli.data_root(args.data_root) if p.dataset == "mnist" else None
-    runner = Runner(p, out, _data(p, root), cli.say)
+    runner = Runner(p, out, data_section(p.dataset, root), cli.say)
     n_train = 8000 if p.dataset == "mnist" else 1437
     res: dict[str, Any] = {"pilot": {"seed": p.pilot_seed}, "testbeds": {}, "budgets": {}}
     claims = set(p.claims)

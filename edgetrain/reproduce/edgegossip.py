@@ -36,7 +36,6 @@ import argparse
 import json
 import math
 import shutil
-import statistics
 import subprocess
 import sys
 import threading
@@ -49,7 +48,8 @@ from typing import Any
 
 from edgetrain.errors import EdgetrainError
 from edgetrain.reproduce import cli, report
-from edgetrain.reproduce.runs import Arm, done, interleave, run_arm, run_dir
+from edgetrain.reproduce.report import finite_median as _median
+from edgetrain.reproduce.runs import Arm, data_section, done, interleave, run_arm, run_dir, time_to
 from edgetrain.reproduce.testbed import Testbed, testbed, verify_markdown
 from edgetrain.rundir import atomic_write_json, read_jsonl
 
@@ -193,29 +193,7 @@ sync_epochs = {_toml(spec.get("sync", True))}
 {section}{bed.workers()}"""
 
 
-def _data(p: Plan, root: Path | None) -> str:
-    if p.dataset == "digits":
-        return 'dataset = "digits"\n'
-    return f'dataset = "mnist"\nroot = "{root}"\ntest_split = 0.2\n'
-
-
 # ------------------------------------------------------------------ reading runs
-
-
-def _median(xs: Sequence[Any]) -> float | None:
-    vals = [float(x) for x in xs if isinstance(x, (int, float)) and math.isfinite(x)]
-    return statistics.median(vals) if vals else None
-
-
-def time_to(summary: dict[str, Any], target: float | None) -> float | None:
-    """Training seconds until the workers' mean accuracy first reaches ``target``."""
-    if target is None:
-        return None
-    for point in summary.get("curve", []):
-        acc = point.get("test_accuracy")
-        if acc is not None and acc >= target:
-            return float(point["train_s"])
-    return None
 
 
 def measure(
@@ -1002,7 +980,7 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     root = cli.data_root(args.data_root) if p.dataset == "mnist" else None
-    data = _data(p, root)
+    data = data_section(p.dataset, root)
     res: dict[str, Any] = {"pilot": {}, "targets": {"a": T_A}, "testbeds": {}}
     history: str | None = None
     with _bed(p, SHARES, "edgegossip-4", out, cli.say) as bed:

@@ -9,6 +9,7 @@ the pilot that fixed the targets, the calibration) ride along. Pure except :func
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -139,3 +140,9 @@ def write(
     atomic_write_json(out / JSON_NAME, doc)
     atomic_write_text(out / MD_NAME, render_markdown(paper, title, claims, sections, preamble))
     return doc
+
+
+def finite_median(xs: Sequence[Any]) -> float | None:
+    """The median of the finite numbers in ``xs`` (None, NaN and infinities left out)."""
+    vals = [float(x) for x in xs if isinstance(x, (int, float)) and math.isfinite(x)]
+    return statistics.median(vals) if vals else None

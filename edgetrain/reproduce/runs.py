@@ -80,3 +80,21 @@ def run_arm(
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise EdgetrainError(f"run {path.name} did not complete: {tail}", f"see {path}/logs")
     return summary
+
+
+def data_section(dataset: str, root: Path | None) -> str:
+    """The ``[data]`` body of a reproduction recipe: digits, or MNIST from ``root`` (8k/2k)."""
+    if dataset == "digits":
+        return 'dataset = "digits"\n'
+    return f'dataset = "mnist"\nroot = "{root}"\ntest_split = 0.2\n'
+
+
+def time_to(summary: dict[str, Any], target: float | None) -> float | None:
+    """Training seconds until the workers' mean accuracy first reaches ``target``."""
+    if target is None:
+        return None
+    for point in summary.get("curve", []):
+        acc = point.get("test_accuracy")
+        if acc is not None and acc >= target:
+            return float(point["train_s"])
+    return None
