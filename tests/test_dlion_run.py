@@ -119,7 +119,10 @@ THREE = "[[workers]]\ncount = 3\n"
 
 @pytest.mark.timeout(240)
 def test_dlion_across_two_sites_sends_fewer_entries_over_the_wan(tmp_path: Path) -> None:
-    summary = _run(tmp_path, "dlion", f'{SITES}\nbandwidth = "static"', THREE)
+    # Six epochs, as for the baselines below: after three, the accuracy is still on the steep
+    # part of the curve, where the pilot's batch sizes (three equal processes on two shared
+    # cores) and arrival order move it between 0.34 and 0.97.
+    summary = _run(tmp_path, "dlion", f'{SITES}\nbandwidth = "static"', THREE, epochs=6)
     run = Path(summary["run"])
     row = _epochs(run, 0)[-1]  # site a: worker 1 over the LAN, worker 2 over the WAN
     n = 61706  # lenet5
@@ -137,7 +140,10 @@ def test_dlion_across_two_sites_sends_fewer_entries_over_the_wan(tmp_path: Path)
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("technique", ["gaia", "ako"])
 def test_baselines_train_across_two_sites(tmp_path: Path, technique: str) -> None:
-    summary = _run(tmp_path, technique, SITES, THREE)
+    # Six epochs: after three, lenet5 is still on the steep part of its curve, where Ako's
+    # stale partitions (p from the measured iteration time, so from the machine's speed) and
+    # arrival order move the accuracy between 0.49 and 0.80; after six it is past 0.75.
+    summary = _run(tmp_path, technique, SITES, THREE, epochs=6)
     run = Path(summary["run"])
     rows = [_epochs(run, w)[-1] for w in range(3)]
     assert len({r["iterations"] for r in rows}) == 1
