@@ -22,6 +22,7 @@ from edgetrain.profile.sampler import Snapshot, snapshot, usage
 from edgetrain.profile.scope import (
     CgroupScope,
     cpu_cgroup,
+    group_counters,
     group_directory,
     own_tree,
     resolve_scope,
@@ -144,6 +145,24 @@ def test_group_scope_counts_only_the_groups_other_processes(tmp_path: Path) -> N
     assert u.co_disk_Bps == pytest.approx(2000.0)
     assert u.co_runnable == 1.0  # process 200 is running now; 300 is not in the group
     assert u.contention[0] == pytest.approx(2.0)  # max(0.3, 1) runnable over a 0.5-core quota
+
+
+def test_own_children_are_left_out_unless_named_co_running(tmp_path: Path) -> None:
+    """``profile --contention`` generates its load in its own children: named as co-running
+    they count, where before its history on every emulated host read zero core contention at
+    every level (and RG was fitted on noise in the network rate)."""
+    cg = tmp_path / "cgroup"
+    cg.mkdir()
+    (cg / "cgroup.procs").write_text("100\n110\n111\n200\n")
+    scope = CgroupScope("/edgetrain-emulate/eg/cpu-a", cg)
+    root = tmp_path / "proc"
+    _fake_machine(root, 50, {200: (7, 0, "S")})
+    _fake_proc(root, 110, 100, 30, 0, "R")  # a load generator: a child of the profiler
+    _fake_proc(root, 111, 110, 5, 0, "S")  # and its child
+    left_out = group_counters(scope, 100, root)
+    assert left_out.ticks == {200: 7} and left_out.runnable == 0
+    named = group_counters(scope, 100, root, co_pids=[110, 111, 100])
+    assert named.ticks == {110: 30, 111: 5, 200: 7} and named.runnable == 1
 
 
 def test_resolve_scope_modes(tmp_path: Path) -> None:

@@ -85,3 +85,34 @@ def test_only_the_groups_own_load_is_co_running(group: str) -> None:
         for p in procs:
             p.kill()
             p.wait(10)
+
+
+CONTENTION = """
+import json
+from edgetrain.models import build_model
+from edgetrain.profile.compute import ComputeConfig
+from edgetrain.profile.contention import measure_contention
+shape = (1, 8, 8)
+cfg = ComputeConfig(batch_sizes=(8,), warmup=1, repeats=1)
+recs = measure_contention(
+    build_model("mlp", shape, 10), shape, cfg, "mlp", [0.0, 1.0], windows=2, window_s=0.5
+)
+print(json.dumps([[r.level, r.u[0]] for r in recs]), flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_profile_contention_inside_a_host_counts_the_load_it_generates(group: str) -> None:
+    """The load generator runs in the profiler's own children, which the group scope leaves
+    out of co-running: named as co-running, its demand is U's core component."""
+    proc = _in_group(group, CONTENTION, stdout=subprocess.PIPE)
+    try:
+        out, _ = proc.communicate(timeout=100)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0
+    rows = json.loads(out.strip().splitlines()[-1])
+    core = {lv: max(u for level, u in rows if level == lv) for lv in (0.0, 1.0)}
+    assert core[0.0] < 0.2 and core[1.0] > 1.0  # a core's worth of load per machine core

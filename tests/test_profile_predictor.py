@@ -100,3 +100,25 @@ def test_contention_run_records_load_and_learns(tmp_path: Path) -> None:
     append_history(tmp_path / "h.jsonl", recs)
     mape, per_level = held_out_mape(read_history(tmp_path / "h.jsonl"), recs[0].run)
     assert np.isfinite(mape) and set(per_level) == {0.0, 0.5, 1.0}
+
+
+def test_a_feature_the_history_never_saw_vary_does_not_explode_the_slowdown() -> None:
+    """Literal rows of a contention history from the EdgeGossip testbed (host gpu-a, before
+    its load was counted): core contention 0 throughout, the network rate noise between 0
+    and 153 B/s. The live worker then saw 2.49 MB/s of its own traffic as co-running; the
+    unbounded fit predicted RG = 419307 from it and the balancer gave the fastest host r = 0."""
+    rows = [
+        ((0.0, 0.0, 0.0), 1.158), ((0.0, 22.23, 0.0), 0.934), ((0.0, 152.928, 0.0), 1.219),
+        ((0.0, 26.268, 0.0), 1.105), ((0.0, 136.753, 0.0), 2.755), ((0.0, 38.522, 0.0), 5.824),
+        ((0.0, 75.36, 0.0), 3.131), ((0.0, 25.899, 0.0), 197.256), ((0.0, 38.912, 0.0), 15.037),
+        ((0.0, 102.624, 0.0), 199.362), ((0.0, 0.0, 0.0), 18.458), ((0.0, 0.0, 0.0), 1.322),
+    ]  # fmt: skip
+    recs = [ContentionRecord("r", "lenet5", 64, 0.0, u, 0.005, 0.005 * rg) for u, rg in rows]
+    pred = Predictor().fit(recs)
+    worst = max(pred.predict_rg((0.0, n, 0.0)) for n in (0.0, 76.5, 153.0, 229.4))
+    assert pred.predict_rg((0.0, 2.49e6, 0.0)) == pytest.approx(worst)  # held at the reach
+    assert worst < max(rg for _u, rg in rows)
+    # within the training range and a little past it, the fit is the unclipped one
+    assert pred.predict_rg((0.5, 160.0, 0.0)) == pytest.approx(
+        max(float(pred.model.predict(np.array([[0.0, 160.0 / 1e6, 0.0]]))[0]), 1.0)
+    )

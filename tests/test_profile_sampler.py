@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from pathlib import Path
@@ -78,3 +79,23 @@ def test_sampler_thread_is_cheap() -> None:
     assert mean is not None and mean.cores == (os.cpu_count() or 1)
     per_sample = sampler.cost_s / len(sampler.samples)
     assert per_sample < 0.01  # at one sample a second: under 1% of a core
+
+
+def test_the_mean_clips_co_running_traffic_once_over_the_span_not_per_sample() -> None:
+    """The process's own byte counter and the kernel's tick apart: a 250 kB message is in
+    one's count a sample before the other's. Per sample the differences are +/- 2.5 MB/s;
+    over the span they cancel, and nothing else used the network."""
+    sampler = Sampler(interval_s=0.1)
+    snaps = []
+    own = net = 0
+    for k in range(9):
+        snaps.append(Snapshot(k * 0.1, 0, 100 * k, net, 0, 0, 0, own_net_bytes=own, co_runnable=0))
+        own += 250_000  # one message a sample on our counter ...
+        net += 0 if k % 2 == 0 else 500_000  # ... the kernel's sees two every other sample
+    sampler.samples = [usage(a, b, cores=1, hz=100) for a, b in itertools.pairwise(snaps)]
+    assert max(u.co_net_Bps for u in sampler.samples) == pytest.approx(2.5e6)
+    mean = sampler.mean()
+    assert mean is not None
+    assert mean.net_Bps == pytest.approx(2.5e6) and mean.own_net_Bps == pytest.approx(2.5e6)
+    assert mean.co_net_Bps == pytest.approx(0.0, abs=1e-6)
+    assert mean.interval_s == pytest.approx(0.8)

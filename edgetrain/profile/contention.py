@@ -43,13 +43,18 @@ T0_PERCENTILE = 10
 
 
 def _window(
-    tr: _Trainer, bs: int, window_s: float
+    tr: _Trainer, bs: int, window_s: float, load_pids: Sequence[int] = ()
 ) -> tuple[list[float], tuple[float, float, float]]:
-    """Step times and mean contention over one window of training steps."""
+    """Step times and mean contention over one window of training steps (``load_pids``: the
+    generated load, which is co-running although it runs in this process's children)."""
     x, y = tr.batch(bs)
     times: list[float] = []
-    # On an emulated host the host's cgroup is the scope, as for EdgeGossip's live predictor.
-    with Sampler(interval_s=min(0.1, window_s / 10), scope=resolve_scope("auto")) as sampler:
+    # On an emulated host the host's cgroup is the scope, as for EdgeGossip's live predictor;
+    # there the sampler leaves this process's children out unless they are named co-running.
+    scope = resolve_scope("auto")
+    with Sampler(
+        interval_s=min(0.1, window_s / 10), scope=scope, co_pids=lambda: load_pids
+    ) as sampler:
         end = time.monotonic() + window_s
         while time.monotonic() < end or len(times) < 3:
             times.append(tr.plain_step(x, y))
@@ -80,11 +85,12 @@ def measure_contention(
     records: list[ContentionRecord] = []
     total = len(levels) * windows
     for i, level in enumerate(levels):
-        with load(level):
+        with load(level) as procs:
+            pids = [p.pid for p in procs]
             for _ in range(cfg.warmup):
                 tr.plain_step(x, y)
             for w in range(windows):
-                times, u = _window(tr, bs, window_s)
+                times, u = _window(tr, bs, window_s, pids)
                 t = float(np.median(times))
                 records.append(ContentionRecord(run, model_name, bs, level, u, t0, t))
                 if progress:

@@ -5,9 +5,14 @@ B/s) from :mod:`edgetrain.profile.sampler`; RG = (step time under U) / (unconten
 t0). The regression is scikit-learn ridge regression (alpha 0.1) on standardised features
 (core, network MB/s, disk MB/s): a linear model extrapolates to contention levels outside the
 training range, which tree ensembles cannot, and on the runs measured here neither a squared
-core term nor a robust (Huber) loss lowered the held-out error. Predictions are clipped to
-RG >= 1. Training data is the history file (JSON lines, one :class:`ContentionRecord` each;
-never pickled), so every run also learns from earlier ones.
+core term nor a robust (Huber) loss lowered the held-out error. It extrapolates only so far:
+each feature is clipped to its training range widened by half that range on either side
+(``REACH``), so a level one step past the profiled ones is still predicted, while a feature
+the history never saw vary (the profile's network rate is about 0, a gossip worker's own
+traffic leaks megabytes a second into it) does not multiply the slowdown by 10^5, as it did on
+the EdgeGossip testbed before. Predictions are clipped to RG >= 1. Training data is the
+history file (JSON lines, one :class:`ContentionRecord` each; never pickled), so every run
+also learns from earlier ones.
 """
 
 from __future__ import annotations
@@ -56,6 +61,9 @@ class ContentionRecord:
         )  # fmt: skip
 
 
+REACH = 0.5  # how far past its training range, in units of that range, a feature may go
+
+
 def features(u: Sequence[float]) -> list[float]:
     core, net, disk = float(u[0]), float(u[1]), float(u[2])
     return [core, net / 1e6, disk / 1e6]
@@ -70,6 +78,7 @@ class Predictor:
         from sklearn.preprocessing import StandardScaler
 
         self.model = make_pipeline(StandardScaler(), Ridge(alpha=alpha))
+        self.lo = self.hi = np.zeros(3)
         self.fitted = False
 
     def fit(self, records: Sequence[ContentionRecord]) -> Predictor:
@@ -78,12 +87,16 @@ class Predictor:
         x = np.array([features(r.u) for r in records])
         y = np.array([r.rg for r in records])
         self.model.fit(x, y)
+        lo, hi = x.min(axis=0), x.max(axis=0)
+        self.lo, self.hi = lo - REACH * (hi - lo), hi + REACH * (hi - lo)
         self.fitted = True
         return self
 
     def predict_rg(self, u: Sequence[float]) -> float:
-        """Predicted slowdown under ``u`` (>= 1)."""
-        rg = float(self.model.predict(np.array([features(u)]))[0])
+        """Predicted slowdown under ``u`` (>= 1), each feature held within the reach of the
+        training range."""
+        x = np.clip(np.array([features(u)]), self.lo, self.hi)
+        rg = float(self.model.predict(x)[0])
         return max(rg, 1.0)
 
     def predict_time(self, t0: float, u: Sequence[float]) -> float:

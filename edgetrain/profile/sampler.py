@@ -27,7 +27,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,6 +71,8 @@ class Usage:
     disk_Bps: float
     co_disk_Bps: float
     co_runnable: float = 0.0
+    own_net_Bps: float = 0.0  # the training process's own traffic (``own_net_bytes``)
+    own_disk_Bps: float = 0.0
 
     @property
     def co_demand(self) -> float:
@@ -147,13 +149,14 @@ def snapshot(
     own_net_bytes: int = 0,
     root: Path = Path("/proc"),
     scope: CgroupScope | None = None,
+    co_pids: Iterable[int] = (),
 ) -> Snapshot:
     """Read the counters now (``pid``: the training process; ``scope``: its cgroup, whose
-    other processes are then the co-running ones)."""
+    other processes are then the co-running ones, with ``co_pids`` of its own children)."""
     busy, total, running = _cpu_ticks(root)
     own_ticks, own_disk = _own(root, pid)
     if scope is not None:
-        group = group_counters(scope, pid, root)
+        group = group_counters(scope, pid, root, co_pids=co_pids)
         return Snapshot(
             t=time.monotonic(),
             busy_ticks=busy,
@@ -204,6 +207,8 @@ def usage(a: Snapshot, b: Snapshot, cores: float, hz: int = _HZ) -> Usage:
         disk_Bps=disk,
         co_disk_Bps=max(disk - own_disk, 0.0),
         co_runnable=float(b.co_runnable),
+        own_net_Bps=own_net,
+        own_disk_Bps=own_disk,
     )
 
 
@@ -226,6 +231,8 @@ def _group_usage(a: Snapshot, b: Snapshot, cores: float, hz: int, dt: float) -> 
         disk_Bps=own_disk + co_disk,
         co_disk_Bps=co_disk,
         co_runnable=float(b.co_runnable),
+        own_net_Bps=own_net,
+        own_disk_Bps=own_disk,
     )
 
 
@@ -240,8 +247,10 @@ class Sampler:
         interval_s: float = 1.0,
         own_net_bytes: Callable[[], int] | None = None,
         scope: CgroupScope | None = None,
+        co_pids: Callable[[], Iterable[int]] | None = None,
     ) -> None:
         self.pid = pid or os.getpid()
+        self.co_pids = co_pids or (lambda: ())
         self.interval_s = interval_s
         self.scope = scope
         share = scope.share() if scope is not None else None
@@ -264,11 +273,11 @@ class Sampler:
         self._thread.join()
 
     def _run(self) -> None:
-        prev = snapshot(self.pid, self.own_net(), scope=self.scope)
+        prev = snapshot(self.pid, self.own_net(), scope=self.scope, co_pids=self.co_pids())
         while not self._stop.wait(self.interval_s):
             c0 = time.thread_time()
             try:
-                cur = snapshot(self.pid, self.own_net(), scope=self.scope)
+                cur = snapshot(self.pid, self.own_net(), scope=self.scope, co_pids=self.co_pids())
             except OSError as exc:  # the process ended
                 log.info("sampler stopped: %s", exc)
                 return
@@ -290,26 +299,37 @@ class Sampler:
             return len(self.samples)
 
     def mean(self, since: int = 0) -> Usage | None:
-        """The mean of the samples so far, from sample number ``since`` on (None: none)."""
+        """The rates over the samples so far, from sample number ``since`` on (None: none):
+        each rate weighted by its sample's interval, so the rate over the whole span.
+
+        The co-running network and disk rates are the span's total less the process's own,
+        clipped at zero once over the span, not per sample: the process's own counter and the
+        kernel's do not tick together (a 250 kB message counted by one before the other), and
+        clipping each short sample's difference at zero would keep every positive skew and
+        drop every negative one, reporting the process's own traffic as co-running."""
         with self._lock:
             s = list(self.samples[since:])
         if not s:
             return None
-        n = len(s)
+        span = sum(u.interval_s for u in s)
+        weights = [u.interval_s / span for u in s] if span > 0 else [1.0 / len(s)] * len(s)
 
         def avg(attr: str) -> float:
-            total: float = sum(getattr(u, attr) for u in s)
-            return total / n
+            return float(sum(w * getattr(u, attr) for w, u in zip(weights, s, strict=True)))
 
+        net, own_net = avg("net_Bps"), avg("own_net_Bps")
+        disk, own_disk = avg("disk_Bps"), avg("own_disk_Bps")
         return Usage(
-            interval_s=sum(u.interval_s for u in s),
+            interval_s=span,
             cores=self.cores,
             machine_cores_busy=avg("machine_cores_busy"),
             own_cores_busy=avg("own_cores_busy"),
             co_cores_busy=avg("co_cores_busy"),
-            net_Bps=avg("net_Bps"),
-            co_net_Bps=avg("co_net_Bps"),
-            disk_Bps=avg("disk_Bps"),
-            co_disk_Bps=avg("co_disk_Bps"),
+            net_Bps=net,
+            co_net_Bps=max(net - own_net, 0.0),
+            disk_Bps=disk,
+            co_disk_Bps=max(disk - own_disk, 0.0),
             co_runnable=avg("co_runnable"),
+            own_net_Bps=own_net,
+            own_disk_Bps=own_disk,
         )

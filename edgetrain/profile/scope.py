@@ -176,13 +176,19 @@ class GroupCounters:
 
 
 def group_counters(
-    scope: CgroupScope, pid: int, proc_root: Path = Path("/proc"), pids: Iterable[int] = ()
+    scope: CgroupScope,
+    pid: int,
+    proc_root: Path = Path("/proc"),
+    pids: Iterable[int] = (),
+    co_pids: Iterable[int] = (),
 ) -> GroupCounters:
     """CPU ticks and disk bytes of every process in ``scope`` but ``pid``'s tree, and their
-    runnable threads now (``pids``: the group's processes, read from it when empty)."""
+    runnable threads now (``pids``: the group's processes, read from it when empty;
+    ``co_pids``: processes of ``pid``'s tree that count as co-running all the same, such as
+    the load ``profile --contention`` generates in its own children)."""
     members = set(pids) or scope.pids()
     stats = {p: s for p in members if (s := _stat(proc_root, p)) is not None}
-    own = own_tree(pid, {p: s[1] for p, s in stats.items()})
+    own = own_tree(pid, {p: s[1] for p, s in stats.items()}) - (set(co_pids) - {pid})
     co = {p: s for p, s in stats.items() if p not in own}
     return GroupCounters(
         ticks={p: s[2] for p, s in co.items()},
