@@ -138,3 +138,40 @@ def test_two_threads_hand_off_through_the_condition() -> None:
         h.stop()
         thread.join(5)
     assert not thread.is_alive()
+
+
+def test_pace_delay_literals() -> None:
+    from edgetrain.ps.mercury.bacc import pace_delay
+
+    # 0.02 s of CPU in 0.03 s of wall on a 0.5-core share: one more 0.01 s chunk fits at 0.06 s
+    assert pace_delay(0.02, 0.03, 0.5, 0.01) == pytest.approx(0.03)
+    assert pace_delay(0.02, 0.06, 0.5, 0.01) == 0.0
+    assert pace_delay(0.0, 0.0, 2.0, 0.01) == pytest.approx(0.005)  # idle cores: barely
+    assert pace_delay(5.0, 0.0, 0.0, 1.0) == 0.0  # no share: unpaced
+
+
+def test_optional_refresh_is_paced_by_the_cpu_the_process_has_left() -> None:
+    """On a 0.5-core device, the first chunk of an iteration goes at once; one more waits
+    until the process's CPU time since the iteration began, plus a chunk's, fits in half the
+    wall time since then. The aggregation's end stops the refresh, paced or not."""
+    wall, cpu = FakeClock(), FakeClock()
+    h = Handoff(Protocol(), wall, share=0.5, cpu_clock=cpu)
+    h.mark()
+    wall.now, cpu.now = 0.02, 0.01
+    h.begin(0)
+    first = h.next(timeout=0)
+    assert first == Action(REFRESH, 0)  # the iteration's first chunk: never paced
+    wall.now, cpu.now = 0.03, 0.02
+    h.finished(first, 32, cpu_s=0.01)
+    assert h.next(timeout=0) == Action(WAIT)  # (0.02 + 0.01) / 0.5 = 0.06 > 0.03 s
+    wall.now = 0.06
+    assert h.next(timeout=0) == Action(REFRESH, 0)  # the CPU T1 left: one more chunk
+    wall.now, cpu.now = 0.07, 0.03
+    h.finished(Action(REFRESH, 0), 32, cpu_s=0.01)
+    h.end(0)
+    assert h.next(timeout=0) == Action(WAIT)  # aggregation over: nothing optional left
+    assert h.wait_step(timeout=0) and h.p.stats.cohorts == [64]
+    unpaced = Handoff(Protocol(), wall, share=None, cpu_clock=cpu)
+    unpaced.begin(1)
+    unpaced.finished(unpaced.next(timeout=0), 32, cpu_s=1.0)
+    assert unpaced.next(timeout=0) == Action(REFRESH, 1)  # the paper's BACC: no pacing

@@ -14,6 +14,16 @@ importance and reshards data. Two pairs overlap:
   the pause waits at most for the chunk in flight. The bandwidth-agnostic variant reshards
   for a fixed slot per iteration whether aggregation runs or not.
 
+The premise of the first pair is a CPU left idle while the network works. On a device with
+fewer cores than busy threads (an emulated host with a 0.45-core quota) it is false: T2's
+refresh spends the quota T1 needs to receive and average, the group is throttled, and the
+aggregation T2 was meant to hide in grows (T_cm 0.039 -> 0.091 s on ``mercury-4u``). With a
+``share`` (the cores this device may use), an *optional* anytime refresh (beyond the first
+chunk of the iteration) is therefore paced: it starts only once the process's CPU time since
+the iteration began, plus one chunk's, fits in ``share`` times the wall time since then
+(:func:`pace_delay`). Where cores are idle it never waits; where they are not, it refreshes
+only with what T1 leaves.
+
 T1 ends its aggregation and then waits until T2 stands still (no refresh chunk running, the
 iteration's refresh done) before its optimiser step: T2 reads the weights. That wait, and the
 pause latency, are measured. :class:`Protocol` is the pure state machine (times are passed
@@ -55,6 +65,16 @@ class Stats:
     swaps: int = 0
     swap_s: float = 0.0
     cohorts: list[int] = field(default_factory=list)  # samples refreshed per iteration
+    paced: int = 0  # optional refresh chunks deferred for want of CPU
+    paced_s: float = 0.0  # time T2 spent deferring them
+
+
+def pace_delay(cpu_s: float, wall_s: float, share: float, chunk_cpu_s: float) -> float:
+    """Seconds until one more chunk (``chunk_cpu_s`` of CPU) keeps the process within
+    ``share`` cores over the window: ``cpu_s`` of CPU used in ``wall_s`` so far. Pure."""
+    if share <= 0:
+        return 0.0
+    return max(0.0, (cpu_s + chunk_cpu_s) / share - wall_s)
 
 
 class Protocol:
@@ -110,6 +130,10 @@ class Protocol:
         if self.agg == t:
             self.agg = None
             self._end_at = now
+
+    def optional_refresh(self) -> bool:
+        """T2's next action would be an anytime refresh beyond the iteration's first chunk."""
+        return self.anytime and self.done_samples > 0
 
     def refresh_satisfied(self) -> bool:
         if not self.refresh or self.iteration < 0:
@@ -181,17 +205,44 @@ class Protocol:
 
 
 class Handoff:
-    """:class:`Protocol` shared by T1 and T2 under one condition variable."""
+    """:class:`Protocol` shared by T1 and T2 under one condition variable.
 
-    def __init__(self, protocol: Protocol, clock: Callable[[], float] = time.monotonic) -> None:
+    ``share``: the cores the device may use, for pacing optional refreshes (None: unpaced);
+    ``cpu_clock``: the process's CPU time (every thread's)."""
+
+    def __init__(
+        self,
+        protocol: Protocol,
+        clock: Callable[[], float] = time.monotonic,
+        share: float | None = None,
+        cpu_clock: Callable[[], float] = time.process_time,
+    ) -> None:
         self.p = protocol
         self.clock = clock
         self.cond = threading.Condition()
+        self.share = share
+        self.cpu_clock = cpu_clock
+        self.chunk_cpu_s = 0.0  # a refresh chunk's CPU time, as T2 last measured it
+        self._window = (clock(), cpu_clock())  # (wall, CPU) when the iteration began
+
+    def mark(self) -> None:
+        """T1: an iteration begins (the pacing window's start)."""
+        with self.cond:
+            self._window = (self.clock(), self.cpu_clock())
 
     def begin(self, t: int, target: int = 0) -> None:
         with self.cond:
             self.p.begin_aggregation(t, self.clock(), target)
             self.cond.notify_all()
+
+    def _pace(self) -> float:
+        """Seconds the next optional refresh must wait for CPU (0: go)."""
+        if self.share is None or not self.p.optional_refresh():
+            return 0.0
+        wall0, cpu0 = self._window
+        return pace_delay(
+            self.cpu_clock() - cpu0, self.clock() - wall0, self.share, self.chunk_cpu_s
+        )
 
     def end(self, t: int) -> None:
         with self.cond:
@@ -207,17 +258,37 @@ class Handoff:
             return bool(ok) and not self.p.stopped
 
     def next(self, timeout: float | None = None) -> Action:
-        """T2: block until there is something to do (WAIT only on timeout); it is started."""
+        """T2: block until there is something to do (WAIT only on timeout); it is started.
+        An optional refresh waits for CPU first (:func:`pace_delay`); anything else that
+        becomes due meanwhile (the aggregation ends, a swap) is taken at once."""
+        deadline = None if timeout is None else self.clock() + timeout
         with self.cond:
-            self.cond.wait_for(lambda: self.p.next_action().kind != WAIT, timeout)
-            action = self.p.next_action()
+            while True:
+                left = None if deadline is None else max(0.0, deadline - self.clock())
+                self.cond.wait_for(lambda: self.p.next_action().kind != WAIT, left)
+                action = self.p.next_action()
+                if action.kind != REFRESH:
+                    break
+                delay = self._pace()
+                if delay <= 0:
+                    break
+                left = None if deadline is None else deadline - self.clock()
+                if left is not None and left <= 0:
+                    return Action(WAIT)
+                waited = self.clock()
+                self.cond.wait(delay if left is None else min(delay, left))
+                self.p.stats.paced += 1
+                self.p.stats.paced_s += self.clock() - waited
             if action.kind in (REFRESH, SWAP):
                 self.p.started(action, self.clock())
             return action
 
-    def finished(self, action: Action, samples: int = 0) -> None:
+    def finished(self, action: Action, samples: int = 0, cpu_s: float | None = None) -> None:
+        """T2 finished ``action``; ``cpu_s``: its CPU time (a refresh's sets the pace)."""
         with self.cond:
             self.p.finished(action, self.clock(), samples)
+            if action.kind == REFRESH and cpu_s is not None and samples > 0:
+                self.chunk_cpu_s = cpu_s
             self.cond.notify_all()
 
     def set_swap_work(self, pending: bool) -> None:

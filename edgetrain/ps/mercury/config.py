@@ -53,6 +53,9 @@ class MercurySection(BaseModel):
     # aggregation); sequential: one thread, reshard piece -> refresh -> sample -> compute ->
     # aggregate; agnostic: two threads with a fixed G and a fixed resharding slot.
     scheduler: Scheduler = "bacc"
+    # bacc, anytime: refresh beyond the first chunk only with CPU the device's other work
+    # leaves (its cores, or its cgroup's quota); false: refresh all through the aggregation.
+    pace_refresh: bool = True
     reshard_slot_ms: float = Field(50.0, gt=0)  # agnostic: resharding time per iteration
     # aware: N_o samples by importance, cohort by cohort; agnostic: N_p at random; random:
     # N_o at random (the control the paper lacks); none. None: aware (mercury, not
@@ -114,6 +117,7 @@ class Settings:
     groups: int
     refresh_chunk: int
     scheduler: str
+    pace_refresh: bool
     reshard_slot_ms: float
     resharding: str
     federated: bool

@@ -40,6 +40,7 @@ from edgetrain.comm.client import Serve
 from edgetrain.comm.control import HandIn
 from edgetrain.comm.wire import Message
 from edgetrain.errors import DataError, RunError
+from edgetrain.profile.scope import resolve_scope
 from edgetrain.ps.mercury import premises, reshard, shards
 from edgetrain.ps.mercury.bacc import REFRESH, STOP, SWAP, WAIT, Handoff, Protocol
 from edgetrain.ps.mercury.codec import SampleCodec
@@ -255,7 +256,11 @@ class MercuryDevice:
             slot_s=cfg.reshard_slot_ms / 1000.0,
             refresh=refresh,
         )
-        self.handoff = Handoff(proto)
+        share = None
+        if cfg.pace_refresh and proto.anytime and refresh:
+            scope = resolve_scope("auto")
+            share = (scope.share() if scope else None) or float(os.cpu_count() or 1)
+        self.handoff = Handoff(proto, share=share)
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         self.t2 = threading.Thread(target=self._t2_loop, daemon=True, name="mercury-t2")
         self.t2.start()
@@ -270,14 +275,16 @@ class MercuryDevice:
                 return
             if action.kind == WAIT:
                 continue
-            samples = 0
+            samples, cpu_s = 0, 0.0
             try:
                 if action.kind == REFRESH:
                     p = handoff.p
                     size = self.cfg.refresh_chunk
                     if not p.anytime:
                         size = max(1, min(size, p.target - p.done_samples))
+                    cpu0 = time.thread_time()
                     samples = self._refresh(size, action.iteration)
+                    cpu_s = time.thread_time() - cpu0
                 elif action.kind == SWAP:
                     self._swap_chunk()
             except Exception as exc:  # noqa: BLE001 - the training thread reports it
@@ -286,7 +293,7 @@ class MercuryDevice:
                 handoff.finished(action, samples)
                 handoff.stop()
                 return
-            handoff.finished(action, samples)
+            handoff.finished(action, samples, cpu_s if action.kind == REFRESH else None)
 
     # ------------------------------------------------------------------ importance
 
@@ -468,6 +475,7 @@ class MercuryDevice:
         handoff = self.handoff
         if handoff is not None:
             handoff.hold(False)
+            handoff.mark()
         start = time.perf_counter()
         self._boundary(t)
         after_boundary = time.perf_counter()
@@ -636,6 +644,9 @@ class MercuryDevice:
             "t2_refresh_s": st.refresh_s if st else 0.0,
             "t2_swaps": st.swaps if st else 0,
             "t2_swap_s": st.swap_s if st else 0.0,
+            "t2_paced": st.paced if st else 0,
+            "t2_paced_s": st.paced_s if st else 0.0,
+            "pace_share": self.handoff.share if self.handoff is not None else None,
             "pause_latency_max_s": st.pause_latency_max_s if st else None,
             "pause_latency_mean_s": st.pause_latency_s / st.pauses if st and st.pauses else None,
             "reshard_rounds": self.reshard_stats["rounds"],
