@@ -33,8 +33,12 @@ def test_smoke_reproduction_writes_the_report_and_resumes(tmp_path: Path) -> Non
     assert {"R-M1", "R-M2", "R-M3", "R-M4c", "R-M5", "R-M6", "R-M7", "R-M8", "R-M9"} <= set(claims)
     for claim in doc["claims"]:
         assert set(claim) >= FIELDS
-        if claim["ours"] is None:  # every row not measured says why
-            assert claim["deviations"].startswith("not measured: ") and claim["seeds"] == []
+        if claim["ours"] is None:  # every row without a figure says why: not run, or run
+            # with its target reached in no seed (timing decides that at smoke size)
+            if claim["seeds"]:
+                assert claim["deviations"].startswith("not reached in any seed")
+            else:
+                assert claim["deviations"].startswith("not measured: ")
         else:
             stat = claim["ours"]
             assert all(isinstance(stat[k], float) for k in ("median", "min", "max"))
