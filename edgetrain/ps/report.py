@@ -49,6 +49,7 @@ def ps_report(
                     "buckets": e.get("buckets"),
                     "held_s": e.get("held_s"),
                     "plan_s": e.get("plan_s"),
+                    "epoch_s": e.get("epoch_s"),
                     "hold_ms": e.get("hold_ms"),
                     "forward_s": e.get("forward_s"),
                     "backward_s": e.get("backward_s"),

@@ -34,7 +34,9 @@ def testbed(spec: Path, name: str) -> Iterator[Testbed]:
     """Bring ``spec`` up as ``name`` and verify it; always bring it down afterwards."""
     if os.geteuid() != 0:
         raise EdgetrainError(
-            "the emulated testbed needs root", "run the reproduction with sudo, or --testbed local"
+            "the emulated testbed needs root",
+            "run the reproduction with sudo (or --smoke, on local processes; some scripts also "
+            "take --testbed local)",
         )
     _edgetrain("emulate", "down", name)  # a testbed left by an interrupted run
     up = _edgetrain("emulate", "up", str(spec), "--name", name, "--verify", "--format", "json")
