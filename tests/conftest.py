@@ -9,16 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.procs import edgetrain_processes, kill_all
+from tests.helpers.skips import skip_or_fail
 
-SYSTEM_TESTS = os.environ.get("EDGETRAIN_SYSTEM_TESTS") == "1"
 REPO = Path(__file__).resolve().parents[1]
-
-
-def skip_or_fail(reason: str) -> None:
-    """Skip on a user's machine; under EDGETRAIN_SYSTEM_TESTS=1 (CI) a missing part fails."""
-    if SYSTEM_TESTS:
-        pytest.fail(f"{reason} (EDGETRAIN_SYSTEM_TESTS=1 turns this skip into a failure)")
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

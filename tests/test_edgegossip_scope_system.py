@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from edgetrain.emulate import cgroups
-from tests.conftest import skip_or_fail
+from tests.helpers.skips import skip_or_fail
 
 pytestmark = [pytest.mark.system]
 

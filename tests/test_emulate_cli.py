@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from edgetrain.emulate import testbed
-from tests.conftest import skip_or_fail
 from tests.helpers.cli import run_cli
 from tests.helpers.paths import TESTBEDS
+from tests.helpers.skips import skip_or_fail
 
 
 def _one_line(err: str) -> str:

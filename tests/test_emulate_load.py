@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from edgetrain.emulate import cgroups, testbed
-from tests.conftest import skip_or_fail
+from tests.helpers.skips import skip_or_fail
 
 pytestmark = [pytest.mark.system, pytest.mark.slow]
 

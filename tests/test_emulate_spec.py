@@ -16,8 +16,12 @@ PAPERS = (
     "dlion-compute-4",
     "dlion-network-4",
     "mercury-4",
+    "mercury-4u",
     "dynacomm",
+    "dynacomm-repro",
+    "dynacomm-repro-1",
     "mcpipe-3",
+    "mcpipe-2",
 )
 
 
@@ -104,6 +108,8 @@ def test_parse_size() -> None:
     ("data", "message"),
     [
         (_spec(extra=1), "unknown key 'extra'"),
+        (_spec(sites=[{"name": "a", "lann": "1gbit", "hosts": [{"name": "h", "cpu": 1}]}]),
+         "unknown key 'lann' in [[sites]] #1; did you mean 'lan'?"),
         (_spec(sites=[]), "sites"),
         (_spec(name="Bad_Name"), "lower-case"),
         (_spec(sites=[{"name": "a", "hosts": [{"name": "h", "cpu": 1}]}]),

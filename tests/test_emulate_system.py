@@ -17,7 +17,7 @@ from edgetrain.emulate.spec import load_spec
 from edgetrain.emulate.topology import gateway_dev, owned_namespace
 from edgetrain.launch.hosts import load_hosts
 from edgetrain.launch.ssh import ssh_command
-from tests.conftest import skip_or_fail
+from tests.helpers.skips import skip_or_fail
 
 pytestmark = [pytest.mark.system, pytest.mark.slow]
 

@@ -15,8 +15,8 @@ from edgetrain.emulate import cgroups, testbed, trace
 from edgetrain.emulate.spec import SpecError, load_spec, parse_spec
 from edgetrain.emulate.topology import LinkCheck, build
 from edgetrain.emulate.verify import measure_link
-from tests.conftest import skip_or_fail
 from tests.helpers.paths import TESTBEDS
+from tests.helpers.skips import skip_or_fail
 from tests.helpers.waiting import wait_until
 
 SPEC = """
@@ -62,6 +62,7 @@ def test_shipped_traces_fit_their_testbeds() -> None:
         ("[[changes]]\nat = 1\nlink = 'h1'\nrate = 'slow'\n", "not a rate"),
         ("loop = true\n", "changes"),
         ("[[changes]\n", "not valid TOML"),
+        ("[[changes]]\nat = 1\nlink = 'h1'\nrat = '1mbit'\n", "did you mean 'rate'?"),
     ],
 )
 def test_bad_traces(tmp_path: Path, text: str, message: str) -> None:

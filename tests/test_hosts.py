@@ -191,3 +191,26 @@ def test_launch_rejects_bad_hosts_before_anything_starts(
     else:
         assert needle in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "runs").exists() and "Traceback" not in err
+
+
+def test_a_dash_h_alias_resolves_through_ssh_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `-H edge-alias:2` names a host only the user's ssh config knows: its address is what
+    # `ssh -G` prints, never a DNS lookup of the alias (a stand-in ssh records how it is asked)
+    from edgetrain.launch.ssh import resolve_hosts
+
+    log = tmp_path / "argv"
+    fake = tmp_path / "bin" / "ssh"
+    fake.parent.mkdir()
+    fake.write_text(
+        f'#!/bin/sh\necho "$@" >> {shlex.quote(str(log))}\n'
+        'case " $* " in *" -G "*) printf "user edge\\nhostname 10.1.2.3\\nport 2222\\n";; esac\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
+    hosts = resolve_hosts(parse_host_list("edge-alias:2"))
+    (host,) = hosts.hosts
+    assert host.address == "edge-alias" and host.hostname == "10.1.2.3"
+    (argv,) = log.read_text().splitlines()
+    assert argv.split()[0] == "-G" and argv.split()[-1] == "edge-alias"

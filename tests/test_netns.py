@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from edgetrain.emulate import netns
-from tests.conftest import skip_or_fail
+from tests.helpers.skips import skip_or_fail
 
 ECHO_SERVER = """
 import socket, sys

@@ -9,8 +9,8 @@ import subprocess
 import pytest
 
 from edgetrain.emulate import netns
-from tests.conftest import skip_or_fail
 from tests.helpers.profile_cli import cli_argv
+from tests.helpers.skips import skip_or_fail
 
 RATE_BPS = 100e6 / 8  # tc's 100mbit, in bytes/s
 

@@ -177,3 +177,32 @@ def test_version_and_env(capsys) -> None:
         "cuda_available",
     ):
         assert key in report
+
+
+def test_recipes_validate_and_techniques_list_without_torch(tmp_path: Path) -> None:
+    # the registry names families and techniques as import strings: validating a recipe of
+    # every family and listing the techniques imports no torch (a user's typo is answered fast)
+    bodies = [Path("recipes/quickstart.toml").read_text()]
+    for family, technique in (("ps", "dynacomm"), ("pipeline", "mcpipe"), ("ps", "mercury")):
+        bodies.append(
+            f'[data]\ndataset = "digits"\n[model]\nname = "mlp"\n[train]\nfamily = "{family}"\n'
+            f'technique = "{technique}"\n[[workers]]\ncount = 2\n'
+        )
+    paths = []
+    for i, body in enumerate(bodies):
+        paths.append(tmp_path / f"r{i}.toml")
+        paths[-1].write_text(body)
+    code = (
+        "import sys\n"
+        "from edgetrain.recipe import load_recipe\n"
+        "from edgetrain.techniques import describe\n"
+        f"for p in {[str(p) for p in paths]!r}:\n"
+        "    load_recipe(p)\n"
+        "assert describe()\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import skip_or_fail
+from tests.helpers.skips import skip_or_fail
 from tests.helpers.waiting import wait_until
 
 SSHD = Path("/usr/sbin/sshd")
