@@ -206,3 +206,14 @@ def test_recipes_validate_and_techniques_list_without_torch(tmp_path: Path) -> N
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+@pytest.mark.parametrize(
+    "name", ["quickstart", "edgegossip", "dlion", "dynacomm", "mercury", "mcpipe"]
+)
+def test_every_example_recipe_passes_the_launch_checks(name: str) -> None:
+    from edgetrain import techniques
+
+    recipe, _ = load_checked_recipe(Path("recipes") / f"{name}.toml")
+    techniques.load_family(recipe.train.family).check(recipe)  # what launch checks next
+    assert recipe.run.name == name

@@ -35,12 +35,15 @@ def _flag_type_hidden() -> None:
     ``--help`` included): a flag takes no value, so there is nothing to type."""
     import typer.core
 
-    original = typer.core.TyperOption.display_type_rich
+    original = getattr(typer.core.TyperOption, "display_type_rich", None)
+    if original is None:  # typer before 0.29 prints no type beside flags: nothing to hide
+        return
 
     def display_type_rich(self: typer.core.TyperOption, ctx: object) -> str | None:
         if getattr(self, "is_flag", False):
             return None
-        return original(self, ctx)  # type: ignore[arg-type]
+        shown: str | None = original(self, ctx)
+        return shown
 
     typer.core.TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
 

@@ -52,6 +52,13 @@ def check_recipe(recipe: Recipe) -> None:
     stages, replicas = _count(recipe, STAGE), _count(recipe, REPLICA)
     evaluators = _count(recipe, EVALUATOR)
     cfg = recipe.section("pipeline", PipelineSection)
+    if recipe.train.device != "cpu":
+        # The stages' weight stores, fused steps and memory accounting are written for host
+        # memory, and the bit-identity between schedules rests on the CPU's kernels.
+        raise RecipeError(
+            f"[train] device = {recipe.train.device!r}: the pipeline family trains on the CPU",
+            "set [train] device = 'cpu' (or leave it out)",
+        )
     if evaluators > 1:
         raise RecipeError(
             f"a {tech} run has at most one evaluator (the recipe has {evaluators})",

@@ -216,11 +216,14 @@ class Link(threading.Thread):
                 if tuple(arr.shape) != tuple(p.shape) or arr.dtype != np.float32:
                     self.error = f"parameter server {k} sent {n} with a wrong shape or dtype"
                     return
-                np.copyto(p.detach().numpy(), arr)  # (received arrays are read-only views)
+                if p.device.type == "cpu":
+                    np.copyto(p.detach().numpy(), arr)  # (received arrays are read-only views)
+                else:  # a GPU trainer: one host-to-device copy
+                    p.copy_(torch.from_numpy(np.array(arr)))
 
 
 def _grad(p: torch.Tensor) -> np.ndarray:
     """A parameter's gradient as an array (zeros if it got none this iteration)."""
     if p.grad is None:
         return np.zeros(tuple(p.shape), dtype=np.float32)
-    return p.grad.detach().numpy()
+    return p.grad.detach().cpu().numpy()  # (no copy on the CPU)

@@ -146,7 +146,9 @@ class MercuryDevice:
         torch.set_num_threads(group.threads)
         data = load_run_data(recipe)
         mine = worker_indices(recipe, data, ctx.worker_id)
-        self.model = build_run_model(recipe, data).to(resolve_device(recipe.train.device))
+        # the dataset stays in host memory (resharding writes into it); batches go to the device
+        self.device = resolve_device(recipe.train.device)
+        self.model = build_run_model(recipe, data).to(self.device)
         self.x_np = np.array(data.x_train[mine], dtype=np.float32, order="C", copy=True)
         self.y_np = np.array(data.y_train[mine], dtype=np.int64, copy=True)
         n = len(self.y_np)
@@ -157,8 +159,8 @@ class MercuryDevice:
             )
         self.x = torch.from_numpy(self.x_np)  # shares memory: placements show at once
         self.y = torch.from_numpy(self.y_np)
-        self.x_test = torch.from_numpy(np.ascontiguousarray(data.x_test))
-        self.y_test = torch.from_numpy(np.ascontiguousarray(data.y_test))
+        self.x_test = torch.from_numpy(np.ascontiguousarray(data.x_test)).to(self.device)
+        self.y_test = torch.from_numpy(np.ascontiguousarray(data.y_test)).to(self.device)
         self.codec = SampleCodec.of(data.x_train, data.classes)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.P = sum(p.numel() for p in self.params)
@@ -301,7 +303,7 @@ class MercuryDevice:
         """Score the next ``size`` samples of the refresh order; stamp them ``t``."""
         idx = self.cache.next_chunk(size)
         sel = torch.from_numpy(idx)
-        self.cache.store(idx, self.scorer.losses(self.x[sel], self.y[sel]), t)
+        self.cache.store(idx, self.scorer.losses(*self._batch(sel)), t)
         return len(idx)
 
     def _refresh_t1(self, count: int, t: int) -> int:
@@ -542,15 +544,20 @@ class MercuryDevice:
         model.train()
         self.optimizer.zero_grad(set_to_none=True)
         sel = torch.from_numpy(np.asarray(idx, dtype=np.int64))
-        per = nn.functional.cross_entropy(model(self.x[sel]), self.y[sel], reduction="none")
-        weights = torch.from_numpy(np.asarray(w, dtype=np.float32))
+        xb, yb = self._batch(sel)
+        per = nn.functional.cross_entropy(model(xb), yb, reduction="none")
+        weights = torch.from_numpy(np.asarray(w, dtype=np.float32)).to(self.device)
         (weights * per).sum().div(len(idx)).backward()
         grads = [
-            p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
+            p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), device=p.device)
             for p in self.params
         ]
         flat = torch.cat(grads).detach().cpu().numpy().astype(np.float32, copy=False)
         return float(per.detach().mean()), np.ascontiguousarray(flat)
+
+    def _batch(self, sel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Samples ``sel`` of the local dataset on the model's device (no copy on the CPU)."""
+        return self.x[sel].to(self.device), self.y[sel].to(self.device)
 
     def _step(self, avg: np.ndarray) -> None:
         flat = torch.from_numpy(avg)
@@ -578,7 +585,7 @@ class MercuryDevice:
         n = min(self.cfg.premise_samples, self.cache.size)
         subset = np.random.default_rng([self.seed, _SALT_PROBE]).permutation(self.cache.size)[:n]
         sel = torch.from_numpy(subset)
-        losses = self.scorer.losses(self.x[sel], self.y[sel])
+        losses = self.scorer.losses(*self._batch(sel))
         for p in due:
             if t == p:
                 self._probe[p] = losses
