@@ -165,3 +165,18 @@ def test_receivers_keep_freed_buffers_where_glibc_allows() -> None:
     if platform.libc_ver()[0] != "glibc":
         skip_or_fail("mallopt tuning is glibc-only")
     assert sockets.keep_freed_buffers()  # every mallopt call was accepted
+
+
+def test_freed_buffers_are_kept_only_when_the_recipe_asks(
+    ctx: zmq.Context, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the heap tuning keeps up to 1 GiB of freed memory with the process: opt-in ([gossip]
+    # keep_buffers), since a 2-4 GiB edge device may not afford it
+    calls: list[bool] = []
+    monkeypatch.setattr(sockets, "keep_freed_buffers", lambda: calls.append(True) or True)
+    node = GossipNode(ctx, 0, RUN, Traffic())
+    node.close()
+    assert calls == []
+    node = GossipNode(ctx, 1, RUN, Traffic(), keep_buffers=True)
+    node.close()
+    assert calls == [True]

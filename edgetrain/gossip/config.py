@@ -19,6 +19,11 @@ class GossipSection(BaseModel):
     # Messages that may wait in one peer's outbox. A full outbox skips the push (and keeps the
     # mixing weight), so a slow peer never pins more than this many model copies in memory.
     outbox: int = Field(2, ge=1, le=64)
+    # Keep freed receive buffers in this process's heap (glibc mallopt: up to 1 GiB of freed
+    # memory stays with the worker) so received weights land in warm memory: on loopback
+    # about twice the receive throughput (benchmarks/transport), at a memory cost a 2-4 GiB
+    # edge device may not afford. Off by default.
+    keep_buffers: bool = False
 
 
 class EdgeGossipSection(BaseModel):

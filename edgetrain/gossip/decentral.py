@@ -161,6 +161,7 @@ class Decentral:
             send_hwm=outbox,
             keys=ctx.keys,
             types=TYPES,
+            keep_buffers=self.gossip.keep_buffers,
         )
         started = time.perf_counter()
         self.curve = self._capacity()

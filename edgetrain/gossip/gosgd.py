@@ -93,6 +93,7 @@ class GoSGD:
             ctx.announce_host,
             send_hwm=self.cfg.outbox,
             keys=ctx.keys,
+            keep_buffers=self.cfg.keep_buffers,
         )
         meta = {
             "samples": self.trainer.num_samples,

@@ -46,6 +46,7 @@ class GossipNode:
         send_hwm: int = 2,
         keys: CurveKeys | None = None,
         types: tuple[str, ...] = PEER_TYPES,
+        keep_buffers: bool = False,
     ) -> None:
         self.ctx = ctx
         self.worker_id = worker_id
@@ -55,7 +56,8 @@ class GossipNode:
         self.send_hwm = send_hwm
         self.keys = keys
         self.types = types
-        sockets.keep_freed_buffers()  # received weights land in warm memory (no page faults)
+        if keep_buffers:  # [gossip] keep_buffers: received weights land in warm memory
+            sockets.keep_freed_buffers()
         self.inbox = sockets.server(ctx, zmq.PULL, keys, INBOX)
         try:
             self.endpoint = channel.bind_random(

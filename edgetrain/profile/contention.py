@@ -1,15 +1,16 @@
 """``--contention``: step times under generated co-running load, the predictor, and its error.
 
-The uncontended step time t0 is measured first: the 10th percentile of the steps of two
-windows without generated load. On a shared machine even those windows run beside other work,
-but steps that no other process interrupted still occur, and a low percentile picks them out
-(a median would fold the background load into t0 and give RG < 1 later). Then at each load
-intensity (the load generator of :mod:`edgetrain.profile.loadgen` on every core plus disk
-writes) training steps run in ``windows`` windows of ``window_s`` seconds while the sampler
-records the co-running contention U (inside an emulated host: its cgroup's other processes,
-:mod:`edgetrain.profile.scope`). Each window is one :class:`ContentionRecord` (median step
-time in the window). Records are appended to the history file, the predictor is fitted on the
-whole history, and its error is reported on held-out levels of this run.
+Every window's step time is its wall time over its steps (the throughput the balancer needs):
+under a CPU quota a step's own duration hides the throttled periods between steps, and the
+median step of an emulated 0.19-core host read 5 ms while it ran one step every 16 ms. The
+uncontended t0 is the mean of two windows without generated load. Then at each load intensity
+(the load generator of :mod:`edgetrain.profile.loadgen`, CPU plus disk writes, as a fraction of
+the scope's CPU: the machine's cores, or an emulated host's quota) training steps run in
+``windows`` windows of ``window_s`` seconds while the sampler records the co-running
+contention U (inside an emulated host: its cgroup's other processes,
+:mod:`edgetrain.profile.scope`). Each window is one :class:`ContentionRecord`. Records are
+appended to the history file, the predictor is fitted on the whole history, and its error is
+reported on held-out levels of this run.
 """
 
 from __future__ import annotations
@@ -39,28 +40,36 @@ from edgetrain.profile.scope import resolve_scope
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
-T0_PERCENTILE = 10
 
 
 def _window(
-    tr: _Trainer, bs: int, window_s: float, load_pids: Sequence[int] = ()
-) -> tuple[list[float], tuple[float, float, float]]:
-    """Step times and mean contention over one window of training steps (``load_pids``: the
-    generated load, which is co-running although it runs in this process's children)."""
+    tr: _Trainer, bs: int, window_s: float, scope: Any, load_pids: Sequence[int] = ()
+) -> tuple[float, tuple[float, float, float]]:
+    """The mean step time (wall time over steps) and mean contention of one window of training
+    steps (``load_pids``: the generated load, which is co-running although it runs in this
+    process's children)."""
     x, y = tr.batch(bs)
-    times: list[float] = []
+    steps = 0
     # On an emulated host the host's cgroup is the scope, as for EdgeGossip's live predictor;
     # there the sampler leaves this process's children out unless they are named co-running.
-    scope = resolve_scope("auto")
     with Sampler(
         interval_s=min(0.1, window_s / 10), scope=scope, co_pids=lambda: load_pids
     ) as sampler:
-        end = time.monotonic() + window_s
-        while time.monotonic() < end or len(times) < 3:
-            times.append(tr.plain_step(x, y))
+        start = time.monotonic()
+        end = start + window_s
+        while time.monotonic() < end or steps < 3:
+            tr.plain_step(x, y)
+            steps += 1
+        elapsed = time.monotonic() - start
     mean = sampler.mean()
     u = mean.contention if mean is not None else (0.0, 0.0, 0.0)
-    return times, u
+    return elapsed / steps, u
+
+
+def scope_cores(scope: Any) -> float | None:
+    """The CPU the generated load is a fraction of: the scope's quota (None: the machine)."""
+    share = scope.share() if scope is not None else None
+    return float(share) if share else None
 
 
 def measure_contention(
@@ -80,18 +89,18 @@ def measure_contention(
     x, y = tr.batch(bs)
     for _ in range(cfg.warmup):
         tr.plain_step(x, y)
-    base = [t for _ in range(2) for t in _window(tr, bs, window_s)[0]]
-    t0 = float(np.percentile(base, T0_PERCENTILE))
+    scope = resolve_scope("auto")
+    cores = scope_cores(scope)
+    t0 = float(np.mean([_window(tr, bs, window_s, scope)[0] for _ in range(2)]))
     records: list[ContentionRecord] = []
     total = len(levels) * windows
     for i, level in enumerate(levels):
-        with load(level) as procs:
+        with load(level, cores=cores) as procs:
             pids = [p.pid for p in procs]
             for _ in range(cfg.warmup):
                 tr.plain_step(x, y)
             for w in range(windows):
-                times, u = _window(tr, bs, window_s, pids)
-                t = float(np.median(times))
+                t, u = _window(tr, bs, window_s, scope, pids)
                 records.append(ContentionRecord(run, model_name, bs, level, u, t0, t))
                 if progress:
                     progress(f"contention level {level:g}", i * windows + w + 1, total)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -85,17 +86,33 @@ def load(
     cpu_workers: int | None = None,
     disk: bool = True,
     directory: Path | None = None,
+    cores: float | None = None,
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Run the load generator at ``intensity`` for the ``with`` block, then stop and reap it."""
+    """Run the load generator at ``intensity`` for the ``with`` block, then stop and reap it.
+
+    ``cores``: the CPU the load is a fraction of (an emulated host's quota, say): intensity 1
+    then keeps ``cores`` cores busy, spread over ceil(cores) processes, and the disk writer's
+    rate is scaled by min(1, cores), so a small host's load is a fraction of what that host can
+    do, not of the machine (on a 0.19-core host the machine-sized load saturated the quota at
+    every level, and the profile measured nothing but throttling). Default: one process per
+    machine core at ``intensity``, the disk at up to 64 MiB/s."""
     procs: list[subprocess.Popen[bytes]] = []
     if intensity > 0:
         base = [sys.executable, "-m", "edgetrain.profile.loadgen", "--parent", str(os.getpid())]
-        base += ["--intensity", str(intensity)]
-        n = (os.cpu_count() or 1) if cpu_workers is None else cpu_workers
-        argvs = [[*base, "--kind", "cpu"] for _ in range(n)]
+        if cores is None:
+            n = (os.cpu_count() or 1) if cpu_workers is None else cpu_workers
+            each, disk_bps = intensity, float(DISK_MAX_BPS)
+        else:
+            n = max(1, math.ceil(cores)) if cpu_workers is None else cpu_workers
+            each, disk_bps = intensity * cores / n, DISK_MAX_BPS * min(1.0, cores)
+        cpu = [*base, "--intensity", f"{each:.6g}"]
+        argvs = [[*cpu, "--kind", "cpu"] for _ in range(n)]
         if disk:
             where = str(directory or tempfile.gettempdir())
-            argvs.append([*base, "--kind", "disk", "--dir", where])
+            argvs.append(
+                [*base, "--intensity", f"{intensity:.6g}", "--kind", "disk", "--dir", where,
+                 "--disk-max-bps", f"{disk_bps:.6g}"]
+            )  # fmt: skip
         try:
             for argv in argvs:
                 procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL))
