@@ -211,3 +211,16 @@ def test_namespace_ownership_is_unambiguous() -> None:
     assert not owned_namespace("a", "etb-a-b")
     assert not owned_namespace("a", "etb-a-b.h1")
     assert not owned_namespace("a", "et-a")
+
+
+def test_a_busy_machine_is_named_in_one_line() -> None:
+    from edgetrain.emulate.verify import busy_line
+
+    assert busy_line(1.2, 2, [(0.3, 41, "sshd"), (0.1, 7, "cron")]) is None  # idle enough
+    line = busy_line(4.0, 2, [(1.0, 1234, "python"), (0.6, 99, "make"), (0.02, 5, "top")])
+    assert line == (
+        "the machine is too busy to grant the hosts' shares: load average 4.0 on 2 cores, "
+        "1.6 cores used outside the testbed (most: python (pid 1234, 100%), make (pid 99, "
+        "60%)); measure again on an idle machine"
+    )
+    assert busy_line(1.0, 2, [(0.7, 3, "yes")]) is not None  # outside use alone counts

@@ -309,6 +309,12 @@ def busy_note(testbed: str, window_s: float = 1.0) -> str | None:
         for p in after
         if p in before
     )[::-1]
+    return busy_line(load, cores, use)
+
+
+def busy_line(load: float, cores: int, use: list[tuple[float, int, str]]) -> str | None:
+    """The busy-machine line from the load average, the cores, and each process outside the
+    testbed as (cores used, pid, name), busiest first; None when the machine is not busy."""
     outside = sum(u for u, _, _ in use)
     if load <= cores and outside < 0.5:
         return None

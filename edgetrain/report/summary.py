@@ -32,6 +32,9 @@ MODEL_EVENTS = ("averaged", "final_model")
 ATTEMPT_OPENERS = ("registered", "resumed", "started")
 
 
+TECHNIQUE_COUNTERS = ("gossip_sent", "gossip_merged")
+
+
 def _last(events: list[dict[str, Any]], kind: str | tuple[str, ...]) -> dict[str, Any] | None:
     kinds = (kind,) if isinstance(kind, str) else kind
     ev: dict[str, Any]  # (mypy infers Any for reversed() of a list of Any-valued dicts)
@@ -85,8 +88,8 @@ def _worker_summary(
         "bytes_sent": src.get("bytes_sent", 0),
         "bytes_received": src.get("bytes_received", 0),
         "bytes_by_class": _by_class(src.get("bytes_sent_to"), worker.get("site"), sites),
-        "gossip_sent": src.get("gossip_sent", 0),
-        "gossip_merged": src.get("gossip_merged", 0),
+        # counters a technique reports of its own (GoSGD's pushes and merges) pass through
+        **{k: src[k] for k in TECHNIQUE_COUNTERS if k in src},
         "dropped": src.get("dropped", {}),
         "slowdown": worker.get("slowdown", 1.0),
         "exit_code": worker.get("exit_code"),
