@@ -68,6 +68,28 @@ probability = 0.3
 count = 3
 """
 
+EDGEGOSSIP = """
+[run]
+name = "eg-emulated"
+seed = 3
+checkpoint_every = 0
+[data]
+dataset = "mnist"
+root = "{root}"
+[model]
+name = "lenet5"
+[train]
+family = "gossip"
+technique = "edgegossip"
+epochs = 4
+batch_size = 64
+lr = 0.01
+[edgegossip]
+calibrate_s = 0.5
+[[workers]]
+count = 3
+"""
+
 
 @pytest.fixture(autouse=True)
 def _need_root_features() -> None:
@@ -111,7 +133,9 @@ def bed(tmp_path: Path) -> Iterator[tuple[str, Path, Path]]:
     testbed.down(name, state)  # whatever the test did, nothing stays
 
 
-def test_up_verify_ssh_launch_status_down(bed: tuple[str, Path, Path], tmp_path: Path) -> None:
+def test_up_verify_ssh_launch_status_down(
+    bed: tuple[str, Path, Path], tmp_path: Path, mnist_test_dir: Path
+) -> None:
     name, spec, state = bed
     up = _cli("emulate", "up", str(spec), "--verify", "--cpu-seconds", "1",
               "--state-dir", str(state), "--format", "json", timeout=300)  # fmt: skip
@@ -150,6 +174,21 @@ def test_up_verify_ssh_launch_status_down(bed: tuple[str, Path, Path], tmp_path:
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert [w["host"] for w in manifest["workers"]] == ["h1", "h2", "h3"]
     assert [w["site"] for w in manifest["workers"]] == ["a", "a", "b"]
+
+    # EdgeGossip across the hosts: h2 and h3 have half h1's CPU quota (a cgroup, not a sleep),
+    # so the balancer gives them about half their shard per epoch and every worker ends each
+    # epoch within 1.5x of the others
+    (tmp_path / "eg.toml").write_text(EDGEGOSSIP.format(root=mnist_test_dir))
+    run = _cli("launch", str(tmp_path / "eg.toml"), "--hosts", data["hosts_file"],
+               "--runs-root", str(tmp_path / "eg-runs"), "--format", "json", "--quiet-logs",
+               timeout=400)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-2000:]
+    eg = json.loads(run.stdout)
+    assert eg["status"] == "completed" and eg["technique"] == "edgegossip"
+    for epoch in eg["technique_report"]["epochs"]:
+        ratio = {int(w): r for w, r in epoch["ratio"].items()}
+        assert ratio[0] == 1.0 and all(0.25 < ratio[w] < 0.8 for w in (1, 2)), epoch
+        assert epoch["spread"] <= 1.5, epoch
 
     status = _cli("emulate", "status", name, "--state-dir", str(state), "--format", "json")
     assert status.returncode == 0, status.stderr
