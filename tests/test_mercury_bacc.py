@@ -175,3 +175,17 @@ def test_optional_refresh_is_paced_by_the_cpu_the_process_has_left() -> None:
     unpaced.begin(1)
     unpaced.finished(unpaced.next(timeout=0), 32, cpu_s=1.0)
     assert unpaced.next(timeout=0) == Action(REFRESH, 1)  # the paper's BACC: no pacing
+
+
+def test_an_anytime_refresh_scores_each_sample_at_most_once_per_iteration() -> None:
+    p = Protocol(limit=64)  # a device of 64 samples, a long aggregation
+    p.begin_aggregation(0, 0.0)
+    _run(p, REFRESH, 0.00, 0.01, 32)
+    assert p.room() == 32
+    _run(p, REFRESH, 0.01, 0.02, 32)
+    assert p.room() == 0 and p.next_action() == Action(WAIT)  # still aggregating: no more
+    p.end_aggregation(0, 0.05)
+    assert p.may_step()
+    p.stepped(0.05)
+    assert p.stats.cohorts == [64]
+    assert Protocol().room() > 1 << 40  # no limit given

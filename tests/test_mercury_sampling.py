@@ -88,6 +88,12 @@ def test_group_probabilities_are_a_stable_softmax_of_minus_beta_age() -> None:
     huge = group_probs(np.array([1.0, 1e6]), 50.0)  # no overflow, no NaN
     assert huge.tolist() == [1.0, 0.0]
     np.testing.assert_allclose(group_probs(np.array([3.0, 9.0]), 0.0), [0.5, 0.5])
+    # unequal cohorts: a group's share also scales with its size (a 7-sample sliver of an
+    # older cohort next to 352 fresh samples gets 7/359 e^-1 of the weight, not 27%)
+    sliver = group_probs(np.array([1.0, 2.0]), 1.0, np.array([352, 7]))
+    expected = np.array([352.0, 7.0 * np.exp(-1.0)])
+    np.testing.assert_allclose(sliver, expected / expected.sum())
+    assert sliver[1] < 0.01
 
 
 def test_slot_counts_round_by_largest_remainder_with_one_draw_per_slot() -> None:

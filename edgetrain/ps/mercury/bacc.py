@@ -84,13 +84,15 @@ class Protocol:
     sets a count per iteration (:meth:`begin_aggregation`). ``pause_swaps``: resharding stops
     while aggregation runs (BACC); False: a fixed slot of ``slot_s`` per iteration
     (bandwidth-agnostic). ``refresh``: whether T2 refreshes at all (All-IS and uniform
-    sampling do not)."""
+    sampling do not). ``limit``: the most samples an anytime refresh scores in one iteration
+    (the local dataset: "whatever fits" never means a sample twice; 0: no limit)."""
 
     def __init__(
         self, anytime: bool = True, pause_swaps: bool = True, slot_s: float = 0.0,
-        refresh: bool = True,
+        refresh: bool = True, limit: int = 0,
     ) -> None:  # fmt: skip
         self.anytime = anytime
+        self.limit = limit
         self.pause_swaps = pause_swaps
         self.slot_s = slot_s
         self.refresh = refresh
@@ -131,6 +133,11 @@ class Protocol:
             self.agg = None
             self._end_at = now
 
+    def room(self) -> int:
+        """Samples an anytime refresh may still score this iteration (a large number: no
+        limit)."""
+        return self.limit - self.done_samples if self.limit > 0 else 1 << 62
+
     def optional_refresh(self) -> bool:
         """T2's next action would be an anytime refresh beyond the iteration's first chunk."""
         return self.anytime and self.done_samples > 0
@@ -165,7 +172,9 @@ class Protocol:
         if self.refreshing or self.swapping:  # T2 is busy with one already
             return Action(WAIT)
         if self.refresh and self.iteration >= 0:
-            if self.anytime and (self.agg is not None or self.done_samples == 0):
+            if self.anytime and (
+                self.done_samples == 0 or (self.agg is not None and self.room() > 0)
+            ):
                 return Action(REFRESH, self.iteration)
             if not self.anytime and self.done_samples < self.target:
                 return Action(REFRESH, self.iteration)

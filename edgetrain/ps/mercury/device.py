@@ -257,6 +257,7 @@ class MercuryDevice:
             pause_swaps=cfg.scheduler == "bacc",
             slot_s=cfg.reshard_slot_ms / 1000.0,
             refresh=refresh,
+            limit=self.cache.size,
         )
         share = None
         if cfg.pace_refresh and proto.anytime and refresh:
@@ -284,6 +285,8 @@ class MercuryDevice:
                     size = self.cfg.refresh_chunk
                     if not p.anytime:
                         size = max(1, min(size, p.target - p.done_samples))
+                    else:  # at most the local dataset per iteration
+                        size = max(1, min(size, p.room()))
                     cpu0 = time.thread_time()
                     samples = self._refresh(size, action.iteration)
                     cpu_s = time.thread_time() - cpu0

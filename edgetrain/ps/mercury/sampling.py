@@ -90,10 +90,17 @@ def groups(stamp: np.ndarray, t: int) -> Groups:
     return Groups(stamps[rev], tuple(members[::-1]), ages[rev])
 
 
-def group_probs(ages: np.ndarray, beta: float) -> np.ndarray:
-    """``r_i ~ exp(-beta a_i)``, computed stably (the softmax ignores shifts)."""
+def group_probs(ages: np.ndarray, beta: float, sizes: np.ndarray | None = None) -> np.ndarray:
+    """``r_i ~ M_i exp(-beta a_i)``, computed stably (the softmax ignores shifts). With equal
+    groups this is the paper's Eq. 6; with the unequal cohorts of an anytime refresh, a sliver
+    of a few samples left of an old cohort no longer gets a whole group's share of the slots
+    (and the batch's weight scale stops jumping between iterations; the spec's groups of
+    different sizes are "reweighted by group size", §2.5). The exact weight divides by r, so it
+    stays unbiased. ``sizes`` None: equal groups."""
     z = -beta * (ages - ages.min())
     e = np.exp(z)
+    if sizes is not None:
+        e = e * np.asarray(sizes, dtype=np.float64)
     return np.asarray(e / e.sum())
 
 
@@ -166,7 +173,7 @@ class Sampler:
     ) -> Sampler:
         g = groups(stamp, t)
         q = tuple(within_probs(importance[m], smoothing) for m in g.members)
-        return cls(g, group_probs(g.ages, beta), q, len(importance))
+        return cls(g, group_probs(g.ages, beta, g.sizes), q, len(importance))
 
     def draw_many(
         self, batch: int, slots: int, rng: np.random.Generator, count: int, weights: str = "exact"
