@@ -203,3 +203,12 @@ def test_every_claim_and_section_from_literal_rows() -> None:
     )
     assert "R-DL-8 (extension): selective propagation" in md
     assert "Testbed verification: x" in md
+
+
+def test_the_default_plan_runs_the_ablations_on_fewer_seeds() -> None:
+    import argparse
+
+    args = argparse.Namespace(seeds=3, smoke=False, quick=False, testbed="emulated")
+    p = dlion.plan_for(args)
+    assert p.seeds == (1, 2, 3) and p.r1_seeds == (1, 2, 3, 4, 5) and p.side_seeds == (1, 2)
+    assert PLAN.side_seeds == PLAN.seeds  # no reduction unless asked

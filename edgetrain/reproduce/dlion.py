@@ -157,6 +157,13 @@ class Plan:
     pilot_s: float
     claims: tuple[str, ...] = ALL_CLAIMS
     pilot_seed: int = 0
+    # R-DL-4 to R-DL-8 (ablations and the extension): fewer seeds, so the default plan fits
+    # about two hours on a 2-core machine (None: the same seeds as the headline claims)
+    side: tuple[int, ...] | None = None
+
+    @property
+    def side_seeds(self) -> tuple[int, ...]:
+        return self.side if self.side is not None else self.seeds
 
 
 def plan_for(args: argparse.Namespace) -> Plan:
@@ -169,7 +176,7 @@ def plan_for(args: argparse.Namespace) -> Plan:
     if args.quick:
         return Plan((1,), (1,), local, "digits", "lenet5", 10, 32, 0.02, 4.0, ("R-DL-1",))
     r1 = tuple(range(1, max(5, args.seeds) + 1))
-    return Plan(seeds, r1, local, "mnist", "cnn2", 10, 32, None, 4.0)
+    return Plan(seeds, r1, local, "mnist", "cnn2", 10, 32, None, 4.0, side=seeds[:2])
 
 
 # ------------------------------------------------------------------ testbeds and recipes
@@ -630,7 +637,7 @@ def claim_r4(rows: list[dict[str, Any]], p: Plan) -> report.Claim:
         round(100 * (0.7220 - 0.6956), 2),
         report.Stat.of(gain),
         "pp",
-        list(p.seeds),
+        list(p.side_seeds),
         agrees,
         f"{_setting(p)}; agrees = LargeLR lowest, the full combination within 1 point of the "
         "best, SpeedUpBS shorter than WarmUpLR + StaticBS; IncreaseBS's time over the "
@@ -653,7 +660,7 @@ def claim_r5(res: dict[str, Any], p: Plan) -> report.Claim:
         "640-960 (4 workers, CIFAR-10 50k); ~10% of N",
         report.Stat.of([k1]),
         "",
-        list(p.seeds),
+        list(p.side_seeds),
         agrees,
         f"10-epoch knee {k10}; 10% of N = {int(0.1 * n)}; T_bs = {res.get('t_bs')} for every "
         "later DLion run; agrees = a drop of more than 2 points exists and both sweeps find "
@@ -678,7 +685,7 @@ def claim_r6(rows: list[dict[str, Any]], p: Plan) -> report.Claim:
         "early ~ periodic; partial GE cuts time in every case (Fig. 4)",
         report.Stat.of(partial_cut),
         "%",
-        list(p.seeds),
+        list(p.side_seeds),
         agrees,
         f"{_setting(p)}; agrees = partial <= full for every WE timing, and early/periodic "
         "no later than late/none",
@@ -711,7 +718,7 @@ def claim_r7(rows: list[dict[str, Any]], p: Plan) -> report.Claim:
         "WE helps except partial WE; one (to the worst) and asynchronous best (Fig. 5)",
         report.Stat.of(gain),
         "pp",
-        list(p.seeds),
+        list(p.side_seeds),
         agrees,
         f"{_setting(p)}; agrees = full-to-all beats partial, partial within 1 point of none, "
         "best->worst asynchronous at least as good as all and as synchronous",
@@ -740,7 +747,7 @@ def claim_r8(rows: list[dict[str, Any]], p: Plan) -> report.Claim:
         None,
         report.Stat.of(share),
         "%",
-        list(p.seeds),
+        list(p.side_seeds),
         None,
         "an extension, not a reproduction: S = R = 2 of 4 sites per iteration, senders drawn by "
         f"capacity; iteration time cut {_fmt_stat(report.Stat.of(iters))}%",
@@ -879,7 +886,8 @@ def _setup_text(p: Plan, res: dict[str, Any]) -> str:
         "the link's bandwidth, full WE best -> worst every 10 iterations while pi < 0.2. "
         f"T_bs = {res.get('t_bs')}. Targets: T_high = {_f(t.get('high'), '.4f')}, T_low = "
         f"{_f(t.get('low'), '.4f')}; budgets: {res.get('budgets') or '-'} s. Measured seeds "
-        f"{', '.join(map(str, p.seeds))} (R-DL-1: {', '.join(map(str, p.r1_seeds))}); pilot "
+        f"{', '.join(map(str, p.seeds))} (R-DL-1: {', '.join(map(str, p.r1_seeds))}; R-DL-4 to "
+        f"R-DL-8: {', '.join(map(str, p.side_seeds))}, to fit about two hours); pilot "
         f"seed {p.pilot_seed}."
     )
 
@@ -943,7 +951,7 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
             runner.lr = p.lr
         res["lr"] = runner.lr
         if "R-DL-5" in claims:
-            res["r_dl_5"] = _knee_sweep(runner, bed, p.seeds)
+            res["r_dl_5"] = _knee_sweep(runner, bed, p.side_seeds)
             k1 = res["r_dl_5"]["knee_1"]
             floor = len(BEDS["compute"].shares) * p.b0  # T_bs below the starting total: none
             runner.t_bs = max(floor, min(int(0.1 * n_train), k1)) if k1 else None
@@ -959,7 +967,7 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
         if "R-DL-2" in claims:
             res["r_dl_2"] = runner.batch(R2_ARMS, bed, "R-DL-2", p.seeds)
         if "R-DL-4" in claims:
-            res["r_dl_4"] = runner.batch([a for a, *_ in TABLE1], bed, "R-DL-4", p.seeds)
+            res["r_dl_4"] = runner.batch([a for a, *_ in TABLE1], bed, "R-DL-4", p.side_seeds)
     if claims & {"R-DL-3", "R-DL-6", "R-DL-7"}:
         with _bed(p, "network", out, cli.say) as bed:
             if bed.tb is not None:
@@ -968,15 +976,15 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
             if "R-DL-3" in claims:
                 res["r_dl_3"] = runner.batch(R3_ARMS, bed, "R-DL-3", p.seeds, budget)
             if "R-DL-6" in claims:
-                res["r_dl_6"] = runner.batch(R6_ARMS, bed, "R-DL-6", p.seeds)
+                res["r_dl_6"] = runner.batch(R6_ARMS, bed, "R-DL-6", p.side_seeds)
             if "R-DL-7" in claims:
-                res["r_dl_7"] = runner.batch(R7_ARMS, bed, "R-DL-7", p.seeds, budget)
+                res["r_dl_7"] = runner.batch(R7_ARMS, bed, "R-DL-7", p.side_seeds, budget)
     if "R-DL-8" in claims:
         with _bed(p, "sites", out, cli.say) as bed:
             if bed.tb is not None:
                 res["testbeds"]["dlion-sites-4"] = verify_markdown(bed.tb)
             budget = _budget(runner, bed, res, "sites", "sel-off")
-            res["r_dl_8"] = runner.batch(("sel-off", "sel-on"), bed, "R-DL-8", p.seeds, budget)
+            res["r_dl_8"] = runner.batch(("sel-off", "sel-on"), bed, "R-DL-8", p.side_seeds, budget)
     claims_out = build_claims(res, p)
     return report.write(
         out, "dlion", "DLion", claims_out, runner.rows, _sections(res, p), {"results": res}
