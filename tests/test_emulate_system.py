@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -176,8 +177,9 @@ def test_up_verify_ssh_launch_status_down(
     assert [w["site"] for w in manifest["workers"]] == ["a", "a", "b"]
 
     # EdgeGossip across the hosts: h2 and h3 have half h1's CPU quota (a cgroup, not a sleep),
-    # so the balancer gives them about half their shard per epoch and every worker ends each
-    # epoch within 1.5x of the others
+    # so the balancer gives them about half their shard per epoch; epochs end within 1.5x of each
+    # other in the median (an unbalanced run differs by 2x or more) and no epoch by 2x: epochs
+    # here last half a second, so one 100 ms CFS period is already a tenth of one
     (tmp_path / "eg.toml").write_text(EDGEGOSSIP.format(root=mnist_test_dir))
     run = _cli("launch", str(tmp_path / "eg.toml"), "--hosts", data["hosts_file"],
                "--runs-root", str(tmp_path / "eg-runs"), "--format", "json", "--quiet-logs",
@@ -185,10 +187,12 @@ def test_up_verify_ssh_launch_status_down(
     assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-2000:]
     eg = json.loads(run.stdout)
     assert eg["status"] == "completed" and eg["technique"] == "edgegossip"
-    for epoch in eg["technique_report"]["epochs"]:
+    epochs = eg["technique_report"]["epochs"]
+    for epoch in epochs:
         ratio = {int(w): r for w, r in epoch["ratio"].items()}
         assert ratio[0] == 1.0 and all(0.25 < ratio[w] < 0.8 for w in (1, 2)), epoch
-        assert epoch["spread"] <= 1.5, epoch
+        assert epoch["spread"] < 2.0, epoch
+    assert statistics.median(e["spread"] for e in epochs) <= 1.5, epochs
 
     status = _cli("emulate", "status", name, "--state-dir", str(state), "--format", "json")
     assert status.returncode == 0, status.stderr
