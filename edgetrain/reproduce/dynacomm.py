@@ -140,6 +140,7 @@ def recipe(
     epochs: int = 1,
     replan: str = "epoch",
     replan_every: int | None = None,
+    heartbeat_s: float = 2.0,
 ) -> str:
     """A parameter-server recipe; ``{seed}`` is filled per run."""
     every = f"replan_every = {replan_every}\n" if replan_every else ""
@@ -147,7 +148,7 @@ def recipe(
 name = "{technique}"
 seed = {{seed}}
 checkpoint_every = 0
-heartbeat_s = 2.0
+heartbeat_s = {heartbeat_s:g}
 [data]
 {data}[model]
 name = "{s.model}"
@@ -317,10 +318,20 @@ def run_trace(
     trace.write_text("\n".join(lines) + "\n")
     data = _data(p.local, data_root, s.trainers, s.batch, 60)
     epochs = 4
+    # At 20 Mbit/s one push of mobilenet_v2 (14 MB) holds a trainer's access link for about 6 s
+    # and its heartbeats queue behind it in the shaper: 2 s heartbeats (6 s to be declared dead)
+    # stopped the first full run, so the trace arms beat every 5 s (15 s).
+    hb = 5.0
     arms = [
-        Arm(f"trace-replanned-{s.key}", recipe(s, "dynacomm", data, epochs, replan_every=20)),
-        Arm(f"trace-frozen-{s.key}", recipe(s, "dynacomm", data, epochs, replan="never")),
-        Arm(f"trace-lbl-{s.key}", recipe(s, "lbl", data, epochs)),
+        Arm(
+            f"trace-replanned-{s.key}",
+            recipe(s, "dynacomm", data, epochs, replan_every=20, heartbeat_s=hb),
+        ),
+        Arm(
+            f"trace-frozen-{s.key}",
+            recipe(s, "dynacomm", data, epochs, replan="never", heartbeat_s=hb),
+        ),
+        Arm(f"trace-lbl-{s.key}", recipe(s, "lbl", data, epochs, heartbeat_s=hb)),
     ]
     result: dict[str, Any] = {}
     for arm in arms:
