@@ -114,3 +114,22 @@ def _ns() -> object:
     import argparse
 
     return argparse.Namespace(seeds=1, smoke=False, quick=True)
+
+
+def test_an_arm_the_trace_stops_is_reported_not_fatal() -> None:
+    error = (
+        'run trace-lbl-x-s1 did not complete: {"error": "run failed: 3 of 4 workers failed: '
+        "worker 1 (host trainer-1): stopped heartbeating (nothing for 15.0 s, limit 15.0 s) "
+        '(log: /tmp/w1.log)", "fix": null}'
+    )
+    trace = {
+        "replanned": {"train_s": 100.0, "iteration_s": 1.0, "per_epoch": []},
+        "lbl": {"run": "trace-lbl-x-s1", "failed": error},
+    }
+    text = dynacomm._trace_text(trace)
+    assert "| replanned | 100.0 | 1.000 |" in text
+    assert (
+        "| lbl | did not complete: run failed: 3 of 4 workers failed: worker 1 (host trainer-1): "
+        "stopped heartbeating (nothing for 15.0 s, limit 15.0 s) | - |"
+    ) in text
+    assert "/tmp/w1.log" not in text

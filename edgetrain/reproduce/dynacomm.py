@@ -335,9 +335,16 @@ def run_trace(
     ]
     result: dict[str, Any] = {}
     for arm in arms:
-        with _trace_running(tb.name, trace):
-            run = run_arm(out, arm, p.seeds[0], tb.hosts_file, say=say)
-        result[arm.name.split("-")[1]] = {
+        key = arm.name.split("-")[1]
+        try:
+            with _trace_running(tb.name, trace):
+                run = run_arm(out, arm, p.seeds[0], tb.hosts_file, say=say)
+        except EdgetrainError as exc:
+            # an arm the trace stops is a result, not the end of the reproduction
+            say(f"{arm.name}: did not complete under the trace")
+            result[key] = {"run": f"{arm.name}-s{p.seeds[0]}", "failed": str(exc)}
+            continue
+        result[key] = {
             "run": run["run"],
             "train_s": run["train_s"],
             **measure(run),
@@ -542,8 +549,14 @@ def build_claims(results: dict[str, Any], p: Plan) -> list[report.Claim]:
                 "%",
                 seeds[:1],
                 (rep or 0) < (frozen or 0) if rep and frozen else None,
-                "the paper re-plans once per epoch and shows no trace experiment",
+                "the paper re-plans once per epoch and shows no trace experiment"
+                + "".join(
+                    f"; {k} did not complete under the trace (see its section)"
+                    for k, v in trace.items()
+                    if v.get("failed")
+                ),
                 lbl_train_s=lbl,
+                failed={k: _failure(v["failed"]) for k, v in trace.items() if v.get("failed")},
             )
         )
     replan = [
@@ -733,6 +746,12 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
     return report.write(out, "dynacomm", "DynaComm", claims, runs, sections, {"results": results})
 
 
+def _failure(message: str) -> str:
+    """The reason inside a failed run's error, without its log paths (one table cell)."""
+    reason = message.split('"error": "', 1)[-1].split(" (log: ", 1)[0]
+    return reason.replace("|", "/")
+
+
 def _trace_text(trace: dict[str, Any]) -> str:
     """R-DC4's arms: training time, then per epoch of trainer 1 the fitted pull bandwidth, dt
     and the cuts the epoch ran, so that a plan following the trace can be seen."""
@@ -741,6 +760,9 @@ def _trace_text(trace: dict[str, Any]) -> str:
         "|---|---:|---:|",
     ]
     for arm, v in trace.items():
+        if v.get("failed"):
+            lines.append(f"| {arm} | did not complete: {_failure(v['failed'])} | - |")
+            continue
         lines.append(f"| {arm} | {_num(v.get('train_s'), '.1f')} | {_num(v.get('iteration_s'))} |")
     lines += [
         "",
