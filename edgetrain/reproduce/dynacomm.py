@@ -608,9 +608,9 @@ def _num(x: float | None, fmt: str = ".3f") -> str:
 
 def _table(results: dict[str, Any]) -> str:
     lines = [
-        "| model | Mbit/s | round trip ms | batch | C s | M s | ceiling | sequential s | lbl | "
-        "ibatch | dynacomm | dynacomm fwd / bwd | dynacomm predicted / measured s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | trainers | Mbit/s | round trip ms | batch | C s | M s | ceiling | sequential s "
+        "| lbl | ibatch | dynacomm | dynacomm fwd / bwd | dynacomm predicted / measured s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for entry in results["settings"].values():
         s, got = entry["setting"], entry["results"]
@@ -620,8 +620,11 @@ def _table(results: dict[str, Any]) -> str:
         bwd = cut(_median([r["backward_s"] for r in seq]), _median([r["backward_s"] for r in dyn]))
         pred = _median([r["predicted_s"] for r in dyn])
         ceiling = _median([r["ceiling"] for r in seq])
+        trainers = s.get("trainers", 3)
         cells = [
             s["model"],
+            # the R-DC3 testbed: one trainer at 0.9 core; the main grid: three at 0.45
+            f"{trainers} x {0.9 if trainers == 1 else 0.45:g} core",
             str(s["bandwidth_mbit"]),
             f"{s['hold_ms']:g}",
             str(s["batch"]),
