@@ -318,9 +318,10 @@ def run_trace(
     trace.write_text("\n".join(lines) + "\n")
     data = _data(p.local, data_root, s.trainers, s.batch, 60)
     epochs = 4
-    # At 20 Mbit/s one push of mobilenet_v2 (14 MB) holds a trainer's access link for about 6 s
-    # and its heartbeats queue behind it in the shaper: 2 s heartbeats (6 s to be declared dead)
-    # stopped the first full run, so the trace arms beat every 5 s (15 s).
+    # At 20 Mbit/s one push of mobilenet_v2 (8.9 MB) holds a trainer's access link for 3.6 s,
+    # and heartbeats share the shaper's tail-drop queue with it (a dropped heartbeat waits out
+    # TCP's backoff): 2 s heartbeats (dead after 6 s) stopped the first full run, so the trace
+    # arms beat every 5 s (15 s).
     hb = 5.0
     arms = [
         Arm(
