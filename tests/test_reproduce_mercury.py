@@ -15,7 +15,7 @@ from edgetrain.emulate.trace import Trace, load_trace
 from edgetrain.errors import EdgetrainError
 from edgetrain.ps.mercury.config import MercurySection, settings
 from edgetrain.recipe import parse_recipe
-from edgetrain.reproduce import mercury, mercury_claims
+from edgetrain.reproduce import cli, mercury, mercury_claims
 from edgetrain.reproduce.mercury_plan import ALL, Plan, data_text, plan_for, recipe, targets_from
 from edgetrain.tomlconfig import loads
 
@@ -223,3 +223,12 @@ def test_claims_from_literal_rows() -> None:
         (c,) = by[cid]
         assert c.ours is None and c.direction_agrees is None
         assert c.deviations.startswith("not measured: ")
+
+
+def test_quick_measures_one_seed_unless_seeds_are_given() -> None:
+    ap = cli.parser("mercury", "doc", quick="q", smoke="s", seeds=2)
+    ap.add_argument("--testbed", default="emulated")
+    assert plan_for(cli.parse(ap, ["--quick"])).seeds == (1,)
+    assert plan_for(cli.parse(ap, ["--quick", "--seeds", "3"])).seeds == (1, 2, 3)
+    assert plan_for(cli.parse(ap, [])).seeds == (1, 2)
+    assert plan_for(cli.parse(ap, ["--seeds", "4"])).seeds == (1, 2, 3, 4)

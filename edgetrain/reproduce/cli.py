@@ -24,7 +24,13 @@ def parser(paper: str, doc: str, quick: str, smoke: str, seeds: int) -> argparse
     ap = argparse.ArgumentParser(prog=f"reproduce-{paper}", description=doc.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help=quick)
     ap.add_argument("--smoke", action="store_true", help=smoke)
-    ap.add_argument("--seeds", type=int, default=seeds, help="measured seeds (the pilot is seed 0)")
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help=f"measured seeds (the pilot is seed 0); default {seeds}, with --quick 1",
+    )
+    ap.set_defaults(seeds_default=seeds)
     ap.add_argument("--out", type=Path, default=Path("reproductions") / paper)
     ap.add_argument("--format", choices=("text", "json"), default="text")
     ap.add_argument(
@@ -36,6 +42,16 @@ def parser(paper: str, doc: str, quick: str, smoke: str, seeds: int) -> argparse
     return ap
 
 
+def parse(ap: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The arguments, with ``--seeds`` resolved to the script's default when not given (and
+    ``seeds_given`` saying whether it was)."""
+    args = ap.parse_args(argv)
+    args.seeds_given = args.seeds is not None
+    if args.seeds is None:
+        args.seeds = args.seeds_default
+    return args
+
+
 def run(
     ap: argparse.ArgumentParser,
     argv: Sequence[str] | None,
@@ -43,7 +59,7 @@ def run(
 ) -> int:
     """Parse, reproduce, print the report (markdown, or the JSON with ``--format json``); an
     :class:`EdgetrainError` is one line and its exit code."""
-    args = ap.parse_args(argv)
+    args = parse(ap, argv)
     try:
         doc = reproduce(args)
     except EdgetrainError as exc:
@@ -54,6 +70,11 @@ def run(
     else:
         sys.stdout.write((args.out / report.MD_NAME).read_text())
     return 0
+
+
+def quick_seeds(args: argparse.Namespace, seeds: tuple[int, ...]) -> tuple[int, ...]:
+    """``--quick`` measures one seed unless ``--seeds N`` says how many."""
+    return seeds if getattr(args, "seeds_given", False) else seeds[:1]
 
 
 def say(line: str) -> None:

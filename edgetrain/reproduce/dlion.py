@@ -174,7 +174,8 @@ def plan_for(args: argparse.Namespace) -> Plan:
         return Plan((1,), (1,), True, "digits", "lenet5", 2, 16, 0.02, 0.5, ("R-DL-1",))
     local = args.testbed == "local"
     if args.quick:
-        return Plan((1,), (1,), local, "digits", "lenet5", 10, 32, 0.02, 4.0, ("R-DL-1",))
+        q = cli.quick_seeds(args, seeds)
+        return Plan(q, q, local, "digits", "lenet5", 10, 32, 0.02, 4.0, ("R-DL-1",))
     r1 = tuple(range(1, max(5, args.seeds) + 1))
     return Plan(seeds, r1, local, "mnist", "cnn2", 10, 32, None, 4.0, side=seeds[:2])
 

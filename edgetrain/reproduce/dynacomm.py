@@ -86,7 +86,8 @@ def plan_for(args: argparse.Namespace) -> Plan:
     if args.smoke:
         return Plan(("mlp",), (100,), (0.0,), (1,), False, False, True, local=True)
     if args.quick:
-        return Plan(("squeezenet1_1",), (300,), (10.0,), seeds[:1], False, False, False)
+        q = cli.quick_seeds(args, seeds)
+        return Plan(("squeezenet1_1",), (300,), (10.0,), q, False, False, False)
     return Plan(
         ("lenet5", "squeezenet1_1", "mobilenet_v2"),
         (100, 300),

@@ -132,9 +132,8 @@ def plan_for(args: argparse.Namespace) -> Plan:
         )
     local = args.testbed == "local"
     if args.quick:
-        return Plan(
-            seeds[:1], local, "digits", "lenet5", 20, 20, R_EG_1, False, False, False, False, False
-        )
+        q = cli.quick_seeds(args, seeds)
+        return Plan(q, local, "digits", "lenet5", 20, 20, R_EG_1, False, False, False, False, False)
     return Plan(seeds, local, "mnist", "lenet5", 40, 20, contention=not local)
 
 

@@ -178,9 +178,10 @@ def plan_for(args: argparse.Namespace, root: Path | None) -> Plan:
             (("mlp", {}, (1, 2), 1),),
         )  # fmt: skip
     if args.quick:
+        q = cli.quick_seeds(args, seeds)
         wide = Workload("digits", "mlp", MLP_WIDE)
         return Plan(
-            "quick", seeds[:1], False, wide, 20.0, 45, (2,), TECHNIQUES,
+            "quick", q, False, wide, 20.0, 45, (2,), TECHNIQUES,
             (MemConfig(wide, (2, 2), 2, "spec", (*PIPELINES,)),),
             (("mlp", MLP_WIDE, (2, 2), 0), ("mlp", MLP_WIDE, (2, 2), 2)),
         )  # fmt: skip

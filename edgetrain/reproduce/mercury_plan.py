@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgetrain.errors import EdgetrainError
+from edgetrain.reproduce import cli
 
 # Each arm: its technique and the [mercury] keys it sets.
 ARMS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -79,7 +80,8 @@ def plan_for(args: argparse.Namespace) -> Plan:
     if args.smoke:
         return Plan((1,), True, "digits", "lenet5", (100,), 40, 10, (0.001,), frozenset())
     if args.quick:
-        return Plan(seeds[:1], local, "digits", "lenet5", (100,), 600, 10, (0.001,), frozenset())
+        q = cli.quick_seeds(args, seeds)
+        return Plan(q, local, "digits", "lenet5", (100,), 600, 10, (0.001,), frozenset())
     bandwidths = (100,) if local else (100, 10, 50, 200)
     experiments = ALL - {"R-M5"} if local else ALL
     return Plan(seeds, local, "mnist", "lenet5", bandwidths, 1200, 20, (0.001, 0.004), experiments)
