@@ -64,7 +64,11 @@ def _label(row: dict[str, Any]) -> str:
 
 
 def _s(x: Any) -> str:
-    return f"{x:.1f}" if isinstance(x, (int, float)) else "-"
+    """Seconds: one decimal from 10 s up, three significant digits below (a speed-up between
+    0.47 s and 0.54 s must not print as 0.5 against 0.5)."""
+    if not isinstance(x, (int, float)):
+        return "-"
+    return f"{x:.1f}" if abs(x) >= 10 else f"{x:.3g}"
 
 
 def _mib(n: Any) -> str:
@@ -108,7 +112,7 @@ def _render(result: dict[str, Any]) -> None:
         if target is not None:
             reached = row.get("time_to_target_s")
             cells.append(
-                f"{reached:.1f} (ep {row['target_epoch']})" if reached is not None else "-"
+                f"{_s(reached)} (ep {row['target_epoch']})" if reached is not None else "-"
             )
         speed = row.get("speedup")
         cells += [
