@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import statistics
 import subprocess
 import sys
@@ -363,7 +362,8 @@ def _trace_running(name: str, trace: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        proc.send_signal(signal.SIGINT)  # puts the spec's rates back
+        proc.terminate()  # SIGTERM: the trace puts the spec's values back (SIGINT is ignored
+        # by a process started in the background of a script, so it cannot be the signal)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:

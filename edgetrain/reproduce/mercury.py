@@ -29,7 +29,6 @@ limits (one bandwidth, R-M5 not run). Resumable: a run whose summary says it com
 from __future__ import annotations
 
 import argparse
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -116,7 +115,8 @@ def trace_running(name: str, trace: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.terminate()  # SIGTERM: the trace puts the spec's values back (SIGINT is ignored
+        # by a process started in the background of a script, so it cannot be the signal)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
