@@ -163,3 +163,27 @@ def test_play_changes_links_and_shares_then_restores(
     assert _rate(h1.ns, "eth0") == "1Gbit"
     assert _rate(fab, "u0") == "100Mbit" and _rate(h2.ns, "eth0") == "1Gbit"
     assert cgroups.read_cpu(tb.spec.name, "h1") == pytest.approx(0.5)
+
+
+def test_a_reproductions_trace_stops_and_restores_even_where_sigint_is_ignored(
+    bed: tuple[testbed.Testbed, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the reproductions play traces through reproduce.testbed.trace_running; started from a
+    # script's background job, the trace inherits an ignored SIGINT, so the helper stops it
+    # with SIGTERM
+    from edgetrain.reproduce.testbed import trace_running
+
+    tb, state = bed
+    h1 = tb.topo.host("h1")
+    monkeypatch.setenv("EDGETRAIN_EMULATE_DIR", str(state))
+    path = _trace(tmp_path, "loop = true\n[[changes]]\nat = 0\nlink = 'h1'\nrate = '5mbit'\n"
+                  "[[changes]]\nat = 30\nlink = 'h1'\nrate = '7mbit'\n")  # fmt: skip
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # what the child inherits
+    try:
+        with trace_running(tb.spec.name, path):
+            log = state / tb.spec.name / "trace.jsonl"
+            wait_until(lambda: log.exists() and log.read_text().strip() != "", 30, "the change")
+            assert _rate(h1.ns, "eth0") == "5Mbit"
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert _rate(h1.ns, "eth0") == "1Gbit"

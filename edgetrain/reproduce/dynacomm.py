@@ -25,8 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -36,7 +34,7 @@ from typing import Any
 from edgetrain.errors import EdgetrainError
 from edgetrain.reproduce import cli, report
 from edgetrain.reproduce.runs import Arm, interleave, run_arm
-from edgetrain.reproduce.testbed import Testbed, testbed, verify_markdown
+from edgetrain.reproduce.testbed import Testbed, testbed, trace_running, verify_markdown
 
 REPO = Path(__file__).resolve().parents[2]
 TESTBED = REPO / "recipes" / "testbeds" / "dynacomm-repro.toml"
@@ -56,6 +54,7 @@ class Setting:
     batch: int = 64
     trainers: int = 3
     iterations: int = 30
+    core: float = 0.45  # every host's CPU share on the setting's testbed (dynacomm-repro-1: 0.9)
 
     @property
     def key(self) -> str:
@@ -338,7 +337,7 @@ def run_trace(
     for arm in arms:
         key = arm.name.split("-")[1]
         try:
-            with _trace_running(tb.name, trace):
+            with trace_running(tb.name, trace):
                 run = run_arm(out, arm, p.seeds[0], tb.hosts_file, say=say)
         except EdgetrainError as exc:
             # an arm the trace stops is a result, not the end of the reproduction
@@ -351,23 +350,6 @@ def run_trace(
             **measure(run),
         }
     return result
-
-
-@contextmanager
-def _trace_running(name: str, trace: Path) -> Iterator[None]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "edgetrain", "emulate", "trace", name, str(trace)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        yield
-    finally:
-        proc.terminate()  # SIGTERM: the trace puts the spec's values back (SIGINT is ignored
-        # by a process started in the background of a script, so it cannot be the signal)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def same_weights(entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -538,6 +520,7 @@ def build_claims(results: dict[str, Any], p: Plan) -> list[report.Claim]:
             )
     trace = results.get("trace")
     if trace:
+        failed = {k: _failure(v["failed"]) for k, v in trace.items() if v.get("failed")}
         rep = trace.get("replanned", {}).get("train_s")
         frozen = trace.get("frozen", {}).get("train_s")
         lbl = trace.get("lbl", {}).get("train_s")
@@ -553,12 +536,10 @@ def build_claims(results: dict[str, Any], p: Plan) -> list[report.Claim]:
                 (rep or 0) < (frozen or 0) if rep and frozen else None,
                 "the paper re-plans once per epoch and shows no trace experiment"
                 + "".join(
-                    f"; {k} did not complete under the trace (see its section)"
-                    for k, v in trace.items()
-                    if v.get("failed")
+                    f"; {k} did not complete under the trace (see its section)" for k in failed
                 ),
                 lbl_train_s=lbl,
-                failed={k: _failure(v["failed"]) for k, v in trace.items() if v.get("failed")},
+                failed=failed,
             )
         )
     replan = [
@@ -622,11 +603,9 @@ def _table(results: dict[str, Any]) -> str:
         bwd = cut(_median([r["backward_s"] for r in seq]), _median([r["backward_s"] for r in dyn]))
         pred = _median([r["predicted_s"] for r in dyn])
         ceiling = _median([r["ceiling"] for r in seq])
-        trainers = s.get("trainers", 3)
         cells = [
             s["model"],
-            # the R-DC3 testbed: one trainer at 0.9 core; the main grid: three at 0.45
-            f"{trainers} x {0.9 if trainers == 1 else 0.45:g} core",
+            f"{s['trainers']} x {s['core']:g} core",
             str(s["bandwidth_mbit"]),
             f"{s['hold_ms']:g}",
             str(s["batch"]),
@@ -720,7 +699,7 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
             results["testbeds"]["0.9 core"] = verify_markdown(tb)
             model = p.models[1] if len(p.models) > 1 else p.models[0]
             batch = results["pilot"].get(f"{model}-{bandwidth}mbit", {}).get("batch_chosen", 64)
-            s = Setting(model, bandwidth, 0.0, batch, trainers=1)
+            s = Setting(model, bandwidth, 0.0, batch, trainers=1, core=0.9)
             got = run_setting(out, s, p, data_root, tb.hosts_file, cli.say)
             results["prediction"]["quota_09"] = [
                 r["prediction_error"] for rs in got.values() for r in rs

@@ -29,8 +29,6 @@ limits (one bandwidth, R-M5 not run). Resumable: a run whose summary says it com
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -43,7 +41,7 @@ from edgetrain.reproduce import mercury_claims as claims
 from edgetrain.reproduce.mercury_plan import PROBES, R_M3, Plan, data_text, plan_for, targets_from
 from edgetrain.reproduce.mercury_plan import recipe as make_recipe
 from edgetrain.reproduce.runs import Arm, interleave, run_arm
-from edgetrain.reproduce.testbed import Testbed, testbed, verify_markdown
+from edgetrain.reproduce.testbed import Testbed, testbed, trace_running, verify_markdown
 
 REPO = Path(__file__).resolve().parents[2]
 TESTBED = REPO / "recipes" / "testbeds" / "mercury-4u.toml"
@@ -102,25 +100,6 @@ def trace_text(bandwidth: int) -> str:
         rate = f"{round(c.rate * bandwidth / NOMINAL_MBIT / 1000)}kbit"
         lines += ["", "[[changes]]", f"at = {c.at:g}", f'link = "{c.link}"', f'rate = "{rate}"']
     return "\n".join(lines) + "\n"
-
-
-@contextmanager
-def trace_running(name: str, trace: Path) -> Iterator[None]:
-    """``edgetrain emulate trace`` in the background; interrupted (the spec's rates put back)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "edgetrain", "emulate", "trace", name, str(trace)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        yield
-    finally:
-        proc.terminate()  # SIGTERM: the trace puts the spec's values back (SIGINT is ignored
-        # by a process started in the background of a script, so it cannot be the signal)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @contextmanager

@@ -56,6 +56,26 @@ def testbed(spec: Path, name: str) -> Iterator[Testbed]:
         _edgetrain("emulate", "down", name)
 
 
+@contextmanager
+def trace_running(name: str, trace: Path) -> Iterator[None]:
+    """``edgetrain emulate trace NAME TRACE`` in the background while the block runs; then
+    stopped with SIGTERM, on which it puts the spec's values back (SIGINT cannot be the
+    signal: a process a script starts in the background ignores it)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgetrain", "emulate", "trace", name, str(trace)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def verify_markdown(tb: Testbed) -> str:
     """The verification tables as Markdown, for the report."""
     lines = [
