@@ -182,6 +182,9 @@ class WorkerGroup(_Section):
     labels: list[str] = Field(default_factory=list)
     slowdown: float = Field(1.0, ge=1.0)
     threads: int = Field(1, ge=1)
+    # Local workers only: run each in a cgroup v1 CPU group with this many cores of quota
+    # (root, cgroup v1); unlike slowdown, a resource monitor sees it as a real small device.
+    cpu: float | None = Field(None, gt=0, le=1024)
 
 
 class Recipe(_Section):

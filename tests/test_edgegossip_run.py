@@ -1,11 +1,13 @@
 """EdgeGossip end to end: real worker processes over ZeroMQ on 127.0.0.1. A worker three times
 slower (the slowdown emulation; the predictor sees it through its observed time per sample,
 since a sleeping worker looks idle to /proc) gets r_i < 1 every epoch and the two finish each
-epoch within 1.5x of each other; the balancer's halt stops a run with one line."""
+epoch within 1.5x of each other; so does a worker in a slower cgroup (``[[workers]] cpu``, a
+real CFS quota its sampler reads); the balancer's halt stops a run with one line."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from edgetrain.rundir import read_jsonl
 from tests.helpers.cli import last_error
 from tests.helpers.launching import Launch
 from tests.helpers.procs import edgetrain_processes
+from tests.helpers.skips import skip_or_fail
 
 RECIPE = """
 [run]
@@ -29,22 +32,25 @@ name = "lenet5"
 family = "gossip"
 technique = "edgegossip"
 epochs = {epochs}
-batch_size = 64
+batch_size = {batch}
 lr = 0.01
 [edgegossip]
 p_threshold = {p_threshold}
-calibrate_s = 0.5
+calibrate_s = {calibrate_s}
 [[workers]]
 count = 1
+{fast}
 [[workers]]
 count = 1
-slowdown = 3.0
+{slow}
 """
 
 
 def _recipe(tmp_path: Path, **kw: object) -> Path:
     values: dict[str, object] = {
-        "dataset": "digits", "root": "", "epochs": 4, "p_threshold": 0.001, **kw,
+        "dataset": "digits", "root": "", "epochs": 4, "p_threshold": 0.001, "fast": "",
+        "calibrate_s": 0.5, "batch": 64,
+        "slow": "slowdown = 3.0", **kw,
     }  # fmt: skip
     path = tmp_path / "eg.toml"
     path.write_text(RECIPE.format(**values))
@@ -83,6 +89,49 @@ def test_a_slower_worker_gets_less_data_and_both_finish_together(
             assert r["batch_min"] >= 1 and r["p_obs"] > 0 and r["p_next"] > 0
     assert "EdgeGossip: balance per epoch" in (launch.run_dir / "report" / "summary.md").read_text()
     assert edgetrain_processes(launch.manifest()["run_id"]) == {}
+
+
+@pytest.mark.system
+@pytest.mark.timeout(300)
+def test_a_worker_in_a_slower_cgroup_gets_less_data_and_both_finish_together(
+    tmp_path: Path, mnist_test_dir: Path
+) -> None:
+    from edgetrain.launch import cpuquota
+
+    if os.geteuid() != 0:
+        skip_or_fail("cgroup groups need root")
+    why = cpuquota.unavailable()
+    if why is not None:
+        skip_or_fail(why)
+    recipe = _recipe(
+        tmp_path,
+        dataset="mnist",
+        root=f'root = "{mnist_test_dir}"',
+        epochs=5,
+        fast="cpu = 0.4",
+        slow="cpu = 0.14",
+        calibrate_s=1.5,
+        batch=32,
+    )  # fmt: skip (a quota comes in 100 ms periods: epochs and a calibration of many periods)
+    launch = Launch(recipe, tmp_path / "runs")
+    try:
+        code, summary = launch.finish(timeout=260)
+    finally:
+        launch.kill()
+    assert code == 0, launch.stderr[-3000:]
+    assert summary is not None and summary["status"] == "completed"
+    report = summary["technique_report"]
+    spreads = []
+    for epoch in report["epochs"]:
+        ratio = {int(w): r for w, r in epoch["ratio"].items()}
+        assert ratio[0] == 1.0, epoch
+        assert 0.15 < ratio[1] < 0.6, epoch  # about 0.35: the quotas' ratio
+        assert epoch["spread"] <= 1.5, epoch  # GoSGD's would be about 1 / 0.35
+        spreads.append(epoch["spread"])
+    assert len(spreads) == 5
+    run_id = launch.manifest()["run_id"]
+    assert not (cpuquota.group_dir(run_id, 0).parent).exists()  # the groups went with the run
+    assert edgetrain_processes(run_id) == {}
 
 
 @pytest.mark.timeout(180)

@@ -132,6 +132,25 @@ def _resume_point(recipe: Recipe, family: Family, roles: list[Role], rd: RunDir)
     return Resume(epoch, family.resume(recipe, handins, roles))
 
 
+def _check_cpu_quotas(recipe: Recipe, with_hosts: bool) -> None:
+    """``[[workers]] cpu`` limits local workers, and needs the cgroups to do it."""
+    from edgetrain.launch import cpuquota
+
+    if all(g.cpu is None for g in recipe.workers):
+        return
+    if with_hosts:
+        raise EdgetrainError(
+            "[[workers]] cpu limits local workers only; on hosts the CPU share is the host's "
+            "own (an emulated testbed's cpu); remove cpu from the recipe or launch without hosts"
+        )
+    why = cpuquota.unavailable()
+    if why is not None:
+        raise EdgetrainError(
+            f"[[workers]] cpu needs a cgroup per worker, and here {why}; run as root on a "
+            "machine with cgroup v1, or emulate a slower device with slowdown instead"
+        )
+
+
 def prepare(req: LaunchRequest) -> RunSetup:
     """Check everything, then create (or adopt) the run directory: a run ready to start."""
     from edgetrain.launch.local import LocalLauncher
@@ -150,6 +169,7 @@ def prepare(req: LaunchRequest) -> RunSetup:
         check_dir(recipe, resumed.path if resumed is not None else req.run_dir)
     keys, keys_dir = _keys(recipe)
     opts = LaunchOptions(keys=keys, keys_dir=keys_dir)
+    _check_cpu_quotas(recipe, hosts is not None)
     launcher: Launcher = LocalLauncher()
     if hosts is not None:
         cfg, hosts_text, source = hosts

@@ -19,6 +19,9 @@ class WorkerSpec:
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
     slot: int | None = None
+    # A local worker's CPU quota in cores (``[[workers]] cpu``) and its run id (the group's name)
+    cpu: float | None = None
+    run_id: str = ""
 
 
 class ProcessHandle(Protocol):

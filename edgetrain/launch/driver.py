@@ -247,7 +247,9 @@ def _worker_specs(
         )
         env = {"OMP_NUM_THREADS": str(g.threads), "MKL_NUM_THREADS": str(g.threads)}
         log_path = setup.run_dir.log_file(worker_stem(i))
-        specs.append(WorkerSpec(i, host, args, log_path, env, slot if place else None))
+        specs.append(
+            WorkerSpec(i, host, args, log_path, env, slot if place else None, g.cpu, run_id)
+        )
     return specs
 
 
