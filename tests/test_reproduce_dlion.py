@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from edgetrain.errors import EdgetrainError
 from edgetrain.recipe import parse_recipe
 from edgetrain.reproduce import dlion
 from edgetrain.tomlconfig import loads
@@ -110,6 +111,8 @@ def test_targets_knee_and_learning_rate_from_pilots() -> None:
     t = dlion.targets_from({"dlion": 0.95, "dlion-nobatch": 0.94, "gaia": 0.85, "ako": 0.88})
     assert t == {"high": 0.93, "low": 0.84}
     assert dlion.targets_from({"dlion-nobatch": 0.94}) == {"high": 0.93, "low": 0.91}
+    with pytest.raises(EdgetrainError, match="pilot's dlion-nobatch ended at accuracy 0.103"):
+        dlion.targets_from({"dlion": 0.99, "dlion-nobatch": 0.1028})  # a diverged pilot
     acc = {64: 0.97, 128: 0.975, 256: 0.965, 512: 0.956, 1024: 0.93, 2048: 0.85}
     assert dlion.knee(acc) == 512  # the largest within 2 points of the best (0.975)
     assert dlion.knee({64: None}) is None

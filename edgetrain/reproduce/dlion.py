@@ -60,6 +60,8 @@ Say = Callable[[str], None]
 LRS = (0.01, 0.02, 0.05)
 TOTALS = (64, 128, 256, 512, 1024, 2048)
 QUICK_EPOCHS = 30
+QUICK_LR = 0.01  # DLion warms up to k x eta = 0.04: at 0.02 (0.08) a digits pilot diverged
+DIVERGED_BELOW = 0.2  # a pilot's final accuracy this near chance (10 classes) diverged
 KNEE_DELTA = 0.02  # R-DL-5: within 2 points of the best total batch
 PAPER = {
     "batching_cut": 34.0,
@@ -179,7 +181,7 @@ def plan_for(args: argparse.Namespace) -> Plan:
         q = cli.quick_seeds(args, seeds)
         # 30 epochs: at 10 the digits runs (110 iterations) were still climbing and one seed's
         # DLion missed a target the pilot had passed
-        return Plan(q, q, local, "digits", "lenet5", QUICK_EPOCHS, 32, 0.02, 4.0, ("R-DL-1",))
+        return Plan(q, q, local, "digits", "lenet5", QUICK_EPOCHS, 32, QUICK_LR, 4.0, ("R-DL-1",))
     r1 = tuple(range(1, max(5, args.seeds) + 1))
     return Plan(seeds, r1, local, "mnist", "cnn2", 10, 32, None, 4.0, side=seeds[:2])
 
@@ -394,6 +396,13 @@ def pick_lr(finals: dict[float, float | None]) -> float:
 def targets_from(finals: dict[str, float | None]) -> dict[str, float]:
     """T_high: the lower final of DLion and DLion without batching, minus a point; T_low: the
     lowest final of every pilot arm minus a point (every arm reached it in the pilot)."""
+    for arm, a in finals.items():
+        if a is not None and a < DIVERGED_BELOW:
+            raise EdgetrainError(
+                f"the pilot's {arm} ended at accuracy {a:.3f}, near chance (10 classes): it "
+                "diverged, and a target fixed from it would mean nothing; lower the learning "
+                "rate (DLion warms up to k x eta)"
+            )
     high = [a for arm, a in finals.items() if arm.startswith("dlion") and a is not None]
     every = [a for a in finals.values() if a is not None]
     if not high or not every:
