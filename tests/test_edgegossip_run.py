@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,6 +58,16 @@ def _recipe(tmp_path: Path, **kw: object) -> Path:
     return path
 
 
+def _assert_balanced(epochs: list[dict[str, Any]], low: float) -> None:
+    """Every epoch: the fast worker keeps all its data, the slow one low < r < 0.6 of its
+    shard, and both finish within 1.5x (an unbalanced run's spread is the speed ratio, ~3)."""
+    for epoch in epochs:
+        ratio = {int(w): r for w, r in epoch["ratio"].items()}
+        assert ratio[0] == 1.0, epoch
+        assert low < ratio[1] < 0.6, epoch
+        assert epoch["spread"] <= 1.5, epoch
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_slower_worker_gets_less_data_and_both_finish_together(
@@ -73,11 +84,7 @@ def test_a_slower_worker_gets_less_data_and_both_finish_together(
     assert summary["technique"] == "edgegossip"
     assert summary["averaged_test_accuracy"] > 0.7  # 4 short epochs of LeNet-5 on MNIST
     report = summary["technique_report"]
-    for epoch in report["epochs"]:
-        ratio = {int(w): r for w, r in epoch["ratio"].items()}
-        assert ratio[0] == 1.0, epoch  # the fast worker keeps all its data
-        assert 0.1 < ratio[1] < 0.6, epoch  # about 1/3 for a three times slower worker
-        assert epoch["spread"] <= 1.5, epoch  # GoSGD's would be about 3
+    _assert_balanced(report["epochs"], low=0.1)  # about 1/3 for a three times slower worker
     assert report["aggregate_max_s"] > 0 and 0 < report["rank_share"] < 0.25
     assert report["predictor_mape"] is not None
     rows = {w: read_jsonl(launch.run_dir / "metrics" / f"worker-{w}.jsonl") for w in (0, 1)}
@@ -121,14 +128,8 @@ def test_a_worker_in_a_slower_cgroup_gets_less_data_and_both_finish_together(
     assert code == 0, launch.stderr[-3000:]
     assert summary is not None and summary["status"] == "completed"
     report = summary["technique_report"]
-    spreads = []
-    for epoch in report["epochs"]:
-        ratio = {int(w): r for w, r in epoch["ratio"].items()}
-        assert ratio[0] == 1.0, epoch
-        assert 0.15 < ratio[1] < 0.6, epoch  # about 0.35: the quotas' ratio
-        assert epoch["spread"] <= 1.5, epoch  # GoSGD's would be about 1 / 0.35
-        spreads.append(epoch["spread"])
-    assert len(spreads) == 5
+    _assert_balanced(report["epochs"], low=0.15)  # about 0.35: the quotas' ratio
+    assert len(report["epochs"]) == 5
     run_id = launch.manifest()["run_id"]
     assert not (cpuquota.group_dir(run_id, 0).parent).exists()  # the groups went with the run
     assert edgetrain_processes(run_id) == {}

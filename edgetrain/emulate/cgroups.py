@@ -71,9 +71,7 @@ def create(testbed: str, host: str, cpu: float, memory: int | None) -> list[Path
     made.append(cdir)
     for group in (cpu_dir(testbed).parent, cpu_dir(testbed)):  # edgetrain-emulate, the testbed
         _write(group / "cpu.shares", str(TESTBED_SHARES))
-    _write(cdir / "cpu.cfs_period_us", str(CFS_PERIOD_US))
-    _write(cdir / "cpu.cfs_quota_us", str(max(MIN_QUOTA_US, round(cpu * CFS_PERIOD_US))))
-    _write(cdir / "cpu.shares", str(shares(cpu)))
+    limit(cdir, cpu)
     if memory is not None:
         mdir = _mkgroup(memory_dir(testbed, host))
         made.append(mdir)
@@ -109,12 +107,15 @@ def shares(cpu: float) -> int:
     return max(2, round(SHARES_PER_CORE * cpu))
 
 
+def limit(group: Path, cpu: float) -> None:
+    """Give the CPU group ``group`` a quota of ``cpu`` cores and the matching weight."""
+    _write(group / "cpu.cfs_period_us", str(CFS_PERIOD_US))
+    _write(group / "cpu.cfs_quota_us", str(max(MIN_QUOTA_US, round(cpu * CFS_PERIOD_US))))
+    _write(group / "cpu.shares", str(shares(cpu)))
+
+
 def set_cpu(testbed: str, host: str, cpu: float) -> None:
-    _write(
-        cpu_dir(testbed, host) / "cpu.cfs_quota_us",
-        str(max(MIN_QUOTA_US, round(cpu * CFS_PERIOD_US))),
-    )
-    _write(cpu_dir(testbed, host) / "cpu.shares", str(shares(cpu)))
+    limit(cpu_dir(testbed, host), cpu)
 
 
 def read_cpu(testbed: str, host: str) -> float | None:
@@ -176,14 +177,23 @@ def remove(testbed: str) -> list[str]:
     return problems
 
 
-def _rmdir(d: Path, problems: list[str]) -> None:
-    for _ in range(50):
+def rmdir(d: Path, timeout: float = 2.5) -> OSError | None:
+    """Remove the empty group ``d`` (gone already is fine), retrying for up to ``timeout``
+    seconds; the last error, or None."""
+    deadline = time.monotonic() + timeout
+    while True:
         try:
             d.rmdir()
-            return
+            return None
         except FileNotFoundError:
-            return
+            return None
         except OSError as exc:
-            last = exc
+            if time.monotonic() >= deadline:
+                return exc
             time.sleep(0.05)  # a just-killed process may still be leaving the group
-    problems.append(f"cgroup {d}: {last.strerror or last}")
+
+
+def _rmdir(d: Path, problems: list[str]) -> None:
+    err = rmdir(d)
+    if err is not None:
+        problems.append(f"cgroup {d}: {err.strerror or err}")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from pathlib import Path
 
 from edgetrain.emulate import cgroups
@@ -39,10 +38,7 @@ def create(run_id: str, worker_id: int, cpu: float) -> Path:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise cgroups.CgroupError(f"cannot create cgroup {d}: {exc.strerror or exc}") from None
-    quota = max(cgroups.MIN_QUOTA_US, round(cpu * cgroups.CFS_PERIOD_US))
-    cgroups._write(d / "cpu.cfs_period_us", str(cgroups.CFS_PERIOD_US))
-    cgroups._write(d / "cpu.cfs_quota_us", str(quota))
-    cgroups._write(d / "cpu.shares", str(cgroups.shares(cpu)))
+    cgroups.limit(d, cpu)
     return d
 
 
@@ -54,17 +50,8 @@ def command(group: Path, argv: list[str]) -> list[str]:
 def remove(group: Path, timeout: float = 2.0) -> bool:
     """Remove an exited worker's group, then its run's and the top group once they are empty.
     True when the worker's group is gone."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            group.rmdir()
-            break
-        except FileNotFoundError:
-            break
-        except OSError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)  # a just-killed child may still be leaving the group
+    if cgroups.rmdir(group, timeout) is not None:
+        return False
     for parent in (group.parent, group.parent.parent):
         with contextlib.suppress(OSError):
             parent.rmdir()  # only when no other worker or run still has a group there

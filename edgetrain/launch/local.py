@@ -29,8 +29,7 @@ class LocalProcess:
         return self._popen.pid
 
     def _exited(self, code: int | None, patience: float) -> int | None:
-        gone = code is not None and self._group is not None
-        if gone and self._group is not None and cpuquota.remove(self._group, patience):
+        if code is not None and self._group is not None and cpuquota.remove(self._group, patience):
             self._group = None
         return code
 
