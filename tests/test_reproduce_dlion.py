@@ -12,7 +12,7 @@ import pytest
 
 from edgetrain.errors import EdgetrainError
 from edgetrain.recipe import parse_recipe
-from edgetrain.reproduce import dlion
+from edgetrain.reproduce import cli, dlion
 from edgetrain.tomlconfig import loads
 
 
@@ -23,7 +23,7 @@ def test_smoke_reproduction_writes_the_report_and_resumes(tmp_path: Path) -> Non
     assert dlion.main(["--smoke", "--out", str(out), "--format", "json"]) == 0
     doc = json.loads((out / "paper-vs-edgetrain.json").read_text())
     assert doc["paper"] == "dlion"
-    assert [c["id"] for c in doc["claims"]] == ["R-DL-1"]
+    assert [c["id"] for c in doc["claims"]] == ["R-DL-1", "R-DL-1i"]
     for claim in doc["claims"]:
         assert set(claim) >= {
             "id", "claim", "paper_value", "ours", "unit", "seeds", "direction_agrees",
@@ -75,6 +75,38 @@ def test_r1_flags_a_cut_above_the_ideal_bound_as_a_measuring_error() -> None:
         and never.direction_agrees is None
         and "never reached" in (never.deviations)
     )
+
+
+def test_r1_companions_per_iteration_and_sample_weighted() -> None:
+    rows = [
+        _row("dlion", 1, time_to_high=12.0, iteration_s=0.09),
+        _row("dlion-nobatch", 1, time_to_high=10.0, iteration_s=0.10),
+        _row("dlion", 2, time_to_high=11.0, iteration_s=0.08),
+        _row("dlion-nobatch", 2, time_to_high=10.0, iteration_s=0.10),
+    ]  # fmt: skip
+    first = dlion.claims_r1(rows, PLAN)
+    assert [c.id for c in first] == ["R-DL-1", "R-DL-1i"]  # no sample-weighted arm ran
+    per_it = first[1].ours
+    assert per_it is not None and (per_it.min, per_it.max) == pytest.approx((10.0, 20.0))
+    assert first[1].direction_agrees is True and first[0].direction_agrees is False
+    rows += [
+        _row("dlion-sample", 1, time_to_high=8.0), _row("dlion-sample", 2, time_to_high=None),
+    ]  # fmt: skip
+    w = dlion.claims_r1(rows, PLAN)[2]
+    assert w.id == "R-DL-1w" and w.seeds == [1, 2]
+    assert w.ours is not None and w.ours.median == pytest.approx(20.0)  # seed 2 never reached
+    assert w.direction_agrees is False  # a seed without a value fails "every seed faster"
+
+
+def test_the_default_plan_adds_the_sample_weighted_arm_and_quick_does_not() -> None:
+    ap = cli.parser("dlion", "doc", quick="q", smoke="s", seeds=3)
+    ap.add_argument("--testbed", default="emulated")
+    assert dlion.plan_for(cli.parse(ap, [])).r1_arms == dlion.R1_ARMS
+    assert dlion.plan_for(cli.parse(ap, ["--quick"])).r1_arms == ("dlion", "dlion-nobatch")
+    bed = dlion.Bed(dlion.BEDS["compute"])
+    text = dlion.recipe(PLAN, "dlion-sample", bed, 'dataset = "digits"\n', 0.02, 128)
+    parse_recipe(loads(text.format(seed=1)))  # a valid recipe
+    assert 'gradient_weighting = "sample"' in text
 
 
 def test_r2_counts_a_baseline_that_never_reaches_the_target_as_later() -> None:
@@ -188,8 +220,9 @@ def test_every_claim_and_section_from_literal_rows() -> None:
         "pilot": {"seed": 0}, "targets": {"high": 0.9, "low": 0.8}, "testbeds": {"x": "| t |"},
     }  # fmt: skip
     claims = {c.id: c for c in dlion.build_claims(res, PLAN)}
-    assert list(claims) == ["R-DL-1", "R-DL-2", "R-DL-2b", "R-DL-3", "R-DL-3b", "R-DL-3c",
-                            "R-DL-4", "R-DL-5", "R-DL-6", "R-DL-7", "R-DL-8"]  # fmt: skip
+    assert list(claims) == ["R-DL-1", "R-DL-1i", "R-DL-2", "R-DL-2b", "R-DL-3", "R-DL-3b",
+                            "R-DL-3c", "R-DL-4", "R-DL-5", "R-DL-6", "R-DL-7",
+                            "R-DL-8"]  # fmt: skip
     for cid in ("R-DL-1", "R-DL-2", "R-DL-2b", "R-DL-3", "R-DL-3b", "R-DL-3c", "R-DL-4",
                 "R-DL-5", "R-DL-6", "R-DL-7"):  # fmt: skip
         assert claims[cid].direction_agrees is True, cid
@@ -216,3 +249,12 @@ def test_the_default_plan_runs_the_ablations_on_fewer_seeds() -> None:
     p = dlion.plan_for(args)
     assert p.seeds == (1, 2, 3) and p.r1_seeds == (1, 2, 3, 4, 5) and p.side_seeds == (1, 2)
     assert PLAN.side_seeds == PLAN.seeds  # no reduction unless asked
+
+
+def test_a_run_name_is_refused_on_a_second_testbed() -> None:
+    beds: dict[str, str] = {}
+    dlion.same_bed(beds, "dlion", "dlion-compute-4")
+    dlion.same_bed(beds, "dlion", "dlion-compute-4")  # R-DL-2 reuses R-DL-1's runs: same bed
+    dlion.same_bed(beds, f"dlion{dlion.NETWORK_TAG}", "dlion-network-4")
+    with pytest.raises(EdgetrainError, match="already ran on dlion-compute-4"):
+        dlion.same_bed(beds, "dlion", "dlion-network-4")  # R-DL-3 untagged: the bug it guards

@@ -58,13 +58,20 @@ def run(
     reproduce: Callable[[argparse.Namespace], dict[str, Any]],
 ) -> int:
     """Parse, reproduce, print the report (markdown, or the JSON with ``--format json``); an
-    :class:`EdgetrainError` is one line and its exit code."""
+    :class:`EdgetrainError` is one line and its exit code, and so is Ctrl-C (exit 130): the
+    testbed has come down on the way out, and the runs that completed are kept for a resume."""
     args = parse(ap, argv)
     try:
         doc = reproduce(args)
     except EdgetrainError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write(
+            f"interrupted: the completed runs are kept in {args.out}; "
+            "run the same command again to resume\n"
+        )
+        return 130
     if args.format == "json":
         sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
     else:
