@@ -142,6 +142,10 @@ class DLionSection(ExchangeSection):
     gradient_exchange: Literal["partial", "full"] = "partial"
     threshold: Literal["budget", "static"] = "budget"
     budget_factor: float = Field(1.0, gt=0)  # GE may take budget_factor x T_unit per link
+    # Ours (beyond the paper): measured, a link goes dense when choosing its top k costs this
+    # worker more time than the smaller message saves on the link (sparse.sparse_pays);
+    # ignored: the paper's rule, the byte budget alone.
+    select_cost: Literal["measured", "ignored"] = "measured"
     lan_fraction: float = Field(0.10, gt=0, le=1)  # threshold = "static": share of entries
     wan_fraction: float = Field(0.01, gt=0, le=1)
     contribution: Literal["magnitude", "relative"] = "magnitude"

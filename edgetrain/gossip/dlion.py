@@ -34,10 +34,12 @@ from edgetrain.gossip.exchange import GRAD, WEIGHTS, Header, Key
 from edgetrain.gossip.links import LAN, MBIT, Bandwidth, members, starting_bandwidth
 from edgetrain.gossip.schedules import Schedule
 from edgetrain.gossip.selection import choose_sites, default_count, wan_routes
-from edgetrain.gossip.sparse import Payload, Residual, entries_for, to_float32
+from edgetrain.gossip.sparse import Payload, Residual, entries_for, sparse_pays, to_float32
 from edgetrain.gossip.weightex import LossEwma, best_and_worst, due, largest_changes
 from edgetrain.runtime.base import WorkerContext
 
+PROBE_EVERY = 50  # select_cost: every 50th iteration sparse regardless, to measure again
+SELECT_ALPHA = 0.3  # EWMA weight of the newest sparse take's time
 Channel = int | tuple[str, str]  # a peer (one link) or ("site", name) (selective WAN)
 Score = Callable[[torch.Tensor], torch.Tensor] | None
 
@@ -61,6 +63,7 @@ class DLion(Decentral):
         self.weights_in: list[Payload] = []
         self.snapshot: torch.Tensor | None = None
         self.we: dict[str, int] = {"sent": 0, "received": 0, "merges": 0, "bytes": 0}
+        self.select_s: float | None = None  # a sparse take's time, EWMA (select_cost)
 
     # ------------------------------------------------------------------ the plan
 
@@ -124,6 +127,16 @@ class DLion(Decentral):
 
     def entries(self, q: int) -> int | None:
         """Entries the link to ``q`` carries this iteration (None: dense)."""
+        k = self.paper_entries(q)
+        cfg = self.cfg
+        if k is None or cfg.select_cost == "ignored" or cfg.threshold == "static":
+            return k
+        if self.select_s is None or self.t % PROBE_EVERY == 0:  # measure the selection (again)
+            return k
+        return k if sparse_pays(self.flat.n, k, self.bw[q].value, self.select_s) else None
+
+    def paper_entries(self, q: int) -> int | None:
+        """The paper's rule: the link's byte budget alone (None: dense)."""
         cfg, n = self.cfg, self.flat.n
         if cfg.gradient_exchange == "full":
             return None
@@ -132,6 +145,20 @@ class DLion(Decentral):
             k = max(1, round(frac * n))
             return None if 2 * k >= n else k
         return entries_for(cfg.budget_factor * self.t_unit_now * self.bw[q].value, n)
+
+    def take(self, res: Residual, g: torch.Tensor | None, q: int, score: Score) -> Payload:
+        """What the link to ``q`` carries now from ``res`` (with ``g`` added); a sparse take's
+        time feeds the selection-cost estimate, and a link the cost made dense is counted."""
+        k = self.entries(q)
+        if k is None:
+            self.counts["dense_by_cost"] += self.paper_entries(q) is not None
+            return res.take(g, None, score)
+        started = time.perf_counter()
+        out = res.take(g, k, score)
+        took = time.perf_counter() - started
+        old = self.select_s
+        self.select_s = took if old is None else old + SELECT_ALPHA * (took - old)
+        return out
 
     def residual(self, channel: Channel) -> Residual:
         if channel not in self.residuals:
@@ -154,7 +181,7 @@ class DLion(Decentral):
             expected = self._send_selective(t, g, score)
         else:
             for q in self.peers:
-                self.send_grad(q, t, self.residual(q).take(g, self.entries(q), score), meta)
+                self.send_grad(q, t, self.take(self.residual(q), g, q, score), meta)
             expected = self.peers
         self.times["exchange_s"] += time.perf_counter() - started
         upto = self.sync_upto(t)
@@ -186,7 +213,7 @@ class DLion(Decentral):
         meta = {"ack": self.acks}
         for q in groups.get(mine, []):
             if q != self.me:
-                self.send_grad(q, t, self.residual(q).take(g, self.entries(q), score), meta)
+                self.send_grad(q, t, self.take(self.residual(q), g, q, score), meta)
         for site in groups:
             if site != mine:
                 self.residual(("site", site)).add(g)
@@ -199,7 +226,7 @@ class DLion(Decentral):
                     forward.append(r.dest)
         for via, forward in vias.items():
             res = self.residual(("site", self.sites.get(via) or ""))
-            payload = res.take(None, self.entries(via), score)
+            payload = self.take(res, None, via, score)
             self.send_grad(via, t, payload, {**meta, "forward": forward})
         lan = [q for q in groups.get(mine, []) if q != self.me]
         return lan + sorted({r.origin for r in routes if r.dest == self.me})
@@ -310,4 +337,6 @@ class DLion(Decentral):
             "forwarded": self.counts["forwarded"],
             "site_sender": self.counts["site_sender"],
             "site_receiver": self.counts["site_receiver"],
+            "select_ms": 1000 * self.select_s if self.select_s is not None else None,
+            "dense_by_cost": self.counts["dense_by_cost"],
         }

@@ -29,6 +29,7 @@ import torch
 
 Kind = Literal["dense", "sparse", "slice"]
 ENTRY_BYTES = 8  # int32 index + float32 value
+DENSE_BYTES = 4  # a float32 value
 DENSE_BYTES = 4
 
 
@@ -88,6 +89,19 @@ def entries_for(budget_bytes: float, n: int) -> int | None:
     if 2 * k >= n:
         return None
     return max(1, k)
+
+
+def sparse_pays(n: int, k: int, bandwidth_bps: float, select_s: float) -> bool:
+    """Whether a link should carry ``k`` of ``n`` entries as a sparse message rather than the
+    dense vector (ours): the bytes it saves, (4n - 8k) at ``bandwidth_bps``, must take the link
+    longer than choosing the k entries takes this worker (``select_s``, measured). On a slow
+    host and a fast LAN the top-k selection costs more than it saves."""
+    saved = DENSE_BYTES * n - ENTRY_BYTES * k
+    if saved <= 0:
+        return False
+    if bandwidth_bps <= 0:
+        return True
+    return saved / bandwidth_bps > select_s
 
 
 def top_k(scores: torch.Tensor, k: int) -> torch.Tensor:
