@@ -30,7 +30,6 @@ import torch
 Kind = Literal["dense", "sparse", "slice"]
 ENTRY_BYTES = 8  # int32 index + float32 value
 DENSE_BYTES = 4  # a float32 value
-DENSE_BYTES = 4
 
 
 @dataclass(frozen=True)
