@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +15,8 @@ import pytest
 
 from edgetrain.errors import EdgetrainError
 from edgetrain.reproduce import cli
+from tests.helpers.procs import edgetrain_processes
+from tests.helpers.waiting import wait_until
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,3 +44,67 @@ def test_an_error_is_one_line_and_its_exit_code(capsys: pytest.CaptureFixture[st
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith("error: the pilot diverged") and "Traceback" not in err
+
+
+LONG_RECIPE = """
+[run]
+name = "long"
+seed = {seed}
+[data]
+dataset = "digits"
+[model]
+name = "mlp"
+[train]
+epochs = 100000
+batch_size = 16
+lr = 0.05
+[gossip]
+probability = 0.3
+[[workers]]
+count = 2
+"""
+
+DRIVER = """
+import sys
+from pathlib import Path
+from edgetrain.reproduce import runs
+runs.run_arm(Path(sys.argv[1]), runs.Arm("long", sys.argv[2]), 1)
+"""
+
+
+@pytest.mark.timeout(240)
+def test_ctrl_c_during_a_run_lets_the_launcher_mark_it_interrupted(tmp_path: Path) -> None:
+    """SIGINT to the reproduction alone (``kill -INT``, or a terminal's Ctrl-C, which the
+    launcher in its own session does not see): the launcher is passed one SIGTERM and waited
+    for, so the run's manifest says ``interrupted`` and no worker outlives it."""
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(out), LONG_RECIPE],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    run = out / "runs" / "long-s1"
+    try:
+        wait_until(
+            lambda: any(
+                (run / "metrics" / f"worker-{w}.jsonl").is_file()
+                and (run / "metrics" / f"worker-{w}.jsonl").stat().st_size > 0
+                for w in (0, 1)
+            ),
+            120,
+            "a worker writes its first metrics",
+        )
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted", manifest["status"]
+    assert {w["status"] for w in manifest["workers"]} == {"interrupted"}
+    assert edgetrain_processes(manifest["run_id"]) == {}
+    assert edgetrain_processes(str(run)) == {}

@@ -17,6 +17,9 @@ from typing import Any
 
 from edgetrain.errors import EdgetrainError
 
+STOP_GRACE_S = 120.0
+"""How long a stopped launcher may take to stop its workers and write its manifest."""
+
 
 @dataclass(frozen=True)
 class Arm:
@@ -72,14 +75,54 @@ def run_arm(
         argv += ["--hosts", str(hosts)]
     if say:
         say(f"{path.name}: running")
-    proc = subprocess.run(
-        argv, capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **arm.env}
-    )
+    stderr = launch(argv, {**os.environ, **arm.env}, timeout_s, path)
     summary = done(path)
     if summary is None:
-        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        tail = (stderr.strip().splitlines() or ["(no output)"])[-1]
         raise EdgetrainError(f"run {path.name} did not complete: {tail}", f"see {path}/logs")
     return summary
+
+
+def launch(argv: list[str], env: dict[str, str], timeout_s: float, path: Path) -> str:
+    """Run one ``edgetrain launch`` to its end and return its standard error.
+
+    The launcher runs in its own session, so a terminal's Ctrl-C reaches only the reproduction,
+    which passes it on as one SIGTERM and waits while the launcher stops its workers and marks
+    the run ``interrupted`` (``subprocess.run`` would SIGKILL it a quarter second after Ctrl-C,
+    leaving the manifest ``running``). A run past ``timeout_s`` is stopped the same way."""
+    with subprocess.Popen(
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    ) as proc:
+        try:
+            return proc.communicate(timeout=timeout_s)[1]
+        except subprocess.TimeoutExpired:
+            stop(proc)
+            raise EdgetrainError(
+                f"run {path.name} took longer than {timeout_s:g} s and was stopped",
+                f"see {path}/logs",
+            ) from None
+        except KeyboardInterrupt:
+            stop(proc)
+            raise
+
+
+def stop(proc: subprocess.Popen[str], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM the launcher and wait for its clean-up; SIGKILL it if that takes over
+    ``grace_s`` or a second Ctrl-C cuts the wait short (its workers end when it does)."""
+    try:
+        proc.terminate()
+        proc.communicate(timeout=grace_s)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        pass
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def data_section(dataset: str, root: Path | None) -> str:
