@@ -15,7 +15,7 @@ import pytest
 
 from edgetrain.errors import EdgetrainError
 from edgetrain.reproduce import cli
-from tests.helpers.procs import edgetrain_processes
+from tests.helpers.procs import edgetrain_processes, kill_all
 from tests.helpers.waiting import wait_until
 
 
@@ -102,6 +102,7 @@ def test_ctrl_c_during_a_run_lets_the_launcher_mark_it_interrupted(tmp_path: Pat
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
+        kill_all(edgetrain_processes(str(run)))  # the launcher has a session of its own
     assert proc.returncode != 0 and "KeyboardInterrupt" in err
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "interrupted", manifest["status"]

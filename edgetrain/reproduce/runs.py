@@ -111,9 +111,10 @@ def launch(argv: list[str], env: dict[str, str], timeout_s: float, path: Path) -
             raise
 
 
-def stop(proc: subprocess.Popen[str], grace_s: float = STOP_GRACE_S) -> None:
-    """SIGTERM the launcher and wait for its clean-up; SIGKILL it if that takes over
-    ``grace_s`` or a second Ctrl-C cuts the wait short (its workers end when it does)."""
+def stop(proc: subprocess.Popen[Any], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM a child (a launcher, a trace player) and wait for its clean-up; SIGKILL it if
+    that takes over ``grace_s`` or a second Ctrl-C cuts the wait short (a launcher's workers
+    end when it does)."""
     try:
         proc.terminate()
         proc.communicate(timeout=grace_s)

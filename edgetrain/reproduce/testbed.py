@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from edgetrain.errors import EdgetrainError
+from edgetrain.reproduce.runs import stop
 
 
 @dataclass(frozen=True)
@@ -69,11 +70,7 @@ def trace_running(name: str, trace: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc, grace_s=30)
 
 
 def verify_markdown(tb: Testbed) -> str:
