@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -137,6 +138,27 @@ def test_r3_reports_relative_and_point_gains_and_the_wan_share() -> None:
     share = claims["R-DL-3c"]
     assert share.ours is not None and share.ours.median == pytest.approx(20)
     assert share.direction_agrees is True  # <= 25% and within a point
+
+
+def test_r3c_compares_final_accuracy_when_dense_exchange_misses_the_budget() -> None:
+    """Dense exchange over the WAN is so slow that it has no accuracy at the budget: equal
+    accuracy is judged on the final accuracies (same epochs), within one point."""
+    one = dlion.Plan((1,), (1,), True, "mnist", "cnn2", 10, 32, 0.02, 1)
+
+    def share(full_final: float) -> Any:
+        rows = [
+            _row("dlion", 1, accuracy_at_budget=0.97, final_accuracy=0.985,
+                 wan_per_iteration=0.5),
+            _row("dlion-fullge", 1, accuracy_at_budget=None, final_accuracy=full_final,
+                 wan_per_iteration=10.0),
+        ]  # fmt: skip
+        return {c.id: c for c in dlion.claims_r3(rows, one)}["R-DL-3c"]
+
+    close = share(0.983)
+    assert close.ours is not None and close.ours.median == pytest.approx(5)
+    assert close.direction_agrees is True
+    assert "full minus partial: -0.2 [-0.2, -0.2] pp" in close.deviations
+    assert share(0.997).direction_agrees is False  # dense 1.2 points better: not equal
 
 
 def test_targets_knee_and_learning_rate_from_pilots() -> None:
