@@ -109,3 +109,26 @@ def test_ctrl_c_during_a_run_lets_the_launcher_mark_it_interrupted(tmp_path: Pat
     assert {w["status"] for w in manifest["workers"]} == {"interrupted"}
     assert edgetrain_processes(manifest["run_id"]) == {}
     assert edgetrain_processes(str(run)) == {}
+
+
+def test_ctrl_c_while_a_testbed_comes_up_still_brings_it_down(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Ctrl-C during ``emulate up --verify`` (a minute of link and CPU probes) kills it
+    half-way; the testbed's ``down`` must still run, or its namespaces, sshd servers and probes
+    outlive the reproduction (seen in a Mercury run stopped at the 10 Mbit/s bring-up)."""
+    from edgetrain.reproduce import testbed
+
+    calls: list[tuple[str, ...]] = []
+
+    def fake(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        calls.append(args[:2])
+        if args[1] == "up":
+            raise KeyboardInterrupt
+        return subprocess.CompletedProcess(list(args), 0, "", "")
+
+    monkeypatch.setattr(testbed, "_edgetrain", fake)
+    monkeypatch.setattr(testbed.os, "geteuid", lambda: 0)
+    with pytest.raises(KeyboardInterrupt), testbed.testbed(tmp_path / "bed.toml", "bed"):
+        pytest.fail("the block must not run when the testbed never came up")
+    assert calls == [("emulate", "down"), ("emulate", "up"), ("emulate", "down")]

@@ -40,8 +40,10 @@ def testbed(spec: Path, name: str) -> Iterator[Testbed]:
             "take --testbed local)",
         )
     _edgetrain("emulate", "down", name)  # a testbed left by an interrupted run
-    up = _edgetrain("emulate", "up", str(spec), "--name", name, "--verify", "--format", "json")
     try:
+        # inside the try: Ctrl-C while it comes up (verification takes a minute) kills
+        # ``emulate up`` half-way, and only ``down`` removes what it had made
+        up = _edgetrain("emulate", "up", str(spec), "--name", name, "--verify", "--format", "json")
         if up.returncode not in (0, 1) or not up.stdout.strip():
             tail = (up.stderr.strip().splitlines() or ["(no output)"])[-1]
             raise EdgetrainError(f"emulate up {spec} failed: {tail}")
