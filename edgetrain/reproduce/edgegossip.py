@@ -49,7 +49,16 @@ from typing import Any
 from edgetrain.errors import EdgetrainError
 from edgetrain.reproduce import cli, report
 from edgetrain.reproduce.report import finite_median as _median
-from edgetrain.reproduce.runs import Arm, data_section, done, interleave, run_arm, run_dir, time_to
+from edgetrain.reproduce.runs import (
+    Arm,
+    data_section,
+    done,
+    interleave,
+    run_arm,
+    run_dir,
+    time_to,
+)
+from edgetrain.reproduce.runs import stop as stop_child
 from edgetrain.reproduce.testbed import Testbed, testbed, verify_markdown
 from edgetrain.rundir import atomic_write_json, read_jsonl
 
@@ -435,8 +444,7 @@ class Disturbance:
 
             cgroups.set_cpu(tb.name, "gpu-a", SHARES[0])
         elif proc is not None and proc.poll() is None:
-            proc.terminate()  # the ssh session ends; the load generator follows its parent
-            proc.wait(30)
+            stop_child(proc, grace_s=30)  # the ssh session ends; the load generator follows it
 
     def watch(self, stop: threading.Event) -> None:
         proc: subprocess.Popen[bytes] | None = None
