@@ -196,6 +196,8 @@ def test_claims_from_literal_rows() -> None:
     assert at100.direction_agrees is True and "1.1-1.6x" in at100.deviations
     assert at10.ours is not None and at10.ours.median == 1.2  # seed 2 never reached the target
     assert at10.direction_agrees is False  # a seed without a value fails "every seed"
+    assert "1 of 2 seed(s) without a value" in at10.deviations
+    assert "without a value" not in at100.deviations
     trend = by["R-M1t"][0]
     assert trend.ours is not None and trend.ours.median == pytest.approx(1.2 / 1.425)
     assert trend.direction_agrees is False
@@ -232,3 +234,28 @@ def test_quick_measures_one_seed_unless_seeds_are_given() -> None:
     assert plan_for(cli.parse(ap, ["--quick", "--seeds", "3"])).seeds == (1, 2, 3)
     assert plan_for(cli.parse(ap, [])).seeds == (1, 2)
     assert plan_for(cli.parse(ap, ["--seeds", "4"])).seeds == (1, 2, 3, 4)
+
+
+def test_the_pilot_and_the_premises_are_tables() -> None:
+    pilot = {
+        "seed": 0, "lr": 0.001, "targets": {"primary": 0.978, "secondary": 0.968},
+        "tried": [
+            {"lr": 0.001, "run": "uniform-pilot-lr0.001-s0", "final_accuracy": 0.9835,
+             "train_s": 61.23, "curve": [[10, 0.5]]},
+            {"lr": 0.004, "run": "uniform-pilot-lr0.004-s0", "final_accuracy": None,
+             "train_s": None, "curve": []},
+        ],
+    }  # fmt: skip
+    table = mercury_claims.pilot_table(pilot)
+    assert "| uniform-pilot-lr0.001-s0 | 0.001 | 0.9835 | 61.2 |" in table
+    assert "| uniform-pilot-lr0.004-s0 | 0.004 | - | - |" in table
+    assert "learning rate 0.001; targets 0.978 (primary) and 0.968 (secondary)" in table
+    assert '"curve"' not in table and "[[" not in table  # the curves stay in the JSON
+    probes = [{"iteration": 20, "lag": 0, "top10_share": 0.4},
+              {"iteration": 20, "lag": 1, "under_5pct": 0.6, "under_10pct": 0.8},
+              {"iteration": 100, "lag": 10, "under_5pct": 0.3, "under_10pct": 0.5}]  # fmt: skip
+    premises = mercury_claims.premises_table([_row("premises", 1, None, None, premises=probes)])
+    assert "| 1 | 20 | 40.0 | 60.0 / 80.0 | - / - |" in premises
+    assert "| 1 | 100 | - | - / - | 30.0 / 50.0 |" in premises
+    names = [name for name, _ in mercury_claims.sections({"r_m1": {}, "pilot": pilot}, PLAN)]
+    assert "Pilot (seed 0, not reused)" in names
