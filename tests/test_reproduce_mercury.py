@@ -240,7 +240,7 @@ def test_the_pilot_and_the_premises_are_tables() -> None:
     pilot = {
         "seed": 0, "lr": 0.001, "targets": {"primary": 0.978, "secondary": 0.968},
         "tried": [
-            {"lr": 0.001, "run": "uniform-pilot-lr0.001-s0", "final_accuracy": 0.9835,
+            {"lr": 0.001, "run": "/o/runs/uniform-pilot-lr0.001-s0", "final_accuracy": 0.9835,
              "train_s": 61.23, "curve": [[10, 0.5]]},
             {"lr": 0.004, "run": "uniform-pilot-lr0.004-s0", "final_accuracy": None,
              "train_s": None, "curve": []},

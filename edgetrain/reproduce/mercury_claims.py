@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from pathlib import PurePath
 from typing import Any
 
 from edgetrain.ps.mercury.speedup import predicted
@@ -742,8 +743,9 @@ def pilot_table(pilot: dict[str, Any]) -> str:
         "|---|---:|---:|---:|",
     ]
     for t in pilot.get("tried") or []:
+        name = PurePath(str(t.get("run"))).name
         lines.append(
-            f"| {t.get('run')} | {_f(t.get('lr'), 'g')} | {_f(t.get('final_accuracy'), '.4f')} "
+            f"| {name} | {_f(t.get('lr'), 'g')} | {_f(t.get('final_accuracy'), '.4f')} "
             f"| {_f(t.get('train_s'), '.1f')} |"
         )
     targets = pilot.get("targets") or {}
