@@ -33,12 +33,27 @@ def worker_stem(worker_id: int) -> str:
     return f"worker-{worker_id}"
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (changing it, as
+    ``os.umask`` must, would race with other threads creating files)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename."""
+    """Write ``data`` to ``path`` through a temporary file and a rename. The file gets the mode
+    a plain ``open`` would give it (0666 less the umask), not the temporary file's 0600: a
+    report written under ``sudo`` stays readable by the user who asked for it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
