@@ -101,12 +101,8 @@ def _claim(
     stat = report.Stat.of(values)
     if stat is None:
         deviations = f"not reached in any seed (within the budget); {deviations}"
-    elif None in values:
-        missing = sum(v is None for v in values)
-        deviations = (
-            f"**{missing} of {len(values)} seed(s) without a value** (a run did not reach the "
-            f"target within the budget): the figure is over the rest; {deviations}"
-        )
+    else:
+        deviations = report.missing_values(values) + deviations
     return report.Claim(cid, text, paper, stat, unit, seeds, agrees, deviations, details)
 
 

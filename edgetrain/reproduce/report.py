@@ -71,6 +71,18 @@ def above_bound(values: Sequence[float | None], bound: float, why: str) -> str:
     )
 
 
+def missing_values(values: Sequence[float | None]) -> str:
+    """A deviation note for seeds without a value when others have one ("" otherwise): the
+    median, min and max are over the rest, and a reader must not take them for every seed."""
+    missing = sum(v is None for v in values)
+    if not missing or missing == len(values):
+        return ""
+    return (
+        f"**{missing} of {len(values)} seed(s) without a value** (a run did not reach the "
+        "target within the budget): the figure is over the rest; "
+    )
+
+
 def _fmt(x: Any, unit: str = "") -> str:
     if x is None:
         return "-"
