@@ -132,3 +132,18 @@ def test_ctrl_c_while_a_testbed_comes_up_still_brings_it_down(
     with pytest.raises(KeyboardInterrupt), testbed.testbed(tmp_path / "bed.toml", "bed"):
         pytest.fail("the block must not run when the testbed never came up")
     assert calls == [("emulate", "down"), ("emulate", "up"), ("emulate", "down")]
+
+
+@pytest.mark.parametrize("paper", ["dynacomm", "edgegossip", "dlion", "mercury", "mcpipe"])
+def test_a_missing_data_root_is_one_line_and_leaves_no_out_directory(
+    paper: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib
+
+    main = importlib.import_module(f"edgetrain.reproduce.{paper}").main
+    out = tmp_path / "out"
+    code = main(["--data-root", str(tmp_path / "missing"), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert not out.exists()

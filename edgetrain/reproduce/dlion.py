@@ -1044,8 +1044,8 @@ def _knee_sweep(runner: Runner, bed: Bed, seeds: Sequence[int]) -> dict[str, Any
 def reproduce(args: argparse.Namespace) -> dict[str, Any]:
     p = plan_for(args)
     out: Path = args.out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
     root = cli.data_root(args.data_root) if p.dataset == "mnist" else None
+    out.mkdir(parents=True, exist_ok=True)
     runner = Runner(p, out, data_section(p.dataset, root), cli.say)
     n_train = 8000 if p.dataset == "mnist" else 1437
     res: dict[str, Any] = {"pilot": {"seed": p.pilot_seed}, "testbeds": {}, "budgets": {}}

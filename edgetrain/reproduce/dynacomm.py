@@ -646,8 +646,8 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
     if args.seeds < 1:
         raise EdgetrainError("--seeds must be at least 1")
     out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
     data_root = None if p.local else cli.data_root(args.data_root)
+    out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"settings": {}, "pilot": {}, "prediction": {}, "testbeds": {}}
     runs: list[dict[str, Any]] = []
     for bandwidth in p.bandwidths:

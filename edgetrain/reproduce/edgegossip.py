@@ -985,8 +985,8 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
     if args.seeds < 1:
         raise EdgetrainError("--seeds must be at least 1")
     out: Path = args.out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
     root = cli.data_root(args.data_root) if p.dataset == "mnist" else None
+    out.mkdir(parents=True, exist_ok=True)
     data = data_section(p.dataset, root)
     res: dict[str, Any] = {"pilot": {}, "targets": {"a": T_A}, "testbeds": {}}
     history: str | None = None

@@ -233,8 +233,8 @@ def _compare(rows: Sequence[dict[str, Any]], target: float | None) -> dict[str, 
 def reproduce(args: argparse.Namespace) -> dict[str, Any]:
     p = plan_for(args)
     out: Path = args.out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
     root = str(cli.data_root(args.data_root)) if p.dataset == "mnist" else None
+    out.mkdir(parents=True, exist_ok=True)
     run = Runner(p, out, root)
     res: dict[str, Any] = {"r_m1": {}, "testbeds": {}, "compare": {}}
     for bw in p.bandwidths:
