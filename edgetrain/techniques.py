@@ -2,9 +2,11 @@
 
 Everything here is plain data and import strings (``"module:attribute"``), so a recipe can be
 validated, and ``edgetrain techniques`` can list what exists, without importing torch. Adding a
-technique is one module in its family's package plus one :class:`TechniqueSpec` line below;
-adding a family is a package with a ``family.py`` (the launcher side), a torch-free
-``config.py`` (its recipe section) and one :class:`FamilySpec`.
+technique on an existing family is its module(s) (the runner and, where it does more on the
+launcher side than its family, a ``TechniqueSide``), its recipe section and one
+:class:`TechniqueSpec` line below; adding a family is a package with a ``family.py`` (the
+launcher side's defaults), a torch-free ``config.py`` (its recipe section) and one
+:class:`FamilySpec`. Other packages add techniques to a family with :func:`register_technique`.
 
 Other packages add families at run time: ``EDGETRAIN_PLUGINS`` names modules (comma-separated)
 that call :func:`register` when imported; worker processes inherit the variable, so a plugin
@@ -17,7 +19,7 @@ import importlib
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from edgetrain.errors import RecipeError
@@ -27,13 +29,15 @@ PLUGINS_ENV = "EDGETRAIN_PLUGINS"
 
 @dataclass(frozen=True)
 class TechniqueSpec:
-    """One technique: what its workers run, the roles a run may have, the sections it reads."""
+    """One technique: what its workers run, the roles a run may have, the sections it reads,
+    and its launcher side (``"module:attr"`` of a ``TechniqueSide``; None: the family's)."""
 
     name: str
     runner: str  # "module:attr": a callable (WorkerContext) -> Runner, for every role
     roles: tuple[str, ...]
     sections: tuple[str, ...]
     summary: str
+    side: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,7 @@ FAMILIES: dict[str, FamilySpec] = {
                 ("gossip", "edgegossip"),
                 "EdgeGossip: GoSGD with per-epoch data shares r_i balanced on predicted speed, "
                 "loss-ranked aggregated subsets",
+                side="edgetrain.gossip.edgegossip_side:SIDE",
             ),
             "dlion": TechniqueSpec(
                 "dlion",
@@ -93,6 +98,7 @@ FAMILIES: dict[str, FamilySpec] = {
                 ("gossip", "dlion"),
                 "DLion: capacity-aware batches, adaptive LR/BS, partial gradients per link, "
                 "weight exchange",
+                side="edgetrain.gossip.dlion:SIDE",
             ),
             "gaia": TechniqueSpec(
                 "gaia",
@@ -100,6 +106,7 @@ FAMILIES: dict[str, FamilySpec] = {
                 ("trainer",),
                 ("gossip", "gaia"),
                 "Gaia (DLion's baseline): significance-filtered updates, a server per site",
+                side="edgetrain.gossip.gaia:SIDE",
             ),
             "ako": TechniqueSpec(
                 "ako",
@@ -107,6 +114,7 @@ FAMILIES: dict[str, FamilySpec] = {
                 ("trainer",),
                 ("gossip", "ako"),
                 "Ako (DLion's baseline): one of p gradient partitions to every peer per iteration",
+                side="edgetrain.gossip.ako:SIDE",
             ),
         },
         summary="decentralised training: every worker keeps a replica and exchanges with peers",
@@ -148,7 +156,8 @@ FAMILIES["ps"] = FamilySpec(
             "edgetrain.ps.mercury.device:make_runner",
             ("trainer",),
             ("mercury",),
-            "Mercury: every trainer also a shard server; group-wise importance sampling, "
+            side="edgetrain.ps.mercury.side:SIDE",
+            summary="Mercury: every trainer also a shard server; group-wise importance sampling, "
             "importance-aware resharding, BACC scheduler",
         ),
         "multips-sgd": TechniqueSpec(
@@ -156,7 +165,8 @@ FAMILIES["ps"] = FamilySpec(
             "edgetrain.ps.mercury.device:make_runner",
             ("trainer",),
             ("mercury",),
-            "standard distributed SGD on Mercury's multi-server layout: uniform sampling, "
+            side="edgetrain.ps.mercury.side:SIDE",
+            summary="standard distributed SGD on Mercury's multi-server layout: uniform sampling, "
             "every trainer a shard server (Mercury's baseline)",
         ),
     },
@@ -173,7 +183,12 @@ FAMILIES["pipeline"] = FamilySpec(
     sections={"pipeline": "edgetrain.pipeline.config:PipelineSection"},
     techniques={
         name: TechniqueSpec(
-            name, f"edgetrain.pipeline.{name}:make_runner", roles, ("pipeline",), summary
+            name,
+            f"edgetrain.pipeline.{name}:make_runner",
+            roles,
+            ("pipeline",),
+            summary,
+            side=f"edgetrain.pipeline.{name}:SIDE" if name in ("local", "dataparallel") else None,
         )
         for name, roles, summary in (
             ("local", ("stage", "evaluator"), "the whole model on one process (baseline)"),
@@ -212,6 +227,26 @@ def register(spec: FamilySpec) -> None:
     global _generation
     with _lock:
         FAMILIES[spec.name] = spec
+        _generation += 1
+
+
+def register_technique(family: str, spec: TechniqueSpec, sections: Mapping[str, str]) -> None:
+    """Add (or replace) a technique on an existing family, with the recipe sections it brings
+    (``{section: "module:Model"}``), e.g. from a plugin module named in ``EDGETRAIN_PLUGINS``."""
+    global _generation
+    with _lock:
+        fam = FAMILIES.get(family)
+        if fam is None:
+            raise RecipeError(
+                f"a plugin adds technique '{spec.name}' to family '{family}', which is not "
+                "registered",
+                f"known families: {', '.join(FAMILIES)}",
+            )
+        FAMILIES[family] = replace(
+            fam,
+            sections={**fam.sections, **sections},
+            techniques={**fam.techniques, spec.name: spec},
+        )
         _generation += 1
 
 
@@ -314,6 +349,7 @@ def describe() -> list[dict[str, Any]]:
                     "summary": t.summary,
                     "roles": list(t.roles),
                     "sections": list(t.sections),
+                    "side": t.side,
                     "recipe": f'[train] family = "{fam.name}", technique = "{t.name}"',
                 }
                 for t in fam.techniques.values()

@@ -11,7 +11,7 @@ import zmq
 from edgetrain.comm import protocol
 from edgetrain.comm.control import CoordinationPolicy, Decision, Role, assign_roles
 from edgetrain.comm.coordinator import Coordinator
-from edgetrain.gossip.family import GossipController
+from edgetrain.gossip.drain import GossipController
 from tests.helpers.fake_worker import RUN, FakeWorker, pump, started
 
 

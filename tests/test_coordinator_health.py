@@ -16,7 +16,7 @@ from edgetrain.comm.channel import Traffic
 from edgetrain.comm.client import CoordinatorClient
 from edgetrain.comm.control import HandIn, assign_roles
 from edgetrain.comm.coordinator import Coordinator, Resume
-from edgetrain.gossip.family import GossipController
+from edgetrain.gossip.drain import GossipController
 from tests.helpers.fake_worker import RUN, FakeWorker, pump, started
 
 

@@ -12,6 +12,7 @@ from edgetrain.errors import RecipeError
 from edgetrain.gossip.config import DLionSection
 from edgetrain.launch.api import load_checked_recipe
 from edgetrain.recipe import parse_recipe
+from edgetrain.runtime.side import launcher_side
 from tests.helpers.cli import run_cli
 
 
@@ -86,7 +87,7 @@ def test_bad_exchange_recipes_are_one_line_and_exit_2(tmp_path, capsys, section,
     path = write(tmp_path, body)
     with pytest.raises(RecipeError) as exc:
         recipe, _ = load_checked_recipe(path)
-        techniques.load_family("gossip").check(recipe)  # what launch checks next
+        launcher_side("gossip", recipe.train.technique).check(recipe)  # what launch checks next
     assert expected in str(exc.value)
     code, _, err = run_cli(capsys, "launch", str(path), "--runs-root", str(tmp_path / "runs"))
     assert code == 2

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from edgetrain.comm.control import HandIn, Role
-from edgetrain.ps.mercury.launcher import MercuryController, final_model
 from edgetrain.ps.mercury.shards import Averager, bounds, device_weights, diverged, weights_hash
+from edgetrain.ps.mercury.side import MercuryController, final_model
 from edgetrain.recipe import parse_recipe
 from edgetrain.runtime.base import HandInError
 

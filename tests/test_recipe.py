@@ -12,6 +12,7 @@ from edgetrain import tomlconfig
 from edgetrain.errors import DeprecatedSpelling, RecipeError
 from edgetrain.launch.api import load_checked_recipe
 from edgetrain.recipe import load_recipe, parse_recipe
+from edgetrain.runtime.side import launcher_side
 from tests.helpers.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -212,8 +213,7 @@ def test_recipes_validate_and_techniques_list_without_torch(tmp_path: Path) -> N
     "name", ["quickstart", "edgegossip", "dlion", "dynacomm", "mercury", "mcpipe"]
 )
 def test_every_example_recipe_passes_the_launch_checks(name: str) -> None:
-    from edgetrain import techniques
 
     recipe, _ = load_checked_recipe(Path("recipes") / f"{name}.toml")
-    techniques.load_family(recipe.train.family).check(recipe)  # what launch checks next
+    launcher_side(recipe.train.family, recipe.train.technique).check(recipe)  # launch checks next
     assert recipe.run.name == name

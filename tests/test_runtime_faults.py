@@ -27,8 +27,7 @@ from rich.console import Console
 from edgetrain.cli.live import LiveProgress
 from edgetrain.comm import protocol
 from edgetrain.comm.channel import BindError, Traffic
-from edgetrain.comm.control import Role, assign_roles
-from edgetrain.comm.coordinator import Event
+from edgetrain.comm.control import Event, Role, assign_roles
 from edgetrain.comm.wire import Message
 from edgetrain.data import cifar
 from edgetrain.gossip import gosgd

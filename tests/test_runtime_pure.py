@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from edgetrain.comm.control import ControlLog, HandIn, InOrder, Role, assign_roles
-from edgetrain.gossip.family import GossipController, drain_expectations, spread_handins
+from edgetrain.gossip.drain import GossipController, drain_expectations
+from edgetrain.gossip.family import spread_handins
 from edgetrain.launch.placement import Need, PlacementError, place
 from edgetrain.report.clock import Point, Report, attempt_curve, join_attempts, time_to
 from edgetrain.report.compare import speedups

@@ -10,8 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from edgetrain.comm.control import Role
-from edgetrain.comm.coordinator import Event
+from edgetrain.comm.control import Event, Role
 from edgetrain.recipe import Recipe
 from edgetrain.report.summary import human_bytes
 

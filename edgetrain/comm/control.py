@@ -15,6 +15,7 @@ duplicates are harmless. Nothing here touches a socket or a clock.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -60,6 +61,18 @@ class HandIn:
 
     weights: dict[str, np.ndarray]
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Event:
+    """Something that happened (``at``: time.monotonic() when it did), for the caller.
+
+    ``worker`` is None for run-level events (the coordinator's own)."""
+
+    worker: int | None
+    kind: str
+    data: dict[str, Any]
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from edgetrain.comm.control import (
     ControlLog,
     CoordinationPolicy,
     Decision,
+    Event,
     HandIn,
     NoDirectives,
     Role,
@@ -72,18 +73,6 @@ class WorkerInfo:
         if self.role.name == "trainer":
             return f"worker {self.id} (host {self.host})" if self.host else f"worker {self.id}"
         return f"{self.role.name} {self.role.index} (worker {self.id}{where})"
-
-
-@dataclass
-class Event:
-    """Something that happened (``at``: time.monotonic() when it did), for the caller.
-
-    ``worker`` is None for run-level events (the coordinator's own)."""
-
-    worker: int | None
-    kind: str
-    data: dict[str, Any]
-    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import torch
 from edgetrain.gossip.config import AkoSection
 from edgetrain.gossip.decentral import Decentral
 from edgetrain.gossip.exchange import GRAD
+from edgetrain.gossip.exchange_side import exchange_side
 from edgetrain.gossip.links import MBIT
 from edgetrain.gossip.partitions import Window, partition_count
 from edgetrain.runtime.base import WorkerContext
@@ -65,3 +66,7 @@ class Ako(Decentral):
 
     def extra_metrics(self) -> dict[str, Any]:
         return {"partitions": self.window.p if self.window else None, "t_iter": self.t_iter}
+
+
+# The launcher side (see :mod:`edgetrain.gossip.exchange_side`).
+SIDE = exchange_side("ako", AkoSection, "Ako")

@@ -19,7 +19,7 @@ from typing import Any
 from edgetrain.comm.control import Decision, Role
 from edgetrain.errors import RecipeError
 from edgetrain.gossip.config import EdgeGossipSection, GossipSection
-from edgetrain.gossip.family import GossipController
+from edgetrain.gossip.drain import GossipController
 from edgetrain.plan.balancer import balance, halt_reason
 from edgetrain.recipe import Recipe
 

@@ -31,6 +31,7 @@ from edgetrain.comm.wire import Message
 from edgetrain.gossip.config import DLionSection
 from edgetrain.gossip.decentral import Decentral, Sent
 from edgetrain.gossip.exchange import GRAD, WEIGHTS, Header, Key
+from edgetrain.gossip.exchange_side import exchange_side
 from edgetrain.gossip.links import LAN, MBIT, Bandwidth, members, starting_bandwidth
 from edgetrain.gossip.schedules import Schedule
 from edgetrain.gossip.selection import choose_sites, default_count, wan_routes
@@ -340,3 +341,7 @@ class DLion(Decentral):
             "select_ms": 1000 * self.select_s if self.select_s is not None else None,
             "dense_by_cost": self.counts["dense_by_cost"],
         }
+
+
+# The launcher side (see :mod:`edgetrain.gossip.exchange_side`).
+SIDE = exchange_side("dlion", DLionSection, "DLion", plans_batches=True)

@@ -4,19 +4,14 @@ the problem and the fix (exit 2), before anything starts."""
 from __future__ import annotations
 
 from edgetrain.errors import RecipeError
-from edgetrain.gossip.config import AkoSection, DLionSection, ExchangeSection, GaiaSection
+from edgetrain.gossip.config import DLionSection, ExchangeSection, GaiaSection
 from edgetrain.recipe import Recipe
 
-SECTIONS: dict[str, type[ExchangeSection]] = {
-    "dlion": DLionSection,
-    "gaia": GaiaSection,
-    "ako": AkoSection,
-}
 
-
-def check_recipe(recipe: Recipe) -> None:
-    technique = recipe.train.technique
-    cfg = recipe.section(technique, SECTIONS[technique])
+def check_recipe(recipe: Recipe, section: str, model: type[ExchangeSection]) -> None:
+    """The checks of a technique whose own section is ``[section]`` (a ``model``)."""
+    technique = section
+    cfg = recipe.section(section, model)
     k = recipe.num_workers
     if cfg.sites is not None and len(cfg.sites) != k:
         raise RecipeError(

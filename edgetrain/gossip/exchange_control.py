@@ -19,7 +19,7 @@ from typing import Any
 
 from edgetrain.comm.control import Decision, Role
 from edgetrain.gossip.config import DLionSection
-from edgetrain.gossip.family import GossipController
+from edgetrain.gossip.drain import GossipController
 from edgetrain.plan.batching import (
     BatchPlan,
     Curve,
@@ -55,12 +55,13 @@ def make_plan(
     curves: Mapping[int, Curve],
     n_train: int,
 ) -> dict[str, Any]:
-    """The start directive's plan for the workers in ``curves`` (pure)."""
+    """The start directive's plan for the workers in ``curves`` (pure); ``dlion``: DLion's
+    section, whose batching and T_bs apply (None: b0 each, as Gaia and Ako)."""
     ids = sorted(curves)
     ordered = [curves[w] for w in ids]
     t_bs: int | None = None
     plan: BatchPlan
-    if technique == "dlion" and dlion is not None:
+    if dlion is not None:
         t_bs = dlion.t_bs if dlion.t_bs is not None else default_t_bs(n_train)
         if dlion.batching:
             plan = plan_batches(ordered, b0, t_bs, dlion.epsilon, dlion.t_unit)
@@ -85,11 +86,14 @@ def make_plan(
 
 
 class ExchangeController:
-    """The plan at start; drain accounting at the end."""
+    """The plan at start; drain accounting at the end. ``dlion``: DLion's section when the
+    run plans DLion's batches (None: b0 each)."""
 
-    def __init__(self, recipe: Recipe, roles: Sequence[Role]) -> None:
+    def __init__(
+        self, recipe: Recipe, roles: Sequence[Role], dlion: DLionSection | None = None
+    ) -> None:
         self.technique = recipe.train.technique
-        self.dlion = recipe.section("dlion", DLionSection) if self.technique == "dlion" else None
+        self.dlion = dlion
         self.b0 = recipe.train.batch_size
         self.trainers = [i for i, r in enumerate(roles) if r.name == "trainer"]
         self.plan: dict[str, Any] = {}

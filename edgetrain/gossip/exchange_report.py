@@ -19,9 +19,12 @@ def _f(x: Any, fmt: str) -> str:
 
 
 def exchange_report(
-    manifest: Mapping[str, Any], workers: Mapping[int, list[dict[str, Any]]]
+    manifest: Mapping[str, Any],
+    workers: Mapping[int, list[dict[str, Any]]],
+    display: str = "Exchange",
 ) -> dict[str, Any] | None:
-    """The section (None when no worker reported an epoch)."""
+    """The section (None when no worker reported an epoch); ``display``: the technique's name
+    as its markdown title shows it."""
     plan: dict[str, Any] | None = None
     per: dict[int, dict[str, Any]] = {}
     for wid, rows in sorted(workers.items()):
@@ -78,7 +81,7 @@ def exchange_report(
         "bytes_wan": sum(v["bytes_wan"] for v in per.values()),
         "wan_bytes_per_iteration": sum(wan_it) if wan_it else None,
     }
-    out["markdown"] = _markdown(out)
+    out["markdown"] = _markdown(out, display)
     return out
 
 
@@ -86,8 +89,7 @@ def _mib(n: Any) -> str:
     return f"{n / 2**20:.2f}" if isinstance(n, (int, float)) else "-"
 
 
-def _markdown(rep: dict[str, Any]) -> str:
-    name = {"dlion": "DLion", "gaia": "Gaia", "ako": "Ako"}.get(str(rep["technique"]), "Exchange")
+def _markdown(rep: dict[str, Any], name: str) -> str:
     lines = [f"## {name}: batches, waiting and traffic per worker", ""]
     plan = rep.get("plan") or {}
     if plan:

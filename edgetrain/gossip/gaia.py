@@ -26,6 +26,7 @@ from edgetrain.comm.wire import Message
 from edgetrain.gossip.config import GaiaSection
 from edgetrain.gossip.decentral import Decentral
 from edgetrain.gossip.exchange import GRAD, WEIGHTS, Header
+from edgetrain.gossip.exchange_side import exchange_side
 from edgetrain.gossip.links import members
 from edgetrain.gossip.significance import Accumulator, threshold_at
 from edgetrain.gossip.sparse import Payload, to_float32
@@ -138,3 +139,7 @@ class Gaia(Decentral):
             "parameter_server": self.leader if self.mode == "site" else self.me,
             "significant_share": self.sent_entries / (self.sends * n) if self.sends else None,
         }
+
+
+# The launcher side (see :mod:`edgetrain.gossip.exchange_side`).
+SIDE = exchange_side("gaia", GaiaSection, "Gaia")

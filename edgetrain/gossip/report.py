@@ -47,13 +47,13 @@ def _aggregate_s(workers: Mapping[int, list[dict[str, Any]]]) -> dict[int, float
 
 
 def gossip_report(
-    manifest: Mapping[str, Any], workers: Mapping[int, list[dict[str, Any]]]
+    manifest: Mapping[str, Any], workers: Mapping[int, list[dict[str, Any]]], edge: bool = False
 ) -> dict[str, Any] | None:
-    """The report section (None when no epoch was reported)."""
+    """The report section (None when no epoch was reported); ``edge``: with EdgeGossip's
+    shares, predictor error and overheads."""
     by_epoch = _epoch_rows(workers)
     if not by_epoch:
         return None
-    edge = manifest.get("technique") == "edgegossip"
     ids = sorted({w for rows in by_epoch.values() for w in rows})
     hosts = {w["id"]: w.get("host", "") for w in manifest.get("workers", [])}
     epochs: list[dict[str, Any]] = []

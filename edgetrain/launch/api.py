@@ -19,7 +19,6 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from edgetrain import techniques
 from edgetrain.comm.control import Role, assign_roles
 from edgetrain.comm.coordinator import Resume
 from edgetrain.errors import EdgetrainError, RecipeError
@@ -27,6 +26,7 @@ from edgetrain.launch.driver import LaunchOptions, Observer, RunOutcome, RunSetu
 from edgetrain.launch.placement import Need, place
 from edgetrain.recipe import Recipe, load_recipe
 from edgetrain.rundir import RunDir
+from edgetrain.runtime.side import launcher_side
 
 if TYPE_CHECKING:
     from edgetrain.comm.security import CurveKeys
@@ -159,14 +159,13 @@ def prepare(req: LaunchRequest) -> RunSetup:
 
     hosts = _hosts(req)
     recipe, text, resumed = _recipe(req)
-    family: Family = techniques.load_family(recipe.train.family)
+    family: Family = launcher_side(recipe.train.family, recipe.train.technique)
     family.check(recipe)
     roles, slots = _roles_and_slots(recipe, hosts[0] if hosts else None, hosts[2] if hosts else "")
     resume = _resume_point(recipe, family, roles, resumed) if resumed is not None else None
     data = preflight(recipe)  # bad data or model: exit 2, nothing started or written
-    check_dir = getattr(family, "check_run_dir", None)  # what the run reads from its directory
-    if check_dir is not None:
-        check_dir(recipe, resumed.path if resumed is not None else req.run_dir)
+    # what the run reads from its directory
+    family.check_run_dir(recipe, resumed.path if resumed is not None else req.run_dir)
     keys, keys_dir = _keys(recipe)
     opts = LaunchOptions(keys=keys, keys_dir=keys_dir)
     _check_cpu_quotas(recipe, hosts is not None)

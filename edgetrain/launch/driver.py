@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from edgetrain.comm.control import HandIn, Role
-from edgetrain.comm.coordinator import Coordinator, Event, Resume
+from edgetrain.comm.control import Event, HandIn, Role
+from edgetrain.comm.coordinator import Coordinator, Resume
 from edgetrain.comm.security import CurveKeys
 from edgetrain.envinfo import versions
 from edgetrain.errors import EdgetrainError, RunError

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Sequence
 from typing import IO
 
-from edgetrain.comm.coordinator import Event
+from edgetrain.comm.control import Event
 from edgetrain.launch.driver import Observer, event_row
 
 

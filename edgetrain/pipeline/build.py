@@ -17,17 +17,9 @@ from edgetrain.pipeline.accounting import Accountant, Timers
 from edgetrain.pipeline.chain import Unit, build_units
 from edgetrain.pipeline.executor import StageExecutor, free_module_params, unit_weights
 from edgetrain.pipeline.kernels import has_formula, linear_in_params
+from edgetrain.pipeline.store_mode import store_mode
 from edgetrain.pipeline.stores import Hyper, StageStore, StoreChoice
 from edgetrain.pipeline.table import UnitInfo
-
-# How each technique keeps its weights (mcPipe's pairs may fall back to versions per unit).
-TECHNIQUE_MODE = {
-    "local": "latest",
-    "dataparallel": "latest",
-    "greedy": "latest",
-    "pipedream": "versions",
-    "mcpipe": "pairs",
-}
 
 
 class PipelineSetupError(EdgetrainError):
@@ -84,7 +76,7 @@ def choose_modes(
     """Each unit's store mode for ``technique``; mcPipe's ``store`` option: ``pairs`` (refuse a
     layer that is not linear in its parameters), ``mixed`` (keep such a unit as versions) or
     ``auto`` (pairs only where they are smaller than the weights, mcPipe-auto)."""
-    mode = TECHNIQUE_MODE[technique]
+    mode = store_mode(technique)
     if mode != "pairs":
         return StoreChoice([mode] * len(infos))
     modes: list[str] = []
@@ -147,7 +139,7 @@ def make_stage(
     per sample). ``init``/``momentum``/``version``: a resumed state."""
     linear = (
         linear_units(units, input_shape)
-        if TECHNIQUE_MODE[technique] == "pairs"
+        if store_mode(technique) == "pairs"
         else [True] * len(units)
     )
     choice = choose_modes(technique, infos, linear, store, microbatch)

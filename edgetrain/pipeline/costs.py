@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from edgetrain.pipeline import bounds, schedule
-from edgetrain.pipeline.build import TECHNIQUE_MODE
 from edgetrain.pipeline.partition import Cost
+from edgetrain.pipeline.store_mode import store_mode
 from edgetrain.pipeline.table import UnitInfo
 
 OBJECTIVES = ("time", "params", "memory")
@@ -55,7 +55,7 @@ class Setting:
 
 
 def store_of(setting: Setting) -> str:
-    mode = TECHNIQUE_MODE.get(setting.technique, "latest")
+    mode = store_mode(setting.technique)
     return "auto" if mode == "pairs" and setting.store == "auto" else mode
 
 

@@ -4,9 +4,66 @@ same as Local's up to summation order (:mod:`edgetrain.pipeline.replica`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from edgetrain.comm.control import HandIn, Role
+from edgetrain.errors import RecipeError
+from edgetrain.pipeline.family import (
+    REPLICA,
+    STAGE,
+    PipelineController,
+    check_device_and_evaluator,
+    check_training,
+    microbatch_of,
+)
 from edgetrain.pipeline.roles import runner_for
-from edgetrain.runtime.base import Runner, WorkerContext
+from edgetrain.recipe import Recipe
+from edgetrain.runtime.base import FinalModel, HandInError, TechniqueSide
+from edgetrain.runtime.weights import model_arrays, model_sha256
+
+STORE = "latest"  # how its stages keep their weights (:mod:`edgetrain.pipeline.stores`)
+make_runner = runner_for
 
 
-def make_runner(ctx: WorkerContext) -> Runner:
-    return runner_for(ctx, "dataparallel")
+def check(recipe: Recipe) -> None:
+    """The family's checks, with replicas instead of stages and a microbatch they split."""
+    check_device_and_evaluator(recipe)
+    stages, replicas = recipe.role_names().count(STAGE), recipe.role_names().count(REPLICA)
+    if stages or not replicas:
+        raise RecipeError(
+            "dataparallel trains replicas, not stages",
+            'give its [[workers]] role = "replica" (and optionally one "evaluator")',
+        )
+    b = microbatch_of(recipe)
+    if b % replicas:
+        raise RecipeError(
+            f"the microbatch of {b} does not split evenly over {replicas} replicas",
+            "make [pipeline] microbatch (or [train] batch_size) a multiple of the replicas",
+        )
+    check_training(recipe)
+
+
+def check_run_dir(recipe: Recipe, run_dir: Path | None) -> None:
+    """Replicas hold the whole model: nothing (no partition plan) is read from the run's
+    directory."""
+    return None
+
+
+def controller(recipe: Recipe, roles: Sequence[Role], run_dir: Path) -> PipelineController:
+    return PipelineController(recipe, roles, run_dir, staged=False)
+
+
+def final_model(recipe: Recipe, handins: Mapping[int, HandIn], roles: Sequence[Role]) -> FinalModel:
+    """Replica 0's weights, and whether every replica ended with the same."""
+    replicas = sorted(i for i in handins if roles[i].name == REPLICA)
+    if len(replicas) != sum(r.name == REPLICA for r in roles):
+        raise HandInError("a replica did not hand in its weights")
+    shas = {model_sha256(model_arrays(handins[i].weights)) for i in replicas}
+    weights = model_arrays(handins[replicas[0]].weights)
+    return FinalModel(weights, {"replicas": len(replicas), "replicas_equal": len(shas) == 1})
+
+
+SIDE = TechniqueSide(
+    check=check, check_run_dir=check_run_dir, controller=controller, final_model=final_model
+)

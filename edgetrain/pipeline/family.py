@@ -22,19 +22,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from edgetrain.comm.control import Controller, CoordinationPolicy, Decision, HandIn, Role
-from edgetrain.comm.coordinator import Event
+from edgetrain.comm.control import Controller, CoordinationPolicy, Decision, Event, HandIn, Role
 from edgetrain.errors import RecipeError
 from edgetrain.pipeline import feed
 from edgetrain.pipeline.config import PipelineSection
 from edgetrain.recipe import Recipe
-from edgetrain.runtime.base import FinalModel, HandInError
+from edgetrain.runtime.base import FamilyDefaults, FinalModel, HandInError
 from edgetrain.runtime.weights import model_arrays
 
 STAGE = "stage"
 REPLICA = "replica"
 EVALUATOR = "evaluator"
-PIPELINES = ("local", "pipedream", "greedy", "mcpipe")
 
 
 def microbatch_of(recipe: Recipe) -> int:
@@ -47,11 +45,15 @@ def _count(recipe: Recipe, role: str) -> int:
 
 
 def check_recipe(recipe: Recipe) -> None:
-    """What the schema cannot see: roles per technique, the optimiser, the microbatch split."""
-    tech = recipe.train.technique
-    stages, replicas = _count(recipe, STAGE), _count(recipe, REPLICA)
+    """The recipe's technique's whole check (its side's where it has one, else the family's)."""
+    from edgetrain.runtime.side import launcher_side
+
+    launcher_side(recipe.train.family, recipe.train.technique).check(recipe)
+
+
+def check_device_and_evaluator(recipe: Recipe) -> None:
+    """The first checks every pipeline technique makes: the CPU, at most one evaluator."""
     evaluators = _count(recipe, EVALUATOR)
-    cfg = recipe.section("pipeline", PipelineSection)
     if recipe.train.device != "cpu":
         # The stages' weight stores, fused steps and memory accounting are written for host
         # memory, and the bit-identity between schedules rests on the CPU's kernels.
@@ -61,30 +63,26 @@ def check_recipe(recipe: Recipe) -> None:
         )
     if evaluators > 1:
         raise RecipeError(
-            f"a {tech} run has at most one evaluator (the recipe has {evaluators})",
+            f"a {recipe.train.technique} run has at most one evaluator (the recipe has "
+            f"{evaluators})",
             'keep one [[workers]] role = "evaluator" with count = 1',
         )
-    if tech == "dataparallel":
-        if stages or not replicas:
-            raise RecipeError(
-                "dataparallel trains replicas, not stages",
-                'give its [[workers]] role = "replica" (and optionally one "evaluator")',
-            )
-        b = microbatch_of(recipe)
-        if b % replicas:
-            raise RecipeError(
-                f"the microbatch of {b} does not split evenly over {replicas} replicas",
-                "make [pipeline] microbatch (or [train] batch_size) a multiple of the replicas",
-            )
-    elif not stages:
+
+
+def check_stage_roles(recipe: Recipe) -> None:
+    """A pipelined technique trains stages."""
+    if not _count(recipe, STAGE):
         raise RecipeError(
-            f"a {tech} run needs stage workers", 'add [[workers]] with role = "stage"'
+            f"a {recipe.train.technique} run needs stage workers",
+            'add [[workers]] with role = "stage"',
         )
-    if tech == "local" and stages != 1:
-        raise RecipeError(
-            f"local trains on one process; the recipe has {stages} stages",
-            "give one stage worker, or use pipedream, greedy or mcpipe to pipeline",
-        )
+
+
+def check_training(recipe: Recipe) -> None:
+    """The last checks every pipeline technique makes: the optimiser, the split, snapshots and
+    the model."""
+    stages, evaluators = _count(recipe, STAGE), _count(recipe, EVALUATOR)
+    cfg = recipe.section("pipeline", PipelineSection)
     if recipe.train.optimizer != "sgd":
         raise RecipeError(
             f"the pipeline family steps with SGD, not {recipe.train.optimizer}",
@@ -101,6 +99,13 @@ def check_recipe(recipe: Recipe) -> None:
             'add [[workers]] role = "evaluator", or set snapshot_every = 0',
         )
     _check_model(recipe)
+
+
+def check_pipelined(recipe: Recipe) -> None:
+    """What the schema cannot see, for a technique that trains stages (the family's check)."""
+    check_device_and_evaluator(recipe)
+    check_stage_roles(recipe)
+    check_training(recipe)
 
 
 def _guess_shape(recipe: Recipe) -> tuple[int, int, int]:
@@ -221,16 +226,19 @@ class PipelineController:
     """At start: the partition and the microbatches per epoch; at drain: how many snapshot
     parts the evaluator must wait for."""
 
-    def __init__(self, recipe: Recipe, roles: Sequence[Role], run_dir: Path) -> None:
+    def __init__(
+        self, recipe: Recipe, roles: Sequence[Role], run_dir: Path, *, staged: bool = True
+    ) -> None:
+        """``staged``: the run trains stages that share the model's units (False: replicas of
+        the whole model, no partition)."""
         self.roles = list(roles)
         cfg = recipe.section("pipeline", PipelineSection)
         self.cap = cfg.microbatches
         self.budget = cfg.budget_s
         self.microbatch = microbatch_of(recipe)
-        if recipe.train.technique == "dataparallel":
-            self.bounds: list[tuple[int, int]] = []
-            self.partition: dict[str, Any] = {"source": "replicas"}
-        else:
+        self.bounds: list[tuple[int, int]] = []
+        self.partition: dict[str, Any] = {"source": "replicas"}
+        if staged:
             self.bounds, self.partition = choose_bounds(recipe, run_dir)
 
     def on_start(self, ready: Mapping[int, Mapping[str, Any]]) -> Decision:
@@ -264,17 +272,20 @@ class PipelineController:
         return Decision(out)
 
 
-class PipelineFamily:
+class PipelineFamily(FamilyDefaults):
+    """The launcher side of the pipelined techniques (the family's defaults); data-parallel
+    replicas override it (:mod:`edgetrain.pipeline.dataparallel`)."""
+
     name = "pipeline"
 
     def check(self, recipe: Recipe) -> None:
-        check_recipe(recipe)
+        check_pipelined(recipe)
 
     def check_run_dir(self, recipe: Recipe, run_dir: Path | None) -> None:
         """A ``[pipeline] plan`` must be readable and fit the model before the run starts
         (``run_dir`` None: the launch makes a new directory, which holds no plan)."""
         cfg = recipe.section("pipeline", PipelineSection)
-        if cfg.plan is None or recipe.train.technique == "dataparallel":
+        if cfg.plan is None:
             return
         if run_dir is None:
             raise RecipeError(
@@ -319,17 +330,6 @@ class PipelineFamily:
     def final_model(
         self, recipe: Recipe, handins: Mapping[int, HandIn], roles: Sequence[Role]
     ) -> FinalModel:
-        from edgetrain.runtime.weights import model_sha256
-
-        if recipe.train.technique == "dataparallel":
-            replicas = sorted(i for i in handins if roles[i].name == REPLICA)
-            if len(replicas) != sum(r.name == REPLICA for r in roles):
-                raise HandInError("a replica did not hand in its weights")
-            shas = {model_sha256(model_arrays(handins[i].weights)) for i in replicas}
-            weights = model_arrays(handins[replicas[0]].weights)
-            return FinalModel(
-                weights, {"replicas": len(replicas), "replicas_equal": len(shas) == 1}
-            )
         stages = sorted((roles[i].index, i) for i in handins if roles[i].name == STAGE)
         if len(stages) != sum(r.name == STAGE for r in roles):
             raise HandInError("a stage did not hand in its weights")

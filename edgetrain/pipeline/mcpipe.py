@@ -6,8 +6,6 @@ bit; it saves memory where a unit's parameters outweigh b x (its inputs + output
 from __future__ import annotations
 
 from edgetrain.pipeline.roles import runner_for
-from edgetrain.runtime.base import Runner, WorkerContext
 
-
-def make_runner(ctx: WorkerContext) -> Runner:
-    return runner_for(ctx, "mcpipe")
+STORE = "pairs"  # how its stages keep their weights (:mod:`edgetrain.pipeline.stores`)
+make_runner = runner_for

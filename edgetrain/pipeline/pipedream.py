@@ -5,8 +5,6 @@ Stage s keeps m_s = N - s + e versions in steady state (``versions`` store)."""
 from __future__ import annotations
 
 from edgetrain.pipeline.roles import runner_for
-from edgetrain.runtime.base import Runner, WorkerContext
 
-
-def make_runner(ctx: WorkerContext) -> Runner:
-    return runner_for(ctx, "pipedream")
+STORE = "versions"  # how its stages keep their weights (:mod:`edgetrain.pipeline.stores`)
+make_runner = runner_for

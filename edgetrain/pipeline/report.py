@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from edgetrain.pipeline.store_mode import store_mode
+
 MiB = 2**20
 
 
@@ -53,7 +55,7 @@ def stage_row(worker: int, row: Mapping[str, Any]) -> dict[str, Any]:
             t.get("replay_s"), (t.get("compute_s") or 0) - (t.get("replay_s") or 0)
         ),
         "replay_expected": (warm / 3.0)
-        if warm is not None and row.get("technique") == "mcpipe"
+        if warm is not None and store_mode(str(row.get("technique"))) == "pairs"
         else None,
         "train_clock_s": clock,
         "memory": mem,

@@ -5,8 +5,9 @@ from __future__ import annotations
 from edgetrain.runtime.base import Runner, WorkerContext
 
 
-def runner_for(ctx: WorkerContext, technique: str) -> Runner:
-    """The evaluator, a data-parallel replica, or a stage keeping weights ``technique``'s way."""
+def runner_for(ctx: WorkerContext) -> Runner:
+    """The evaluator, a data-parallel replica, or a stage keeping weights the way the recipe's
+    technique declares (its module's ``STORE``)."""
     if ctx.role.name == "evaluator":
         from edgetrain.pipeline.evaluator import Evaluator
 
@@ -17,4 +18,4 @@ def runner_for(ctx: WorkerContext, technique: str) -> Runner:
         return ReplicaRunner(ctx)
     from edgetrain.pipeline.stage import StageRunner
 
-    return StageRunner(ctx, technique)
+    return StageRunner(ctx, ctx.recipe.train.technique)

@@ -55,6 +55,24 @@ CUTTERS: dict[str, Callable[[LayerCosts], tuple[list[int], list[int]]]] = {
 }
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """How a parameter-server technique cuts an iteration: its cutter, and whether its cuts
+    depend on measured costs (re-planned as they come) or only on the layer count (fixed)."""
+
+    cutter: Callable[[LayerCosts], tuple[list[int], list[int]]]
+    cost_aware: bool
+
+
+# The parameter-server techniques' schedules, by technique name (the registry's ps entries).
+SCHEDULES: dict[str, Schedule] = {
+    "sequential": Schedule(sequential_cuts, cost_aware=False),
+    "lbl": Schedule(lbl_cuts, cost_aware=False),
+    "ibatch": Schedule(ibatch_cuts, cost_aware=True),
+    "dynacomm": Schedule(dynacomm_cuts, cost_aware=True),
+}
+
+
 def plan_all(costs: LayerCosts) -> dict[str, StrategyResult]:
     """Cuts and simulated times of the four strategies."""
     timelines: dict[str, tuple[list[int], list[int], Timeline]] = {}

@@ -1,7 +1,8 @@
 """The parameter-server family on the launcher side: placement, the iterations every trainer
 runs per epoch, the plan file, the run's model from the shards, the per-epoch plans and report.
-Mercury's techniques (every trainer a shard server) have their own launcher side,
-:mod:`edgetrain.ps.mercury.launcher`, which each method hands over to.
+These are the defaults of the scheduled techniques (sequential, lbl, ibatch, dynacomm);
+Mercury's techniques (every trainer a shard server) override them with their own side,
+:mod:`edgetrain.ps.mercury.side`.
 
 Roles: ``server`` shards (hosts labelled ``ps`` first; a lost shard stops the run: its tensors
 exist nowhere else) and ``trainer`` (data, epochs; losing one follows
@@ -18,14 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from edgetrain.comm.control import Controller, CoordinationPolicy, Decision, HandIn, Role
-from edgetrain.comm.coordinator import Event
+from edgetrain.comm.control import Controller, CoordinationPolicy, Decision, Event, HandIn, Role
 from edgetrain.errors import RecipeError
 from edgetrain.ps.config import PsSection
-from edgetrain.ps.mercury import launcher as mercury
-from edgetrain.ps.mercury.config import TECHNIQUES as MERCURY
 from edgetrain.recipe import Recipe
-from edgetrain.runtime.base import FinalModel, HandInError
+from edgetrain.runtime.base import FamilyDefaults, FinalModel, HandInError
 from edgetrain.runtime.weights import model_arrays
 
 
@@ -69,16 +67,16 @@ class PsController:
         return Decision()
 
 
-class PsFamily:
+class PsFamily(FamilyDefaults):
+    """The launcher side of the scheduled parameter-server techniques (the family's
+    defaults)."""
+
     name = "ps"
 
     def __init__(self) -> None:
         self._plans: dict[int, dict[str, Any]] = {}
 
     def check(self, recipe: Recipe) -> None:
-        if recipe.train.technique in MERCURY:
-            mercury.check(recipe)
-            return
         roles = recipe.role_names()
         if "server" not in roles or "trainer" not in roles:
             raise RecipeError(
@@ -87,8 +85,6 @@ class PsFamily:
             )
 
     def policy(self, recipe: Recipe) -> CoordinationPolicy:
-        if recipe.train.technique in MERCURY:
-            return mercury.policy()
         return CoordinationPolicy(
             epoch_roles=frozenset({"trainer"}),
             barriers=True,
@@ -97,8 +93,6 @@ class PsFamily:
         )
 
     def controller(self, recipe: Recipe, roles: Sequence[Role], run_dir: Path) -> Controller:
-        if recipe.train.technique in MERCURY:
-            return mercury.MercuryController(recipe, roles)
         cfg = recipe.section("ps", PsSection)
         cuts = None
         if cfg.plan is not None:
@@ -118,8 +112,6 @@ class PsFamily:
     def final_model(
         self, recipe: Recipe, handins: Mapping[int, HandIn], roles: Sequence[Role]
     ) -> FinalModel:
-        if recipe.train.technique in MERCURY:
-            return mercury.final_model(handins, roles)
         weights: dict[str, np.ndarray] = {}
         shards = [i for i in handins if roles[i].name == "server"]
         if len(shards) != sum(r.name == "server" for r in roles):
@@ -135,8 +127,6 @@ class PsFamily:
     def resume(
         self, recipe: Recipe, handins: Mapping[int, HandIn], roles: Sequence[Role]
     ) -> dict[int, HandIn]:
-        if recipe.train.technique in MERCURY:
-            return mercury.resume(handins, roles)
         for i in handins:
             if roles[i].name != "server":
                 raise HandInError(f"the checkpoint holds worker {i}, which is not a server now")
@@ -166,10 +156,6 @@ class PsFamily:
         workers: Mapping[int, list[dict[str, Any]]],
         coordinator: list[dict[str, Any]],
     ) -> dict[str, Any] | None:
-        if manifest.get("technique") in MERCURY:
-            from edgetrain.ps.mercury.report import mercury_report
-
-            return mercury_report(manifest, workers)
         from edgetrain.ps.report import ps_report
 
         return ps_report(manifest, workers)

@@ -7,7 +7,7 @@ its gradients exist; the iteration ends with the last acknowledgement (:mod:`.ho
 :mod:`.link`). The trainer has no optimiser of its own: the shards apply it. It measures every
 layer's compute and every transmission; at each epoch barrier (and every ``replan_every``
 iterations) it fits the link (:mod:`.livecosts`), asks its technique's planner
-(``plan.strategies.CUTTERS``) for new cuts and predicts the iteration time with the same
+(``plan.strategies.SCHEDULES``) for new cuts and predicts the iteration time with the same
 simulator the planner uses, so prediction and measurement stand side by side. Without a plan
 file, the first iteration goes layer by layer so the fit sees every layer's size.
 """
@@ -26,9 +26,10 @@ from torch import nn
 
 from edgetrain.comm.client import Serve
 from edgetrain.comm.control import HandIn
+from edgetrain.plan.baselines import lbl_cuts
 from edgetrain.plan.costs import LayerCosts
 from edgetrain.plan.simulator import simulate
-from edgetrain.plan.strategies import CUTTERS, verdict
+from edgetrain.plan.strategies import SCHEDULES, verdict
 from edgetrain.ps.config import PsSection
 from edgetrain.ps.hooks import SegmentHooks, backward_segments, segments
 from edgetrain.ps.layout import buffers, build_layout
@@ -88,6 +89,7 @@ class ScheduledTrainer:
         self.ctx = ctx
         self.cfg = ctx.recipe.section("ps", PsSection)
         self.technique = ctx.recipe.train.technique
+        self.schedule = SCHEDULES[self.technique]
         self.link: Link | None = None
         self.plans: list[dict[str, Any]] = []
         self._fc: list[np.ndarray] = []
@@ -170,12 +172,12 @@ class ScheduledTrainer:
             self.plans.append(
                 {"at_iteration": self.iteration, "source": "plan file", **self._cuts()}
             )
-        elif self.technique in ("sequential", "lbl"):  # cuts that do not depend on costs
-            self.forward_cuts, self.backward_cuts = CUTTERS[self.technique](self._dummy_costs())
+        elif not self.schedule.cost_aware:  # cuts that do not depend on costs
+            self.forward_cuts, self.backward_cuts = self.schedule.cutter(self._dummy_costs())
             self._needs_plan = False
             self.plans.append({"at_iteration": self.iteration, "source": "fixed", **self._cuts()})
         else:  # measure the first iteration layer by layer, then plan
-            self.forward_cuts, self.backward_cuts = CUTTERS["lbl"](self._dummy_costs())
+            self.forward_cuts, self.backward_cuts = lbl_cuts(self._dummy_costs())
             self._needs_plan = True
 
     def _dummy_costs(self) -> LayerCosts:
@@ -213,8 +215,8 @@ class ScheduledTrainer:
         costs = self.estimate()
         if costs is None:
             return
-        if self.technique in ("ibatch", "dynacomm"):
-            self.forward_cuts, self.backward_cuts = CUTTERS[self.technique](costs)
+        if self.schedule.cost_aware:
+            self.forward_cuts, self.backward_cuts = self.schedule.cutter(costs)
         self._costs = costs
         self._predicted = simulate(costs, self.forward_cuts, self.backward_cuts).iteration_s
         self._plan_s += time.perf_counter() - t0

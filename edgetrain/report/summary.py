@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgetrain.report.clock import Point, Report, attempt_curve, join_attempts
 from edgetrain.rundir import (
@@ -24,6 +24,9 @@ from edgetrain.rundir import (
     read_jsonl,
     worker_stem,
 )
+
+if TYPE_CHECKING:
+    from edgetrain.runtime.base import Family
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
@@ -161,7 +164,7 @@ def build_summary(run_dir: RunDir) -> dict[str, Any]:
     by_class: Counter[str] = Counter()
     for w in workers:
         by_class.update(w["bytes_by_class"])
-    own = _technique_report(family, manifest, worker_rows, coordinator)
+    own = _technique_report(family, technique, manifest, worker_rows, coordinator)
     curve = family_accuracy(curve, own)
     return {
         "run": str(run_dir.path),
@@ -192,22 +195,33 @@ def build_summary(run_dir: RunDir) -> dict[str, Any]:
     }
 
 
+def _launcher(family: object, technique: object) -> Family | None:
+    """The run's composed launcher side (None: its family is not registered here; a technique
+    not registered here gets the family's own hooks)."""
+    from edgetrain import techniques
+    from edgetrain.runtime.base import TechniqueSide
+    from edgetrain.runtime.side import Launcher, launcher_side
+
+    if not isinstance(family, str) or family not in techniques.families():
+        return None
+    if isinstance(technique, str) and technique in techniques.families()[family].techniques:
+        return launcher_side(family, technique)
+    return Launcher(techniques.load_family(family), TechniqueSide())
+
+
 def _technique_report(
     family: object,
+    technique: object,
     manifest: dict[str, Any],
     workers: Mapping[int, list[dict[str, Any]]],
     coordinator: list[dict[str, Any]],
 ) -> dict[str, Any] | None:
-    """What the run's family adds to its report (its optional ``report`` method: plain data,
-    with an optional ``markdown`` section), from the same metrics rows."""
-    from edgetrain import techniques
-
-    if not isinstance(family, str) or family not in techniques.families():
+    """What the run's technique adds to its report (its ``report`` hook: plain data, with an
+    optional ``markdown`` section), from the same metrics rows."""
+    side = _launcher(family, technique)
+    if side is None:
         return None
-    hook = getattr(techniques.load_family(family), "report", None)
-    if hook is None:
-        return None
-    result = hook(manifest, workers, coordinator)
+    result = side.report(manifest, workers, coordinator)
     return dict(result) if result else None
 
 
@@ -228,14 +242,9 @@ def family_accuracy(curve: list[Point], own: Mapping[str, Any] | None) -> list[P
 
 
 def _technique_files(summary: dict[str, Any], run_dir: RunDir) -> list[str]:
-    """Files the family draws for its report (its optional ``report_files`` hook)."""
-    from edgetrain import techniques
-
-    family = summary.get("family")
-    if not isinstance(family, str) or family not in techniques.families():
-        return []
-    hook = getattr(techniques.load_family(family), "report_files", None)
-    return list(hook(run_dir.report, summary["technique_report"])) if hook else []
+    """Files the technique draws for its report (its ``report_files`` hook)."""
+    side = _launcher(summary.get("family"), summary.get("technique"))
+    return list(side.report_files(run_dir.report, summary["technique_report"])) if side else []
 
 
 def _fmt_acc(x: Any) -> str:

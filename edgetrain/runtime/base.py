@@ -1,5 +1,7 @@
 """What every family plugs into: the worker-side :class:`Runner`, the launcher-side
-:class:`Family`, and the plain data between them (:class:`WorkerContext`, :class:`Roster`).
+:class:`Family` with its defaults, a technique's :class:`TechniqueSide` over them, and the
+plain data between them (:class:`WorkerContext`, :class:`Roster`, from
+:mod:`edgetrain.runtime.context`).
 
 A run's processes each run one :class:`Runner`, built by the technique's factory from a
 :class:`WorkerContext`: ``setup`` loads data and models and binds the family's sockets (their
@@ -11,115 +13,37 @@ checkpoint over the workers of a resumed run. The coordinator never looks inside
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from edgetrain.comm.control import Controller, CoordinationPolicy, HandIn, Role
+from edgetrain.comm.control import Controller, CoordinationPolicy, Event, HandIn, Role
 from edgetrain.errors import EdgetrainError
+from edgetrain.runtime.context import Final, Member, Ready, Roster, WorkerContext
+from edgetrain.runtime.predict import Prediction, Setting
+
+__all__ = [
+    "Family",
+    "FamilyDefaults",
+    "Final",
+    "FinalModel",
+    "HandInError",
+    "Member",
+    "Ready",
+    "Roster",
+    "Runner",
+    "TechniqueSide",
+    "WorkerContext",
+    "meta_float",
+]
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    import zmq
-
-    from edgetrain.comm.channel import Traffic
-    from edgetrain.comm.coordinator import Event
-    from edgetrain.comm.security import CurveKeys
     from edgetrain.recipe import Recipe
     from edgetrain.runtime.session import Session
-
-
-@dataclass(frozen=True)
-class Member:
-    """One process of the run as the others see it: role, host, site and endpoints."""
-
-    id: int
-    role: Role
-    host: str
-    site: str | None
-    endpoints: Mapping[str, str]
-
-
-@dataclass(frozen=True)
-class Roster:
-    """Every process still in the run when training starts (the ``start`` message)."""
-
-    members: Mapping[int, Member]
-
-    @classmethod
-    def from_meta(cls, meta: object) -> Roster:
-        """Parse ``start``'s roster; anything malformed is left out."""
-        members: dict[int, Member] = {}
-        if isinstance(meta, dict):
-            for key, entry in meta.items():
-                if not str(key).isdigit() or not isinstance(entry, dict):
-                    continue
-                endpoints = entry.get("endpoints", {})
-                role, index = entry.get("role"), entry.get("index")
-                if not isinstance(role, str) or not isinstance(index, int):
-                    continue
-                if not isinstance(endpoints, dict):
-                    continue
-                site = entry.get("site")
-                members[int(key)] = Member(
-                    int(key),
-                    Role(role, index),
-                    str(entry.get("host", "")),
-                    site if isinstance(site, str) else None,
-                    {str(k): str(v) for k, v in endpoints.items()},
-                )
-        return cls(members)
-
-    def of(self, role: str) -> list[Member]:
-        """The members with ``role``, in role-index order."""
-        return sorted(
-            (m for m in self.members.values() if m.role.name == role), key=lambda m: m.role
-        )
-
-    def endpoints(self, role: str, name: str) -> dict[int, str]:
-        """Worker id -> its endpoint ``name``, for every member with ``role`` that has one."""
-        return {m.id: m.endpoints[name] for m in self.of(role) if name in m.endpoints}
-
-
-@dataclass
-class WorkerContext:
-    """Everything a runner is built from: the recipe, who it is, and how to talk."""
-
-    recipe: Recipe
-    run_id: str
-    worker_id: int
-    role: Role
-    host: str
-    zmq: zmq.SyncContext
-    traffic: Traffic
-    keys: CurveKeys | None = None
-    bind_host: str = "127.0.0.1"
-    announce_host: str | None = None
-    resume: HandIn | None = None
-    resume_epoch: int = 0
-
-    @property
-    def start_epoch(self) -> int:
-        return self.resume_epoch + 1
-
-
-@dataclass(frozen=True)
-class Ready:
-    """A runner's report once set up: the endpoints it bound, and facts for the controller."""
-
-    endpoints: dict[str, str] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Final:
-    """A runner's end: its hand-in, and metrics for the run's record."""
-
-    handin: HandIn
-    metrics: dict[str, Any] = field(default_factory=dict)
 
 
 class Runner(Protocol):
@@ -151,12 +75,21 @@ class FinalModel:
 
 
 class Family(Protocol):
-    """The launcher side of a family."""
+    """The launcher side of a family: the default of every hook a technique may override.
+
+    Every hook is declared; :class:`FamilyDefaults` gives the optional ones a default, so a
+    family writes only what it does. A technique's :class:`TechniqueSide` overrides any of
+    them for that technique alone (:mod:`edgetrain.runtime.side` composes the two)."""
 
     name: str
 
     def check(self, recipe: Recipe) -> None:
         """Refuse (with :class:`~edgetrain.errors.RecipeError`) what the schema cannot see."""
+        ...
+
+    def check_run_dir(self, recipe: Recipe, run_dir: Path | None) -> None:
+        """Refuse what the run would read from its directory (a plan file) and cannot;
+        ``run_dir`` is None when the launch makes a new directory."""
         ...
 
     def policy(self, recipe: Recipe) -> CoordinationPolicy: ...
@@ -165,14 +98,6 @@ class Family(Protocol):
         """The run's controller; ``run_dir`` is where the launch reads what other commands left
         (``plans/``, ``data/``, ``profiles/``) before anything starts."""
         ...
-
-    # Optional, looked up with getattr by the report:
-    #   report(manifest, worker_rows: {id: [rows]}, coordinator_rows) -> dict | None
-    # adds a family's own figures (and a "markdown" section) to report/summary.{json,md}.
-    # Optional, looked up with getattr by launch before the run directory is written:
-    #   check_run_dir(recipe, run_dir: Path | None) -> None
-    # refuses (RecipeError) what the run would read from its directory (a plan file) and
-    # cannot; ``run_dir`` is None when the launch makes a new directory.
 
     def artifacts(self, event: Event) -> dict[str, Any]:
         """Files to write into the run directory for an event, ``{relative path: JSON}`` (a
@@ -190,6 +115,81 @@ class Family(Protocol):
     ) -> dict[int, HandIn]:
         """A hand-in for every worker of a resumed run, from a checkpoint's hand-ins."""
         ...
+
+    def report(
+        self,
+        manifest: dict[str, Any],
+        workers: Mapping[int, list[dict[str, Any]]],
+        coordinator: list[dict[str, Any]],
+    ) -> dict[str, Any] | None:
+        """The technique's own figures for ``report/summary.{json,md}`` (plain data, with an
+        optional ``markdown`` section), from the run's metrics rows; None: nothing to add."""
+        ...
+
+    def report_files(self, report_dir: Path, technique_report: Mapping[str, Any]) -> list[str]:
+        """Files drawn into ``report_dir`` from the technique's report (names, relative)."""
+        ...
+
+    def predict(self, recipe: Recipe, setting: Setting) -> Prediction | None:
+        """The cost model: the predicted iteration time with its parts on ``setting``'s
+        devices and links; None where the technique has no cost model yet."""
+        ...
+
+
+class FamilyDefaults:
+    """Defaults for a family's optional hooks: subclass it and write what the family does.
+
+    ``check_run_dir``: nothing read from the run directory; ``artifacts``: no files;
+    ``report``: nothing added; ``report_files``: none; ``predict``: no cost model."""
+
+    def check_run_dir(self, recipe: Recipe, run_dir: Path | None) -> None:
+        return None
+
+    def artifacts(self, event: Event) -> dict[str, Any]:
+        return {}
+
+    def report(
+        self,
+        manifest: dict[str, Any],
+        workers: Mapping[int, list[dict[str, Any]]],
+        coordinator: list[dict[str, Any]],
+    ) -> dict[str, Any] | None:
+        return None
+
+    def report_files(self, report_dir: Path, technique_report: Mapping[str, Any]) -> list[str]:
+        return []
+
+    def predict(self, recipe: Recipe, setting: Setting) -> Prediction | None:
+        return None
+
+
+@dataclass(frozen=True)
+class TechniqueSide:
+    """A technique's launcher side: the hooks it overrides over its family's, each with the
+    signature of the :class:`Family` method of the same name (None: the family's).
+
+    Each hook replaces the family's for this technique (a check that extends the family's
+    calls the family's check itself). A registry entry names the object
+    (``TechniqueSpec(side="package.module:SIDE")``)."""
+
+    check: Callable[[Recipe], None] | None = None
+    check_run_dir: Callable[[Recipe, Path | None], None] | None = None
+    policy: Callable[[Recipe], CoordinationPolicy] | None = None
+    controller: Callable[[Recipe, Sequence[Role], Path], Controller] | None = None
+    artifacts: Callable[[Event], dict[str, Any]] | None = None
+    final_model: Callable[[Recipe, Mapping[int, HandIn], Sequence[Role]], FinalModel] | None = None
+    resume: Callable[[Recipe, Mapping[int, HandIn], Sequence[Role]], dict[int, HandIn]] | None = (
+        None
+    )
+    report: (
+        Callable[
+            [dict[str, Any], Mapping[int, list[dict[str, Any]]], list[dict[str, Any]]],
+            dict[str, Any] | None,
+        ]
+        | None
+    ) = None
+    report_files: Callable[[Path, Mapping[str, Any]], list[str]] | None = None
+    predict: Callable[[Recipe, Setting], Prediction | None] | None = None
 
 
 class HandInError(EdgetrainError):

@@ -18,7 +18,7 @@ from typing import Any
 from edgetrain.comm import protocol
 from edgetrain.comm.client import CoordinatorClient, Serve
 from edgetrain.comm.wire import Message
-from edgetrain.runtime.base import Final, Roster, WorkerContext
+from edgetrain.runtime.context import Final, Roster, WorkerContext
 
 log = logging.getLogger(__name__)
 

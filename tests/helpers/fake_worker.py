@@ -8,8 +8,8 @@ import numpy as np
 import zmq
 
 from edgetrain.comm import channel, protocol
-from edgetrain.comm.control import assign_roles
-from edgetrain.comm.coordinator import Coordinator, Event
+from edgetrain.comm.control import Event, assign_roles
+from edgetrain.comm.coordinator import Coordinator
 from edgetrain.comm.wire import Message
 
 RUN = "run-xyz"

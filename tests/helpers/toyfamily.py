@@ -19,14 +19,24 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from edgetrain import techniques
 from edgetrain.comm import channel, sockets
-from edgetrain.comm.client import Serve
-from edgetrain.comm.control import Controller, CoordinationPolicy, Decision, HandIn, Role
-from edgetrain.comm.coordinator import Event
 from edgetrain.comm.wire import Message, arrays_from_state
 from edgetrain.recipe import Recipe
-from edgetrain.runtime.base import Final, FinalModel, Ready, WorkerContext
-from edgetrain.runtime.epochs import run_epochs
-from edgetrain.runtime.session import Session
+from edgetrain.runtime.api import (
+    Controller,
+    CoordinationPolicy,
+    Decision,
+    Event,
+    FamilyDefaults,
+    Final,
+    FinalModel,
+    HandIn,
+    Ready,
+    Role,
+    Serve,
+    Session,
+    WorkerContext,
+    run_epochs,
+)
 from edgetrain.runtime.setup import build_run_model, load_run_data, worker_indices
 from edgetrain.runtime.trainer import LocalTrainer
 from edgetrain.runtime.weights import float_state, model_arrays, state_arrays
@@ -57,7 +67,7 @@ class ToyController:
         return Decision({i: {"tag": f"drain-{i}"} for i in range(len(self.roles))})
 
 
-class ToyFamily:
+class ToyFamily(FamilyDefaults):
     name = "toy"
 
     def check(self, recipe: Recipe) -> None:

@@ -1,4 +1,5 @@
-"""Mercury on the launcher side: what a run needs, its controller, its model and its report.
+"""Mercury's launcher side (``mercury`` and its baseline ``multips-sgd``): what a run needs,
+its controller, its model and its report, as the :data:`SIDE` both registry entries name.
 
 Every process is a ``trainer`` (a device) and serves one shard, so every one is needed: losing
 a device stops the run naming it. The controller (pure) gives each device at start the
@@ -12,6 +13,7 @@ device 0's replica; the hand-ins' hashes must all agree.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,7 +23,7 @@ from edgetrain.errors import RecipeError
 from edgetrain.ps.mercury.config import MercurySection, Settings, conflicts, settings
 from edgetrain.ps.mercury.shards import diverged, naming
 from edgetrain.recipe import Recipe
-from edgetrain.runtime.base import FinalModel, HandInError
+from edgetrain.runtime.base import FinalModel, HandInError, TechniqueSide
 from edgetrain.runtime.weights import OPTIM_PREFIX
 
 PRIVATE = "mercury."  # hand-in arrays that are not the model (local data, cache)
@@ -53,7 +55,7 @@ def check(recipe: Recipe) -> None:
         )
 
 
-def policy() -> CoordinationPolicy:
+def policy(recipe: Recipe) -> CoordinationPolicy:
     return CoordinationPolicy(
         epoch_roles=frozenset({"trainer"}),
         barriers=True,
@@ -135,3 +137,39 @@ def resume(handins: Mapping[int, HandIn], roles: Sequence[Role]) -> dict[int, Ha
         if roles[i].name != "trainer":
             raise HandInError(f"the checkpoint holds worker {i}, which is not a device now")
     return dict(handins)
+
+
+def _controller(recipe: Recipe, roles: Sequence[Role], run_dir: Path) -> MercuryController:
+    return MercuryController(recipe, roles)
+
+
+def _final_model(
+    recipe: Recipe, handins: Mapping[int, HandIn], roles: Sequence[Role]
+) -> FinalModel:
+    return final_model(handins, roles)
+
+
+def _resume(
+    recipe: Recipe, handins: Mapping[int, HandIn], roles: Sequence[Role]
+) -> dict[int, HandIn]:
+    return resume(handins, roles)
+
+
+def _report(
+    manifest: dict[str, Any],
+    workers: Mapping[int, list[dict[str, Any]]],
+    coordinator: list[dict[str, Any]],
+) -> dict[str, Any] | None:
+    from edgetrain.ps.mercury.report import mercury_report
+
+    return mercury_report(manifest, workers)
+
+
+SIDE = TechniqueSide(
+    check=check,
+    policy=policy,
+    controller=_controller,
+    final_model=_final_model,
+    resume=_resume,
+    report=_report,
+)

@@ -1,0 +1,68 @@
+"""The contract a family or technique author imports: every type and function a family needs,
+from one module, and nothing else.
+
+The launcher side: :class:`Family` (the family's defaults, with :class:`FamilyDefaults` for
+the optional hooks), a technique's :class:`TechniqueSide` over it, the coordinator's contracts
+(:class:`Role`, :class:`HandIn`, :class:`Decision`, :class:`Controller`,
+:class:`CoordinationPolicy`, :class:`Event`) and the run's :class:`FinalModel`. The cost
+model's data: :class:`Setting` (:class:`Device`, :class:`Link`, :class:`Layer`) and
+:class:`Prediction`. The worker side: :class:`Runner`, built from a :class:`WorkerContext`,
+reporting :class:`Ready` and :class:`Final`, driven through a :class:`Session` (and, for an
+epoch loop, :class:`EpochWork` with :func:`run_epochs`; :data:`Serve`: the sockets it serves
+while it waits).
+"""
+
+from __future__ import annotations
+
+from edgetrain.comm.client import Serve
+from edgetrain.comm.control import (
+    Controller,
+    CoordinationPolicy,
+    Decision,
+    Event,
+    HandIn,
+    Role,
+)
+from edgetrain.runtime.base import (
+    Family,
+    FamilyDefaults,
+    FinalModel,
+    HandInError,
+    Runner,
+    TechniqueSide,
+    meta_float,
+)
+from edgetrain.runtime.context import Final, Member, Ready, Roster, WorkerContext
+from edgetrain.runtime.epochs import EpochWork, run_epochs
+from edgetrain.runtime.predict import Device, Layer, Link, Prediction, Setting
+from edgetrain.runtime.session import Session
+
+__all__ = [
+    "Controller",
+    "CoordinationPolicy",
+    "Decision",
+    "Device",
+    "EpochWork",
+    "Event",
+    "Family",
+    "FamilyDefaults",
+    "Final",
+    "FinalModel",
+    "HandIn",
+    "HandInError",
+    "Layer",
+    "Link",
+    "Member",
+    "Prediction",
+    "Ready",
+    "Role",
+    "Roster",
+    "Runner",
+    "Serve",
+    "Session",
+    "Setting",
+    "TechniqueSide",
+    "WorkerContext",
+    "meta_float",
+    "run_epochs",
+]

@@ -1,0 +1,92 @@
+"""What a technique's cost model reads and answers: the devices and links of a setting, the
+model's profiled layers, and the predicted iteration with its parts. Pure data.
+
+A technique's ``predict`` hook (:class:`~edgetrain.runtime.base.TechniqueSide`) takes a
+:class:`Setting` and returns a :class:`Prediction`, or None where it has no cost model yet.
+Times are seconds, sizes bytes, rates bytes per second.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["Device", "Layer", "Link", "Prediction", "Setting"]
+
+
+@dataclass(frozen=True)
+class Device:
+    """One worker's device: how fast it computes next to the profiled one (``speed`` 0.5: half
+    as fast) and its memory (None: not known)."""
+
+    name: str
+    speed: float = 1.0
+    memory_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.speed) and self.speed > 0):
+            raise ValueError(f"device {self.name}: speed must be a positive number")
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link between two workers (or, with ``a``/``b`` None, every link not named)."""
+
+    bandwidth_Bps: float
+    latency_s: float = 0.0
+    a: int | None = None
+    b: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.bandwidth_Bps) and self.bandwidth_Bps > 0):
+            raise ValueError("a link's bandwidth must be a positive number of bytes per second")
+        if not (math.isfinite(self.latency_s) and self.latency_s >= 0):
+            raise ValueError("a link's latency must be a non-negative number of seconds")
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer as profiled on the reference device, for one minibatch: forward and backward
+    seconds, parameter bytes and output (activation) bytes."""
+
+    name: str
+    forward_s: float
+    backward_s: float
+    param_bytes: int
+    activation_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Where a run would go: one device per worker (in worker order), the links, the layers."""
+
+    devices: Sequence[Device]
+    links: Sequence[Link]
+    layers: Sequence[Layer]
+
+    def link(self, a: int, b: int) -> Link:
+        """The link between workers ``a`` and ``b``: the one named for the pair, else the
+        default (``a``/``b`` None); ValueError when there is neither."""
+        default = None
+        for link in self.links:
+            if {link.a, link.b} == {a, b}:
+                return link
+            if link.a is None and link.b is None:
+                default = link
+        if default is None:
+            raise ValueError(f"the setting has no link between workers {a} and {b}")
+        return default
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A technique's predicted iteration: its time, the parts it adds up from (``compute``,
+    ``communication``, ``exposed_communication``, ``overhead``, ...), bytes per iteration
+    and one-line notes that say why."""
+
+    technique: str
+    iteration_s: float
+    parts: Mapping[str, float] = field(default_factory=dict)
+    bytes_per_iteration: int = 0
+    notes: tuple[str, ...] = ()
