@@ -137,7 +137,7 @@ def plan_pipeline(
         data = load_run_data(recipe)
         model_name, options = recipe.model.name, recipe.model.options
         shape, classes = data.input_shape, data.classes
-        cfg = recipe.section("pipeline", PipelineSection)
+        cfg = PipelineSection.of(recipe)
         tech = technique or recipe.train.technique
         b = microbatch or cfg.microbatch or recipe.train.batch_size
         extra = window_extra if window_extra is not None else cfg.window_extra

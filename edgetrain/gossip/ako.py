@@ -29,12 +29,11 @@ from edgetrain.runtime.base import WorkerContext
 class Ako(Decentral):
     """One Ako worker (role ``trainer``)."""
 
-    section = "ako"
     model = AkoSection
 
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
-        self.cfg = ctx.recipe.section("ako", AkoSection)
+        self.cfg = AkoSection.of(ctx.recipe)
         self.window: Window | None = None
         self.t_iter = 0.0
 
@@ -69,4 +68,4 @@ class Ako(Decentral):
 
 
 # The launcher side (see :mod:`edgetrain.gossip.exchange_side`).
-SIDE = exchange_side("ako", AkoSection, "Ako")
+SIDE = exchange_side(AkoSection, "Ako")

@@ -101,8 +101,8 @@ class EdgeGossipController:
 
 def check_recipe(recipe: Recipe) -> None:
     """Refuse an EdgeGossip recipe whose balancer would never run."""
-    cfg = recipe.section("edgegossip", EdgeGossipSection)
-    barriers = recipe.section("gossip", GossipSection).sync_epochs
+    cfg = EdgeGossipSection.of(recipe)
+    barriers = GossipSection.of(recipe).sync_epochs
     if not barriers and cfg.balance in ("predictive", "reactive"):
         raise RecipeError(
             f'[edgegossip] balance = "{cfg.balance}" re-balances at every epoch barrier, but '
@@ -113,6 +113,6 @@ def check_recipe(recipe: Recipe) -> None:
 
 def controller_for(recipe: Recipe, roles: Sequence[Role]) -> EdgeGossipController:
     """The run's controller: ``f_threshold`` defaults to ``[run] max_failed_fraction``."""
-    cfg = recipe.section("edgegossip", EdgeGossipSection)
+    cfg = EdgeGossipSection.of(recipe)
     f_threshold = cfg.f_threshold if cfg.f_threshold is not None else recipe.run.max_failed_fraction
     return EdgeGossipController(cfg, roles, f_threshold, recipe.train.epochs)

@@ -3,13 +3,17 @@ and ``[ako]`` (torch-free: recipes validate without torch)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from edgetrain.section import Section
 
 
-class GossipSection(BaseModel):
+class GossipSection(Section):
     """``[gossip]``: GoSGD's exchange probability, epoch synchronisation and outbox depth."""
+
+    NAME: ClassVar[str] = "gossip"
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
@@ -26,9 +30,11 @@ class GossipSection(BaseModel):
     keep_buffers: bool = False
 
 
-class EdgeGossipSection(BaseModel):
+class EdgeGossipSection(Section):
     """``[edgegossip]``: the aggregator, the predictor, the balancer and the ranked trainer
     (docs/gossip.md). Defaults are the paper's where it gives one."""
+
+    NAME: ClassVar[str] = "edgegossip"
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
@@ -73,7 +79,7 @@ class EdgeGossipSection(BaseModel):
     t0_lambda: float = Field(0.5, gt=0, le=1)  # weight of the last epoch in t0's adaptation
 
 
-class ExchangeSection(BaseModel):
+class ExchangeSection(Section):
     """What ``[dlion]``, ``[gaia]`` and ``[ako]`` share, so that the baselines run under the same
     synchronisation, links and pre-profiling as DLion (docs/gossip.md)."""
 
@@ -121,6 +127,8 @@ class ExchangeSection(BaseModel):
 class DLionSection(ExchangeSection):
     """``[dlion]``: DLion's mechanisms, each switchable (docs/gossip.md). Where the paper gives
     no formula the specification's proposal is the default (gossip.md B.3-B.6)."""
+
+    NAME: ClassVar[str] = "dlion"
 
     # Compute-capacity-aware batching: m_j in proportion to C_j, equal step time T_unit.
     batching: bool = True
@@ -196,6 +204,8 @@ class DLionSection(ExchangeSection):
 class GaiaSection(ExchangeSection):
     """``[gaia]``: Gaia's significance filter (the DLion paper's baseline; gossip.md B.8)."""
 
+    NAME: ClassVar[str] = "gaia"
+
     significance: float = Field(0.01, gt=0)  # send an entry when |change| > v |w|
     significance_decay: Literal["none", "sqrt-epoch"] = "none"
     # worker: every worker is its own site and parameter server (one LAN, DLion §4.1); site:
@@ -207,6 +217,8 @@ class GaiaSection(ExchangeSection):
 
 class AkoSection(ExchangeSection):
     """``[ako]``: Ako's partitioned gradient exchange (gossip.md B.8)."""
+
+    NAME: ClassVar[str] = "ako"
 
     # p, the number of partitions; unset: from the smallest bandwidth between workers and one
     # iteration's compute time (p = ceil((k - 1) S / (B t_iter))).

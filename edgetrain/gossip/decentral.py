@@ -82,15 +82,14 @@ class Decentral:
     """The runner of one exchange technique's worker (role ``trainer``); subclasses add the
     exchange (:meth:`begin`, :meth:`iteration`, :meth:`received`)."""
 
-    section: ClassVar[str] = ""
-    model: ClassVar[type[ExchangeSection]] = ExchangeSection
+    model: ClassVar[type[ExchangeSection]] = ExchangeSection  # its own section
 
     def __init__(self, ctx: WorkerContext) -> None:
         recipe = ctx.recipe
         self.ctx = ctx
         self.recipe = recipe
-        self.gossip = recipe.section("gossip", GossipSection)
-        self.xcfg = recipe.section(self.section, self.model)
+        self.gossip = GossipSection.of(recipe)
+        self.xcfg = self.model.of(recipe)
         self.me = ctx.worker_id
         self.k = recipe.num_workers
         self.epochs = recipe.train.epochs
@@ -168,7 +167,7 @@ class Decentral:
         self.pilot_s = time.perf_counter() - started
         log.info(
             "%s: %d samples, %d parameters, capacity %s (%.2f s to measure), slowdown %.2f",
-            self.section,
+            self.model.NAME,
             len(mine),
             self.flat.n,
             ", ".join(f"{m}: {c:.0f}/s" for m, c in self.curve),

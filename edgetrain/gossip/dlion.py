@@ -48,12 +48,11 @@ Score = Callable[[torch.Tensor], torch.Tensor] | None
 class DLion(Decentral):
     """One DLion worker (role ``trainer``)."""
 
-    section = "dlion"
     model = DLionSection
 
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
-        self.cfg = ctx.recipe.section("dlion", DLionSection)
+        self.cfg = DLionSection.of(ctx.recipe)
         self.loss_ewma = LossEwma(self.cfg.loss_window)
         self.schedule = Schedule(len(ctx.recipe.expanded_workers()))
         self.residuals: dict[Channel, Residual] = {}
@@ -344,4 +343,4 @@ class DLion(Decentral):
 
 
 # The launcher side (see :mod:`edgetrain.gossip.exchange_side`).
-SIDE = exchange_side("dlion", DLionSection, "DLion", plans_batches=True)
+SIDE = exchange_side(DLionSection, "DLion", plans_batches=True)

@@ -76,7 +76,7 @@ class EdgeGossip(GoSGD):
 
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
-        self.eg = ctx.recipe.section("edgegossip", EdgeGossipSection)
+        self.eg = EdgeGossipSection.of(ctx.recipe)
         self.ratio = 1.0
         self.predictor = LivePredictor(self.eg.balance, History.none(), self.eg.t0_lambda)
         self.sampler: Sampler | None = None

@@ -8,10 +8,10 @@ from edgetrain.gossip.config import DLionSection, ExchangeSection, GaiaSection
 from edgetrain.recipe import Recipe
 
 
-def check_recipe(recipe: Recipe, section: str, model: type[ExchangeSection]) -> None:
-    """The checks of a technique whose own section is ``[section]`` (a ``model``)."""
-    technique = section
-    cfg = recipe.section(section, model)
+def check_recipe(recipe: Recipe, model: type[ExchangeSection]) -> None:
+    """The checks of a technique whose own section is ``model``."""
+    technique = model.NAME
+    cfg = model.of(recipe)
     k = recipe.num_workers
     if cfg.sites is not None and len(cfg.sites) != k:
         raise RecipeError(

@@ -28,21 +28,21 @@ def batches_file(event: Event) -> dict[str, Any]:
 
 
 def exchange_side(
-    section: str, model: type[ExchangeSection], display: str, *, plans_batches: bool = False
+    model: type[ExchangeSection], display: str, *, plans_batches: bool = False
 ) -> TechniqueSide:
-    """The side of an exchange technique whose own section is ``[section]`` (a ``model``),
-    titled ``display`` in the report; ``plans_batches``: the controller plans DLion's
-    capacity-aware batches from the section (else b0 each)."""
+    """The side of an exchange technique whose own section is ``model``, titled ``display`` in
+    the report; ``plans_batches``: the controller plans DLion's capacity-aware batches from
+    its section (else b0 each)."""
 
     def check(recipe: Recipe) -> None:
         from edgetrain.gossip.exchange_checks import check_recipe
 
-        check_recipe(recipe, section, model)
+        check_recipe(recipe, model)
 
     def controller(recipe: Recipe, roles: Sequence[Role], run_dir: Path) -> Controller:
         from edgetrain.gossip.exchange_control import ExchangeController
 
-        dlion = recipe.section(section, DLionSection) if plans_batches else None
+        dlion = DLionSection.of(recipe) if plans_batches else None
         return ExchangeController(recipe, roles, dlion)
 
     def report(

@@ -57,7 +57,7 @@ class GossipFamily(FamilyDefaults):
         return None
 
     def policy(self, recipe: Recipe) -> CoordinationPolicy:
-        cfg = recipe.section("gossip", GossipSection)
+        cfg = GossipSection.of(recipe)
         return CoordinationPolicy(epoch_roles=frozenset({"trainer"}), barriers=cfg.sync_epochs)
 
     def controller(self, recipe: Recipe, roles: Sequence[Role], run_dir: Path) -> Controller:

@@ -36,12 +36,11 @@ from edgetrain.runtime.base import WorkerContext
 class Gaia(Decentral):
     """One Gaia worker (role ``trainer``), its site's parameter server if it is the first."""
 
-    section = "gaia"
     model = GaiaSection
 
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
-        self.cfg = ctx.recipe.section("gaia", GaiaSection)
+        self.cfg = GaiaSection.of(ctx.recipe)
         self.mode = "worker"
         self.leader = ctx.worker_id
         self.site_members: list[int] = []
@@ -142,4 +141,4 @@ class Gaia(Decentral):
 
 
 # The launcher side (see :mod:`edgetrain.gossip.exchange_side`).
-SIDE = exchange_side("gaia", GaiaSection, "Gaia")
+SIDE = exchange_side(GaiaSection, "Gaia")

@@ -39,7 +39,7 @@ class GoSGD:
 
     def __init__(self, ctx: WorkerContext) -> None:
         self.ctx = ctx
-        self.cfg = ctx.recipe.section("gossip", GossipSection)
+        self.cfg = GossipSection.of(ctx.recipe)
         self.alpha = 1.0 / ctx.recipe.num_workers
         self.rng = np.random.default_rng(
             [ctx.recipe.run.seed, ctx.worker_id, 0x90551, ctx.start_epoch]

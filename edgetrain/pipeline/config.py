@@ -3,16 +3,20 @@ torch)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from edgetrain.section import Section
 
 
-class PipelineSection(BaseModel):
+class PipelineSection(Section):
     """``[pipeline]``: microbatch, window, partition, mcPipe's store, snapshots, memory figures.
 
     The number of stages is the number of ``stage`` workers in the recipe (``replica`` workers
     for data parallelism)."""
+
+    NAME: ClassVar[str] = "pipeline"
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 

@@ -36,7 +36,7 @@ EVALUATOR = "evaluator"
 
 
 def microbatch_of(recipe: Recipe) -> int:
-    cfg = recipe.section("pipeline", PipelineSection)
+    cfg = PipelineSection.of(recipe)
     return cfg.microbatch or recipe.train.batch_size
 
 
@@ -82,7 +82,7 @@ def check_training(recipe: Recipe) -> None:
     """The last checks every pipeline technique makes: the optimiser, the split, snapshots and
     the model."""
     stages, evaluators = _count(recipe, STAGE), _count(recipe, EVALUATOR)
-    cfg = recipe.section("pipeline", PipelineSection)
+    cfg = PipelineSection.of(recipe)
     if recipe.train.optimizer != "sgd":
         raise RecipeError(
             f"the pipeline family steps with SGD, not {recipe.train.optimizer}",
@@ -140,7 +140,7 @@ def _check_model(recipe: Recipe) -> None:
             f"{stages} stages cannot share the {len(units)} units of {recipe.model.name}",
             "use fewer stage workers",
         )
-    cfg = recipe.section("pipeline", PipelineSection)
+    cfg = PipelineSection.of(recipe)
     if cfg.split is not None and sum(cfg.split) != len(units):
         raise RecipeError(
             f"[pipeline] split covers {sum(cfg.split)} units; {recipe.model.name} has {len(units)}",
@@ -171,7 +171,7 @@ def model_table(recipe: Recipe) -> tuple[Any, tuple[int, int, int], int]:
 def setting_of(recipe: Recipe, stages: int) -> Any:
     from edgetrain.pipeline.costs import Setting
 
-    cfg = recipe.section("pipeline", PipelineSection)
+    cfg = PipelineSection.of(recipe)
     return Setting(
         technique=recipe.train.technique,
         stages=stages,
@@ -189,7 +189,7 @@ def choose_bounds(recipe: Recipe, run_dir: Path) -> tuple[list[tuple[int, int]],
     from edgetrain.pipeline.partition import PartitionError, bounds_of, partition
     from edgetrain.pipeline.plan import bounds_from_plan
 
-    cfg = recipe.section("pipeline", PipelineSection)
+    cfg = PipelineSection.of(recipe)
     n = _count(recipe, STAGE)
     infos, _, _ = model_table(recipe)
     if cfg.plan is not None:
@@ -232,7 +232,7 @@ class PipelineController:
         """``staged``: the run trains stages that share the model's units (False: replicas of
         the whole model, no partition)."""
         self.roles = list(roles)
-        cfg = recipe.section("pipeline", PipelineSection)
+        cfg = PipelineSection.of(recipe)
         self.cap = cfg.microbatches
         self.budget = cfg.budget_s
         self.microbatch = microbatch_of(recipe)
@@ -284,7 +284,7 @@ class PipelineFamily(FamilyDefaults):
     def check_run_dir(self, recipe: Recipe, run_dir: Path | None) -> None:
         """A ``[pipeline] plan`` must be readable and fit the model before the run starts
         (``run_dir`` None: the launch makes a new directory, which holds no plan)."""
-        cfg = recipe.section("pipeline", PipelineSection)
+        cfg = PipelineSection.of(recipe)
         if cfg.plan is None:
             return
         if run_dir is None:

@@ -47,7 +47,7 @@ def start_process(ctx: WorkerContext) -> PipelineSection:
     """Threads from the worker group, the allocator setting; the ``[pipeline]`` section."""
     recipe = ctx.recipe
     torch.set_num_threads(recipe.expanded_workers()[ctx.worker_id].threads)
-    cfg = recipe.section("pipeline", PipelineSection)
+    cfg = PipelineSection.of(recipe)
     if cfg.mmap_threshold is not None and not set_mmap_threshold(cfg.mmap_threshold):
         log.warning("could not set the mmap threshold (no glibc mallopt)")
     return cfg

@@ -16,7 +16,6 @@ from edgetrain.plan.baselines import (
 from edgetrain.plan.costs import LayerCosts
 from edgetrain.plan.simulator import Timeline, simulate
 
-STRATEGIES = ("sequential", "lbl", "ibatch", "dynacomm")
 # Below this share of the iteration, overlapping communication with compute cannot matter.
 NEGLIGIBLE = 0.10
 
@@ -71,6 +70,7 @@ SCHEDULES: dict[str, Schedule] = {
     "ibatch": Schedule(ibatch_cuts, cost_aware=True),
     "dynacomm": Schedule(dynacomm_cuts, cost_aware=True),
 }
+STRATEGIES = tuple(SCHEDULES)  # the strategies `edgetrain plan` compares
 
 
 def plan_all(costs: LayerCosts) -> dict[str, StrategyResult]:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from edgetrain.section import Section
 
 
-class PsSection(BaseModel):
+class PsSection(Section):
     """``[ps]``: where the cuts come from, when to re-plan, consistency, emulated round trip."""
+
+    NAME: ClassVar[str] = "ps"
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 

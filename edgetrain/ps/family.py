@@ -93,7 +93,7 @@ class PsFamily(FamilyDefaults):
         )
 
     def controller(self, recipe: Recipe, roles: Sequence[Role], run_dir: Path) -> Controller:
-        cfg = recipe.section("ps", PsSection)
+        cfg = PsSection.of(recipe)
         cuts = None
         if cfg.plan is not None:
             path = run_dir / cfg.plan

@@ -87,7 +87,7 @@ class ScheduledTrainer:
 
     def __init__(self, ctx: WorkerContext) -> None:
         self.ctx = ctx
-        self.cfg = ctx.recipe.section("ps", PsSection)
+        self.cfg = PsSection.of(ctx.recipe)
         self.technique = ctx.recipe.train.technique
         self.schedule = SCHEDULES[self.technique]
         self.link: Link | None = None

@@ -60,7 +60,7 @@ class ShardServer:
 
     def __init__(self, ctx: WorkerContext) -> None:
         self.ctx = ctx
-        self.cfg = ctx.recipe.section("ps", PsSection)
+        self.cfg = PsSection.of(ctx.recipe)
         self.hold = self.cfg.hold_ms / 1000.0
         self.router: zmq.SyncSocket | None = None
         self._timers: list[tuple[float, int, Callable[[], None]]] = []

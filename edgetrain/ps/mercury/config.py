@@ -10,11 +10,12 @@ cadence and budget. :func:`settings` resolves the defaults that depend on the te
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from edgetrain.errors import RecipeError
+from edgetrain.section import Section
 
 MERCURY = "mercury"
 BASELINE = "multips-sgd"
@@ -26,8 +27,10 @@ Scheduler = Literal["bacc", "sequential", "agnostic"]
 GroupSize = Literal["anytime", "predict", "fixed"]
 
 
-class MercurySection(BaseModel):
+class MercurySection(Section):
     """``[mercury]``: sampling, resharding and scheduling of a Mercury run."""
+
+    NAME: ClassVar[str] = "mercury"
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 

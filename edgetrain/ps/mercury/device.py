@@ -108,9 +108,7 @@ class MercuryDevice:
         self.ctx = ctx
         recipe = ctx.recipe
         self.batch = recipe.train.batch_size
-        self.cfg: Settings = settings(
-            recipe.section("mercury", MercurySection), recipe.train.technique, self.batch
-        )
+        self.cfg: Settings = settings(MercurySection.of(recipe), recipe.train.technique, self.batch)
         self.me = ctx.role.index
         self.seed = recipe.run.seed
         self.router: zmq.SyncSocket | None = None

@@ -30,14 +30,12 @@ PRIVATE = "mercury."  # hand-in arrays that are not the model (local data, cache
 
 
 def run_settings(recipe: Recipe) -> Settings:
-    return settings(
-        recipe.section("mercury", MercurySection), recipe.train.technique, recipe.train.batch_size
-    )
+    return settings(MercurySection.of(recipe), recipe.train.technique, recipe.train.batch_size)
 
 
 def check(recipe: Recipe) -> None:
     """Refuse what cannot run: a role other than trainer, a [train] optimizer Mercury ignores."""
-    problem = conflicts(recipe.section("mercury", MercurySection), recipe.train.technique)
+    problem = conflicts(MercurySection.of(recipe), recipe.train.technique)
     if problem is not None:
         raise problem
     run_settings(recipe)
