@@ -1,6 +1,7 @@
 """cgroup v1 groups for emulated hosts: a CPU quota (and a memory limit) that every process
 started in the group inherits. Groups live under ``edgetrain-emulate/<testbed>/<host>`` of the
-``cpu`` and ``memory`` hierarchies; nothing else is touched."""
+``cpu`` and ``memory`` hierarchies; nothing else is touched. The primitives (the root, a quota,
+removing a group) are :mod:`edgetrain.cgroups`, which the launcher's CPU quotas share."""
 
 from __future__ import annotations
 
@@ -10,21 +11,22 @@ import signal
 import time
 from pathlib import Path
 
-CGROUP_ROOT = Path(os.environ.get("EDGETRAIN_CGROUP_ROOT", "/sys/fs/cgroup"))
+from edgetrain.cgroups import CFS_PERIOD_US as CFS_PERIOD_US
+from edgetrain.cgroups import CGROUP_ROOT as CGROUP_ROOT
+from edgetrain.cgroups import MIN_QUOTA_US as MIN_QUOTA_US
+from edgetrain.cgroups import SHARES_PER_CORE as SHARES_PER_CORE
+from edgetrain.cgroups import CgroupError as CgroupError
+from edgetrain.cgroups import cgroups_unavailable as cgroups_unavailable
+from edgetrain.cgroups import limit as limit
+from edgetrain.cgroups import rmdir as rmdir
+from edgetrain.cgroups import shares as shares
+from edgetrain.cgroups import write as _write
+
 TOP = "edgetrain-emulate"
-CFS_PERIOD_US = 100_000  # the kernel's default; shorter periods lose a larger part of
-# small quotas to throttling latency (measured: 0.25 of a core gave 0.19 at 20 ms)
-MIN_QUOTA_US = 1000
-# CPU weight (cpu.shares) of one core of quota. A quota caps a host but guarantees nothing: with
-# other load on the machine each host also gets a weight in proportion to its quota, and the
-# testbed's group a weight well above any process outside it, so the hosts keep their ratios
-# (and their quotas, while the cores can give them) whatever else runs.
-SHARES_PER_CORE = 1024
+# The testbed's group gets a weight well above any process outside it (each host's weight is
+# in proportion to its quota, :func:`shares`), so the hosts keep their ratios (and their
+# quotas, while the cores can give them) whatever else runs on the machine.
 TESTBED_SHARES = 16 * 1024
-
-
-class CgroupError(RuntimeError):
-    """A cgroup file could not be written."""
 
 
 def cpu_dir(testbed: str, host: str | None = None) -> Path:
@@ -35,25 +37,6 @@ def cpu_dir(testbed: str, host: str | None = None) -> Path:
 def memory_dir(testbed: str, host: str | None = None) -> Path:
     base = CGROUP_ROOT / "memory" / TOP / testbed
     return base / host if host else base
-
-
-def cgroups_unavailable(need_memory: bool) -> str | None:
-    """Why the cgroup v1 controllers cannot be used here, or None."""
-    if not (CGROUP_ROOT / "cpu" / "cpu.cfs_quota_us").is_file():
-        return (
-            f"cgroup v1 cpu controller not mounted at {CGROUP_ROOT / 'cpu'} "
-            "(the CPU shares need cpu.cfs_quota_us)"
-        )
-    if need_memory and not (CGROUP_ROOT / "memory" / "memory.limit_in_bytes").is_file():
-        return f"cgroup v1 memory controller not mounted at {CGROUP_ROOT / 'memory'}"
-    return None
-
-
-def _write(path: Path, value: str) -> None:
-    try:
-        path.write_text(value)
-    except OSError as exc:
-        raise CgroupError(f"cannot write {value!r} to {path}: {exc.strerror or exc}") from None
 
 
 def _mkgroup(d: Path) -> Path:
@@ -100,18 +83,6 @@ def remove_filler(testbed: str) -> None:
     if d.is_dir():
         signal_all(pids(d), signal.SIGKILL)
         _rmdir(d, [])
-
-
-def shares(cpu: float) -> int:
-    """The CPU weight of a host with ``cpu`` cores of quota (the kernel's minimum is 2)."""
-    return max(2, round(SHARES_PER_CORE * cpu))
-
-
-def limit(group: Path, cpu: float) -> None:
-    """Give the CPU group ``group`` a quota of ``cpu`` cores and the matching weight."""
-    _write(group / "cpu.cfs_period_us", str(CFS_PERIOD_US))
-    _write(group / "cpu.cfs_quota_us", str(max(MIN_QUOTA_US, round(cpu * CFS_PERIOD_US))))
-    _write(group / "cpu.shares", str(shares(cpu)))
 
 
 def set_cpu(testbed: str, host: str, cpu: float) -> None:
@@ -175,22 +146,6 @@ def remove(testbed: str) -> list[str]:
         with contextlib.suppress(OSError):
             base.parent.rmdir()  # edgetrain-emulate itself, once no testbed is left
     return problems
-
-
-def rmdir(d: Path, timeout: float = 2.5) -> OSError | None:
-    """Remove the empty group ``d`` (gone already is fine), retrying for up to ``timeout``
-    seconds; the last error, or None."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            d.rmdir()
-            return None
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            if time.monotonic() >= deadline:
-                return exc
-            time.sleep(0.05)  # a just-killed process may still be leaving the group
 
 
 def _rmdir(d: Path, problems: list[str]) -> None:

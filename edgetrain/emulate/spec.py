@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from edgetrain import tomlconfig
 from edgetrain.errors import EdgetrainError
+from edgetrain.sizes import parse_size as parse_size
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,19}$"
 NAME_RULE = "use 1-20 lower-case letters, digits and '-' (starting with a letter or digit)"
@@ -38,8 +39,6 @@ MIN_RATE_BPS = 100_000  # 100 kbit/s: tbf below that is mostly burst
 MAX_RATE_BPS = 100_000_000_000
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit|bps)?\s*$", re.IGNORECASE)
 _RATE_UNIT = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "bps": 8}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
-_SIZE_UNIT = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30}
 
 
 class SpecError(EdgetrainError):
@@ -60,23 +59,6 @@ def parse_rate(value: str | int | float) -> int:
     if not MIN_RATE_BPS <= bps <= MAX_RATE_BPS:
         raise ValueError(f"rate {value!r} is outside 100kbit..100gbit")
     return int(bps)
-
-
-def parse_size(value: str | int) -> int:
-    """A memory size (``"512m"``, ``"2g"``, ``"1.5GiB"``, bytes as a number) in bytes."""
-    if isinstance(value, bool):
-        raise ValueError("a memory size is a string such as '512m'")
-    if isinstance(value, int):
-        size = value
-    else:
-        m = _SIZE.match(value)
-        if m is None:
-            raise ValueError(f"memory {value!r} is not a size; write it like '512m' or '2g'")
-        unit = (m.group(2) or "").lower().rstrip("b").rstrip("i")
-        size = int(float(m.group(1)) * _SIZE_UNIT[unit])
-    if size < 32 * 2**20:
-        raise ValueError(f"memory {value!r} is below 32 MiB; sshd and python need more")
-    return size
 
 
 def format_rate(bps: float) -> str:

@@ -28,7 +28,7 @@ from edgetrain.emulate import cgroups
 from edgetrain.emulate.testbed import EmulateError, Testbed
 from edgetrain.emulate.topology import GATEWAY, LinkCheck
 from edgetrain.launch.hosts import load_hosts
-from edgetrain.launch.ssh import ssh_command
+from edgetrain.launch.ssh_argv import ssh_command
 
 LINK_TOLERANCE = 0.10
 CPU_TOLERANCE = 0.15

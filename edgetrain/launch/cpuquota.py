@@ -5,7 +5,8 @@ Python, so everything the worker does (imports, calibration, training) runs unde
 Unlike ``slowdown`` (a sleep, which /proc shows as idle) a quota is what a real small device
 looks like to the worker's resource sampler, which reads its own group. Groups live under
 ``edgetrain-local/<run id>/worker-<id>`` of the ``cpu`` hierarchy; each is removed once its
-worker has exited. Needs root and the cgroup v1 cpu controller (as ``edgetrain emulate``)."""
+worker has exited. Needs root and the cgroup v1 cpu controller (as ``edgetrain emulate``); the
+cgroup primitives are :mod:`edgetrain.cgroups`, shared with the emulator's host groups."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from edgetrain.emulate import cgroups
+from edgetrain import cgroups
 
 TOP = "edgetrain-local"
 # The shell moves itself ($$) into the group named by $0, then becomes the worker.

@@ -21,26 +21,14 @@ import time
 from edgetrain.launch.base import WorkerSpec
 from edgetrain.launch.hosts import Host, HostsFile, Placement
 from edgetrain.launch.logstream import LineSink, LogTee
+from edgetrain.launch.ssh_argv import ssh_command as ssh_command
+from edgetrain.launch.ssh_preflight import check_hosts, endpoint_target
 
 log = logging.getLogger(__name__)
 
 PID_MARK = "@@edgetrain-remote-pid"
 EXIT_MARK = "@@edgetrain-remote-exit"
 _CONTROL = re.compile(rf"^({PID_MARK}|{EXIT_MARK}) (\d+)$")
-
-
-def ssh_command(hosts: HostsFile, host: Host, remote: str) -> list[str]:
-    """The ``ssh`` argv that runs the shell command ``remote`` on ``host``."""
-    argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={hosts.connect_timeout_s}"]
-    if hosts.ssh_config:
-        argv += ["-F", os.path.expanduser(hosts.ssh_config)]
-    if host.port is not None:
-        argv += ["-p", str(host.port)]
-    if host.identity:
-        argv += ["-i", os.path.expanduser(host.identity)]
-    if host.user:
-        argv += ["-l", host.user]
-    return [*argv, *hosts.ssh_options, "--", host.address, remote]
 
 
 def resolve_hostname(hosts: HostsFile, host: Host) -> str:
@@ -232,8 +220,6 @@ class SshLauncher:
 
     def preflight(self, endpoint: str) -> None:
         """Check from every host that the coordinator at ``endpoint`` can be reached."""
-        from edgetrain.launch.ssh_preflight import check_hosts, endpoint_target
-
         check_hosts(self.hosts, endpoint_target(endpoint))
 
     def close(self, timeout: float = 15.0) -> None:

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import edgetrain
 from edgetrain.launch.hosts import Host, HostsError, HostsFile
-from edgetrain.launch.ssh import ssh_command
+from edgetrain.launch.ssh_argv import ssh_command
 
 # Runs on the host under its python: reports the edgetrain version and, given ADDR PORT,
 # whether a TCP connection to the coordinator opens from there.
