@@ -24,6 +24,7 @@ from edgetrain.errors import RecipeError
 from edgetrain.ps.config import PsSection
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.base import FamilyDefaults, FinalModel, HandInError
+from edgetrain.runtime.predict import Prediction, Setting
 from edgetrain.runtime.weights import model_arrays
 
 
@@ -164,6 +165,15 @@ class PsFamily(FamilyDefaults):
         from edgetrain.ps.report import report_files
 
         return report_files(report_dir, technique_report)
+
+    def predict(self, recipe: Recipe, setting: Setting) -> Prediction | None:
+        """The scheduled techniques' cost model (:mod:`edgetrain.ps.schedule_cost`)."""
+        from edgetrain.ps.schedule_cost import predict_schedule
+
+        roles = recipe.role_names()
+        trainers = [i for i, r in enumerate(roles) if r == "trainer"]
+        servers = [i for i, r in enumerate(roles) if r == "server"]
+        return predict_schedule(recipe.train.technique, setting, trainers, servers)
 
 
 FAMILY = PsFamily()

@@ -4,9 +4,10 @@ from one module, and nothing else.
 The launcher side: :class:`Family` (the family's defaults, with :class:`FamilyDefaults` for
 the optional hooks), a technique's :class:`TechniqueSide` over it, the coordinator's contracts
 (:class:`Role`, :class:`HandIn`, :class:`Decision`, :class:`Controller`,
-:class:`CoordinationPolicy`, :class:`Event`) and the run's :class:`FinalModel`. The cost
-model's data: :class:`Setting` (:class:`Device`, :class:`Link`, :class:`Layer`) and
-:class:`Prediction`. The worker side: :class:`Runner`, built from a :class:`WorkerContext`,
+:class:`CoordinationPolicy`, :class:`Event`) and the run's :class:`FinalModel`. A recipe
+section: :class:`Section` (read typed with ``Model.of(recipe)``). The cost model's data:
+:class:`Setting` (:class:`Device`, :class:`Link`, :class:`Layer`) and :class:`Prediction`.
+The worker side: :class:`Runner`, built from a :class:`WorkerContext`,
 reporting :class:`Ready` and :class:`Final`, driven through a :class:`Session` (and, for an
 epoch loop, :class:`EpochWork` with :func:`run_epochs`; :data:`Serve`: the sockets it serves
 while it waits).
@@ -36,6 +37,7 @@ from edgetrain.runtime.context import Final, Member, Ready, Roster, WorkerContex
 from edgetrain.runtime.epochs import EpochWork, run_epochs
 from edgetrain.runtime.predict import Device, Layer, Link, Prediction, Setting
 from edgetrain.runtime.session import Session
+from edgetrain.section import Section
 
 __all__ = [
     "Controller",
@@ -58,6 +60,7 @@ __all__ = [
     "Role",
     "Roster",
     "Runner",
+    "Section",
     "Serve",
     "Session",
     "Setting",

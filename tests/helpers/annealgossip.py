@@ -12,23 +12,25 @@ accounting, the averaged model and resume are the gossip family's.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from edgetrain import techniques
 from edgetrain.errors import RecipeError
 from edgetrain.gossip.config import GossipSection
 from edgetrain.gossip.gosgd import GoSGD
-from edgetrain.gossip.report import gossip_report
+from edgetrain.gossip.spread_report import gossip_report
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.api import TechniqueSide, WorkerContext
+from edgetrain.section import Section
 
 
-class AnnealSection(BaseModel):
+class AnnealSection(Section):
     """``[anneal]``: how fast the push probability decays, per epoch."""
 
+    NAME: ClassVar[str] = "anneal"
     model_config = ConfigDict(extra="forbid", frozen=True)
     decay: float = Field(0.5, gt=0, le=1)
 
@@ -43,8 +45,8 @@ class AnnealGoSGD(GoSGD):
 
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
-        self.base = ctx.recipe.section("gossip", GossipSection).probability
-        self.decay = ctx.recipe.section("anneal", AnnealSection).decay
+        self.base = GossipSection.of(ctx.recipe).probability
+        self.decay = AnnealSection.of(ctx.recipe).decay
 
     def batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Each epoch starts by setting its push probability (GoSGD's pushes read it)."""
@@ -57,7 +59,7 @@ class AnnealGoSGD(GoSGD):
 
 
 def check(recipe: Recipe) -> None:
-    if recipe.section("gossip", GossipSection).probability == 0:
+    if GossipSection.of(recipe).probability == 0:
         raise RecipeError(
             "[anneal] decays the push probability, and [gossip] probability = 0 pushes never",
             "set [gossip] probability above 0, or use technique = 'gosgd'",

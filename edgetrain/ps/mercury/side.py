@@ -24,6 +24,7 @@ from edgetrain.ps.mercury.config import MercurySection, Settings, conflicts, set
 from edgetrain.ps.mercury.shards import diverged, naming
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.base import FinalModel, HandInError, TechniqueSide
+from edgetrain.runtime.predict import Prediction, Setting
 from edgetrain.runtime.weights import OPTIM_PREFIX
 
 PRIVATE = "mercury."  # hand-in arrays that are not the model (local data, cache)
@@ -163,6 +164,13 @@ def _report(
     return mercury_report(manifest, workers)
 
 
+def _predict(recipe: Recipe, setting: Setting) -> Prediction | None:
+    """No iteration-time model yet: Mercury's own model (:mod:`.speedup`) predicts its speed-up
+    over uniform sampling, not an iteration time, so the scheduled techniques' model (the
+    family's default) does not apply."""
+    return None
+
+
 SIDE = TechniqueSide(
     check=check,
     policy=policy,
@@ -170,4 +178,5 @@ SIDE = TechniqueSide(
     final_model=_final_model,
     resume=_resume,
     report=_report,
+    predict=_predict,
 )
