@@ -12,12 +12,19 @@ import pytest
 import torch
 
 from edgetrain.comm.wire import Message, decode, encode
-from edgetrain.gossip.exchange import Expectations, Header
-from edgetrain.gossip.links import LAN, MBIT, WAN, Bandwidth, link_class, starting_bandwidth
-from edgetrain.gossip.partitions import Window, bounds, partition_count
-from edgetrain.gossip.selection import Route, choose_sites, default_count, wan_routes
-from edgetrain.gossip.significance import Accumulator, significant, threshold_at
-from edgetrain.gossip.sparse import (
+from edgetrain.gossip.exchange.bandwidth import (
+    LAN,
+    MBIT,
+    WAN,
+    Bandwidth,
+    link_class,
+    starting_bandwidth,
+)
+from edgetrain.gossip.exchange.messages import Expectations, Header
+from edgetrain.gossip.exchange.partitions import Window, bounds, partition_count
+from edgetrain.gossip.exchange.selection import Route, choose_sites, default_count, wan_routes
+from edgetrain.gossip.exchange.significance import Accumulator, significant, threshold_at
+from edgetrain.gossip.exchange.sparse import (
     Payload,
     Residual,
     entries_for,
@@ -25,7 +32,7 @@ from edgetrain.gossip.sparse import (
     sparse_pays,
     validate,
 )
-from edgetrain.gossip.weightex import LossEwma, best_and_worst, due, largest_changes
+from edgetrain.gossip.exchange.weightex import LossEwma, best_and_worst, due, largest_changes
 
 # ------------------------------------------------------------------ DLion's threshold
 

@@ -7,9 +7,7 @@ from __future__ import annotations
 import pytest
 
 from edgetrain.gossip.config import DLionSection
-from edgetrain.gossip.exchange_control import make_plan, parse_curve
-from edgetrain.gossip.schedules import Schedule, progress
-from edgetrain.plan.batching import (
+from edgetrain.gossip.exchange.batching import (
     apportion,
     capacity_at,
     default_t_bs,
@@ -17,6 +15,8 @@ from edgetrain.plan.batching import (
     step_time,
     uniform_plan,
 )
+from edgetrain.gossip.exchange.controller import make_plan, parse_curve
+from edgetrain.gossip.exchange.schedules import Schedule, progress
 
 FLAT = [[(48, 300.0)], [(48, 100.0)], [(48, 100.0)], [(48, 100.0)]]  # C = (300, 100, 100, 100)
 

@@ -17,7 +17,7 @@ import pytest
 import zmq
 
 from edgetrain.comm.wire import Message, encode
-from edgetrain.gossip.exchange import GRAD
+from edgetrain.gossip.exchange.messages import GRAD
 from edgetrain.rundir import read_jsonl
 from tests.helpers.launching import Launch
 from tests.helpers.procs import edgetrain_processes

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from edgetrain.comm.control import Role
-from edgetrain.gossip.balancing import EdgeGossipController
 from edgetrain.gossip.config import EdgeGossipSection
+from edgetrain.gossip.edgegossip.side import EdgeGossipController
 from edgetrain.plan.balancer import balance, halt_reason
 
 FOUR = {0: 2000, 1: 2000, 2: 2000, 3: 2000}

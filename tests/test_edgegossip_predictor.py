@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from edgetrain.gossip.predictor import (
+from edgetrain.gossip.edgegossip.predictor import (
     History,
     LivePredictor,
     adapt_t0,
@@ -16,7 +16,7 @@ from edgetrain.gossip.predictor import (
     prediction_error,
     throughput,
 )
-from edgetrain.gossip.report import gossip_report, spread
+from edgetrain.gossip.spread_report import gossip_report, spread
 from edgetrain.profile.predictor import ContentionRecord, append_history
 from edgetrain.profile.sampler import Snapshot, snapshot, usage
 from edgetrain.profile.scope import (
@@ -196,7 +196,7 @@ def _rows(epoch_s: list[list[float]], ratio: list[list[float]]) -> dict[int, lis
 def test_report_on_literal_rows() -> None:
     rows = _rows([[2.0, 4.0], [2.0, 2.5]], [[1.0, 0.5], [1.0, 0.4]])
     manifest = {"technique": "edgegossip", "workers": [{"id": 0, "host": "a"}, {"id": 1}]}
-    rep = gossip_report(manifest, rows)
+    rep = gossip_report(manifest, rows, edge=True)  # EdgeGossip's side asks for its columns
     assert rep is not None
     assert [e["spread"] for e in rep["epochs"]] == pytest.approx([2.0, 1.25])
     assert rep["epochs"][1]["ratio"] == {0: 1.0, 1: 0.4}

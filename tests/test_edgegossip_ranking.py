@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgetrain.gossip import ranking
+from edgetrain.gossip.edgegossip import ranking
 
 
 def _csr(sizes: list[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -13,7 +13,7 @@ import zmq
 
 from edgetrain.comm.channel import Traffic
 from edgetrain.comm.control import Role
-from edgetrain.gossip.edgegossip import EdgeGossip
+from edgetrain.gossip.edgegossip.runner import EdgeGossip
 from edgetrain.recipe import parse_recipe
 from edgetrain.runtime.base import WorkerContext
 from edgetrain.runtime.setup import build_run_model, load_run_data

@@ -48,8 +48,8 @@ def spread_handins(handins: Mapping[int, HandIn], num_workers: int) -> dict[int,
 
 class GossipFamily(FamilyDefaults):
     """The launcher side of every gossip technique: GoSGD's, the defaults the others override
-    (EdgeGossip in :mod:`edgetrain.gossip.edgegossip_side`, DLion, Gaia and Ako in
-    :mod:`edgetrain.gossip.exchange_side`)."""
+    (EdgeGossip in :mod:`edgetrain.gossip.edgegossip.side`, DLion, Gaia and Ako in
+    :mod:`edgetrain.gossip.exchange.side`)."""
 
     name = "gossip"
 
@@ -71,7 +71,7 @@ class GossipFamily(FamilyDefaults):
         coordinator: list[dict[str, Any]],
     ) -> dict[str, Any] | None:
         """Finish-time spread per epoch."""
-        from edgetrain.gossip.report import gossip_report
+        from edgetrain.gossip.spread_report import gossip_report
 
         return gossip_report(manifest, workers)
 

@@ -2,10 +2,10 @@
 
 Gossip is the family's own peer traffic: its message types live in the family, not in the
 control protocol (GoSGD's ``gossip`` here; the exchange techniques' in
-:mod:`edgetrain.gossip.exchange`, passed as ``types``). An outbox holds at most ``send_hwm``
-messages (2 by default, ``[gossip] outbox``): a sender checks that there is room *before* it
-snapshots its weights, so a slow or dead peer costs a counted ``send_queue_full`` and never pins
-dozens of model copies in memory.
+:mod:`edgetrain.gossip.exchange.messages`, passed as ``types``). An outbox holds at most
+``send_hwm`` messages (2 by default, ``[gossip] outbox``): a sender checks that there is room
+*before* it snapshots its weights, so a slow or dead peer costs a counted ``send_queue_full``
+and never pins dozens of model copies in memory.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ paper ran it:
 
 - ``worker`` (one LAN, DLion §4.1): every worker is its own site and parameter server: it
   applies its own gradient, adds it to its accumulator, sends every peer the significant
-  entries (:mod:`edgetrain.gossip.significance`) and applies theirs;
+  entries (:mod:`.significance`) and applies theirs;
 - ``site`` (several sites, §4.2): a parameter server per site, in the site's first worker
   (the paper had 4 servers, so it shares that host): the site's workers push full gradients to
   it over the LAN; it sums them, adds them to its accumulator, exchanges significant entries
@@ -24,12 +24,12 @@ import torch
 
 from edgetrain.comm.wire import Message
 from edgetrain.gossip.config import GaiaSection
-from edgetrain.gossip.decentral import Decentral
-from edgetrain.gossip.exchange import GRAD, WEIGHTS, Header
-from edgetrain.gossip.exchange_side import exchange_side
-from edgetrain.gossip.links import members
-from edgetrain.gossip.significance import Accumulator, threshold_at
-from edgetrain.gossip.sparse import Payload, to_float32
+from edgetrain.gossip.exchange.bandwidth import members
+from edgetrain.gossip.exchange.loop import Decentral
+from edgetrain.gossip.exchange.messages import GRAD, WEIGHTS, Header
+from edgetrain.gossip.exchange.side import exchange_side
+from edgetrain.gossip.exchange.significance import Accumulator, threshold_at
+from edgetrain.gossip.exchange.sparse import Payload, to_float32
 from edgetrain.runtime.base import WorkerContext
 
 
@@ -140,5 +140,5 @@ class Gaia(Decentral):
         }
 
 
-# The launcher side (see :mod:`edgetrain.gossip.exchange_side`).
+# The launcher side (see :mod:`.side`).
 SIDE = exchange_side(GaiaSection, "Gaia")

@@ -19,7 +19,7 @@ from collections import deque
 
 import torch
 
-from edgetrain.gossip.sparse import Payload, to_float32
+from edgetrain.gossip.exchange.sparse import Payload, to_float32
 
 
 def partition_count(

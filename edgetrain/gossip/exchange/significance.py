@@ -16,7 +16,7 @@ from typing import Literal
 
 import torch
 
-from edgetrain.gossip.sparse import Payload, to_float32
+from edgetrain.gossip.exchange.sparse import Payload, to_float32
 
 Decay = Literal["none", "sqrt-epoch"]
 

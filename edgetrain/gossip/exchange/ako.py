@@ -3,7 +3,7 @@
 Same data, learning rate, batch size b0, optimiser and synchronisation as DLion; no batching,
 no weight exchange, no adaptive LR/BS. Each iteration a worker applies its own gradient and
 everything received, and sends every peer one of p partitions of the sum of its last p
-gradients (:mod:`edgetrain.gossip.partitions`), p from the smallest bandwidth between the
+gradients (:mod:`.partitions`), p from the smallest bandwidth between the
 workers (the WAN when there are sites, else the LAN) and one iteration's compute time, as
 DLion's paper set it up. The public TF.AKO sums the updates and uses Adam; here the update is
 DLion's (1/k)-scaled step with the recipe's optimiser, so only the exchange differs.
@@ -18,11 +18,11 @@ from typing import Any
 import torch
 
 from edgetrain.gossip.config import AkoSection
-from edgetrain.gossip.decentral import Decentral
-from edgetrain.gossip.exchange import GRAD
-from edgetrain.gossip.exchange_side import exchange_side
-from edgetrain.gossip.links import MBIT
-from edgetrain.gossip.partitions import Window, partition_count
+from edgetrain.gossip.exchange.bandwidth import MBIT
+from edgetrain.gossip.exchange.loop import Decentral
+from edgetrain.gossip.exchange.messages import GRAD
+from edgetrain.gossip.exchange.partitions import Window, partition_count
+from edgetrain.gossip.exchange.side import exchange_side
 from edgetrain.runtime.base import WorkerContext
 
 
@@ -67,5 +67,5 @@ class Ako(Decentral):
         return {"partitions": self.window.p if self.window else None, "t_iter": self.t_iter}
 
 
-# The launcher side (see :mod:`edgetrain.gossip.exchange_side`).
+# The launcher side (see :mod:`.side`).
 SIDE = exchange_side(AkoSection, "Ako")

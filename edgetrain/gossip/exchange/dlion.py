@@ -1,13 +1,13 @@
 """DLion (Hong & Chandra, HotCloud'19): decentralised training for heterogeneous micro-clouds.
 
 Every worker keeps a replica and applies its own and its peers' gradients (Eq. 5; the shared
-loop is :mod:`edgetrain.gossip.decentral`), with each of DLion's techniques switchable in
+loop is :mod:`.loop`), with each of DLion's techniques switchable in
 ``[dlion]`` so that every ablation is a recipe option (gossip.md B.3-B.6; where the paper
 gives no formula the specification's proposal is used, marked there as ours):
 
 - **compute-capacity-aware batching**: the controller plans m_j from every worker's capacity
-  curve (:mod:`edgetrain.plan.batching`) and sends it in the start directive;
-- **adaptive learning rate and batch size** (:mod:`edgetrain.gossip.schedules`);
+  curve (:mod:`.batching`) and sends it in the start directive;
+- **adaptive learning rate and batch size** (:mod:`.schedules`);
 - **network-aware gradient exchange**: per link a budget of ``budget_factor`` x T_unit x the
   link's bandwidth (estimated live from acknowledgements) decides how many entries go; the
   largest contributions go, the rest stays in the link's residual (:mod:`.sparse`); WAN links,
@@ -29,14 +29,14 @@ import torch
 
 from edgetrain.comm.wire import Message
 from edgetrain.gossip.config import DLionSection
-from edgetrain.gossip.decentral import Decentral, Sent
-from edgetrain.gossip.exchange import GRAD, WEIGHTS, Header, Key
-from edgetrain.gossip.exchange_side import exchange_side
-from edgetrain.gossip.links import LAN, MBIT, Bandwidth, members, starting_bandwidth
-from edgetrain.gossip.schedules import Schedule
-from edgetrain.gossip.selection import choose_sites, default_count, wan_routes
-from edgetrain.gossip.sparse import Payload, Residual, entries_for, sparse_pays, to_float32
-from edgetrain.gossip.weightex import LossEwma, best_and_worst, due, largest_changes
+from edgetrain.gossip.exchange.bandwidth import LAN, MBIT, Bandwidth, members, starting_bandwidth
+from edgetrain.gossip.exchange.loop import Decentral, Sent
+from edgetrain.gossip.exchange.messages import GRAD, WEIGHTS, Header, Key
+from edgetrain.gossip.exchange.schedules import Schedule
+from edgetrain.gossip.exchange.selection import choose_sites, default_count, wan_routes
+from edgetrain.gossip.exchange.side import exchange_side
+from edgetrain.gossip.exchange.sparse import Payload, Residual, entries_for, sparse_pays, to_float32
+from edgetrain.gossip.exchange.weightex import LossEwma, best_and_worst, due, largest_changes
 from edgetrain.runtime.base import WorkerContext
 
 PROBE_EVERY = 50  # select_cost: every 50th iteration sparse regardless, to measure again
@@ -342,5 +342,5 @@ class DLion(Decentral):
         }
 
 
-# The launcher side (see :mod:`edgetrain.gossip.exchange_side`).
+# The launcher side (see :mod:`.side`).
 SIDE = exchange_side(DLionSection, "DLion", plans_batches=True)

@@ -1,27 +1,32 @@
-"""EdgeGossip's launcher side: the balancer (Algorithm 1) before every epoch, r_i as each
-worker's directive, and GoSGD's drain accounting.
+"""EdgeGossip's launcher side: the recipe check that its balancer can run, the balancer as the
+run's controller, and the report with each worker's r_i, the predictor's error and the
+aggregation and ranking overheads.
 
-Before the first epoch the workers' ``ready`` reports give |X_i| and their first predictions;
-at every epoch barrier their ``epoch_end`` metrics give the next (``p_next``; ``p_obs``, the
-measured throughput, for ``balance = "reactive"``). A worker that reports nothing usable, or
-that the coordinator lost, counts as failed (p_i = 0). When the failed fraction is above
-``f_threshold`` the run stops with one line naming the failed workers (the driver's halt), or,
-with ``on_failure = "redistribute"``, the survivors take over their share. ``balance = "off"``
-gives every worker r = 1: the ranked trainer alone.
+The balancer (Algorithm 1) runs before every epoch, r_i as each worker's directive, with
+GoSGD's drain accounting. Before the first epoch the workers' ``ready`` reports give |X_i| and
+their first predictions; at every epoch barrier their ``epoch_end`` metrics give the next
+(``p_next``; ``p_obs``, the measured throughput, for ``balance = "reactive"``). A worker that
+reports nothing usable, or that the coordinator lost, counts as failed (p_i = 0). When the
+failed fraction is above ``f_threshold`` the run stops with one line naming the failed workers
+(the driver's halt), or, with ``on_failure = "redistribute"``, the survivors take over their
+share. ``balance = "off"`` gives every worker r = 1: the ranked trainer alone.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from edgetrain.comm.control import Decision, Role
+from edgetrain.comm.control import Controller, Decision, Role
 from edgetrain.errors import RecipeError
 from edgetrain.gossip.config import EdgeGossipSection, GossipSection
 from edgetrain.gossip.drain import GossipController
+from edgetrain.gossip.spread_report import gossip_report
 from edgetrain.plan.balancer import balance, halt_reason
 from edgetrain.recipe import Recipe
+from edgetrain.runtime.base import TechniqueSide
 
 
 def _number(value: Any) -> float | None:
@@ -116,3 +121,18 @@ def controller_for(recipe: Recipe, roles: Sequence[Role]) -> EdgeGossipControlle
     cfg = EdgeGossipSection.of(recipe)
     f_threshold = cfg.f_threshold if cfg.f_threshold is not None else recipe.run.max_failed_fraction
     return EdgeGossipController(cfg, roles, f_threshold, recipe.train.epochs)
+
+
+def controller(recipe: Recipe, roles: Sequence[Role], run_dir: Path) -> Controller:
+    return controller_for(recipe, roles)
+
+
+def report(
+    manifest: dict[str, Any],
+    workers: Mapping[int, list[dict[str, Any]]],
+    coordinator: list[dict[str, Any]],
+) -> dict[str, Any] | None:
+    return gossip_report(manifest, workers, edge=True)
+
+
+SIDE = TechniqueSide(check=check_recipe, controller=controller, report=report)

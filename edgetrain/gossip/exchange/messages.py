@@ -2,7 +2,7 @@
 
 Messages travel on the ordinary wire format (JSON header, raw tensor frames, no pickle):
 
-- ``grad``: a payload of a flat gradient-like vector (:mod:`edgetrain.gossip.sparse`) with
+- ``grad``: a payload of a flat gradient-like vector (:mod:`.sparse`) with
   ``{"t", "origin", "loss", "m", "kind", "n", "offset"}`` in its meta; ``origin`` differs from
   the sender when a worker forwards a gradient to its site (selective propagation);
 - ``grad_ack``: a few bytes back to the sender of a ``grad``, ``{"t", "fresh"}``, for the

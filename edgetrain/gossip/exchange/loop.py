@@ -18,7 +18,7 @@ One iteration t on worker j:
 A global epoch is the training set's N samples across the cluster: it ends after the iteration
 that takes the cluster total past epoch x N (gossip.md B.3), the same iteration on every
 worker. The plan (batch sizes, T_unit, the capacities) comes from the controller in the start
-directive (:mod:`edgetrain.gossip.exchange_control`); the pilot that measures each worker's
+directive (:mod:`.controller`); the pilot that measures each worker's
 capacity runs in ``setup``, before the run's clock starts, and its time is reported apart.
 """
 
@@ -41,17 +41,17 @@ from edgetrain.comm import protocol
 from edgetrain.comm.client import Serve
 from edgetrain.comm.control import HandIn
 from edgetrain.comm.wire import Message, arrays_from_state
-from edgetrain.gossip import capacity
 from edgetrain.gossip.config import ExchangeSection, GossipSection
-from edgetrain.gossip.exchange import ACK, GRAD, TYPES, WEIGHTS, Expectations, Header, Key
-from edgetrain.gossip.flat import Flat
+from edgetrain.gossip.exchange import capacity
+from edgetrain.gossip.exchange.bandwidth import LAN, WAN, link_class, site_of
+from edgetrain.gossip.exchange.flat import Flat
+from edgetrain.gossip.exchange.messages import ACK, GRAD, TYPES, WEIGHTS, Expectations, Header, Key
+from edgetrain.gossip.exchange.sampling import CyclicSampler
+from edgetrain.gossip.exchange.schedules import progress
+from edgetrain.gossip.exchange.sparse import Payload, payload_from
+from edgetrain.gossip.exchange.weightex import LossEwma
 from edgetrain.gossip.gosgd import expectations
-from edgetrain.gossip.links import LAN, WAN, link_class, site_of
 from edgetrain.gossip.node import GossipNode
-from edgetrain.gossip.sampling import CyclicSampler
-from edgetrain.gossip.schedules import progress
-from edgetrain.gossip.sparse import Payload, payload_from
-from edgetrain.gossip.weightex import LossEwma
 from edgetrain.runtime.base import Final, Ready, WorkerContext, meta_float
 from edgetrain.runtime.epochs import run_epochs
 from edgetrain.runtime.session import Session

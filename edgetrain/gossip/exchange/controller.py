@@ -3,7 +3,7 @@ drain accounting.
 
 Once every worker is ready (its pilot done, its capacity curve C_j(m) in its ``ready``
 report), the controller plans (pure): DLion with ``batching`` gets capacity-aware batch sizes
-(:func:`edgetrain.plan.batching.plan_batches`), everything else b0 each (Gaia and Ako, and
+(:func:`.batching.plan_batches`), everything else b0 each (Gaia and Ako, and
 DLion's no-batching ablation); T_bs is the recipe's or 10% of the training set. Every worker
 receives the whole plan as its start directive: everyone's batch size (so every worker knows
 the cluster's samples per iteration and when an epoch ends), T_unit, the achieved spread, each
@@ -20,7 +20,7 @@ from typing import Any
 from edgetrain.comm.control import Decision, Role
 from edgetrain.gossip.config import DLionSection
 from edgetrain.gossip.drain import GossipController
-from edgetrain.plan.batching import (
+from edgetrain.gossip.exchange.batching import (
     BatchPlan,
     Curve,
     capacity_at,

@@ -10,14 +10,14 @@ The worker side of ALGORITHMS.md section 2 with the fixes of the specification (
   undone afterwards) for the first prediction;
 - all along, the resource sampler scoped to this worker's cgroup on an emulated host
   (:mod:`edgetrain.profile.scope`), sampling at least five times an epoch;
-- each epoch: r_i from the coordinator (the balancer, :mod:`edgetrain.gossip.balancing`),
-  then Algorithm 2 (:mod:`edgetrain.gossip.ranking`): the loss of every aggregated point ranks
+- each epoch: r_i from the coordinator (the balancer, :mod:`.side`),
+  then Algorithm 2 (:mod:`.ranking`): the loss of every aggregated point ranks
   the subsets, and subsets are kept from the top until r_i |X_i| samples; by default the kept
   samples are shuffled into minibatches (``[edgegossip] order``: rank order, the paper's,
   loses accuracy, see :mod:`edgetrain.gossip.config`); its time is
   ``rank_s``, inside the epoch's training time; GoSGD's exchange runs unchanged after every
   step; at the end, the measured and the next predicted throughput (``p_obs``, ``p_next``,
-  :mod:`edgetrain.gossip.predictor`) go to the balancer in ``epoch_end``.
+  :mod:`.predictor`) go to the balancer in ``epoch_end``.
 
 The slowdown emulation (``[[workers]] slowdown``) stretches the aggregation, the calibration and
 the ranking as it stretches training steps: a slow device is slow at all of them.
@@ -38,10 +38,15 @@ import torch
 from torch import nn
 
 from edgetrain.aggregate import AggregateConfig, build_aggregates
-from edgetrain.gossip import ranking
 from edgetrain.gossip.config import EdgeGossipSection
+from edgetrain.gossip.edgegossip import ranking
+from edgetrain.gossip.edgegossip.predictor import (
+    History,
+    LivePredictor,
+    load_history,
+    prediction_error,
+)
 from edgetrain.gossip.gosgd import GoSGD
-from edgetrain.gossip.predictor import History, LivePredictor, load_history, prediction_error
 from edgetrain.profile.sampler import Sampler
 from edgetrain.profile.scope import resolve_scope
 from edgetrain.runtime.base import Ready, WorkerContext

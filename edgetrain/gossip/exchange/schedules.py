@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from edgetrain.plan.batching import apportion
+from edgetrain.gossip.exchange.batching import apportion
 
 LrPolicy = Literal["small", "large", "warmup"]
 BsPolicy = Literal["static", "speedup", "increase"]
