@@ -23,7 +23,7 @@ from edgetrain.comm.control import HandIn
 from edgetrain.comm.wire import Message, arrays_from_state
 from edgetrain.gossip.config import GossipSection
 from edgetrain.gossip.mixing import check_compatible, merge_into
-from edgetrain.gossip.node import GOSSIP, GossipNode
+from edgetrain.gossip.node import GOSSIP, GossipNode, NodeHolder
 from edgetrain.runtime.base import Final, Ready, WorkerContext, meta_float
 from edgetrain.runtime.epochs import run_epochs
 from edgetrain.runtime.session import Session
@@ -34,7 +34,7 @@ from edgetrain.runtime.weights import float_state, load_arrays, state_arrays
 log = logging.getLogger(__name__)
 
 
-class GoSGD:
+class GoSGD(NodeHolder):
     """One GoSGD worker (role ``trainer``)."""
 
     def __init__(self, ctx: WorkerContext) -> None:
@@ -130,15 +130,6 @@ class GoSGD:
         }
         handin = HandIn(arrays_from_state(self.state), {"alpha": self.alpha})
         return Final(handin, metrics)
-
-    def close(self) -> None:
-        if self.node is not None:
-            self.node.close()
-
-    @property
-    def _node(self) -> GossipNode:
-        assert self.node is not None, "setup() binds the gossip inbox"
-        return self.node
 
     # ------------------------------------------------------------------ gossip
 

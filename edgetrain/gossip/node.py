@@ -153,3 +153,19 @@ class GossipNode:
         for sock in self.outboxes.values():
             sock.close()
         self.inbox.close()
+
+
+class NodeHolder:
+    """A gossip runner's hold on its :class:`GossipNode`: bound in ``setup``, closed however
+    the worker ends."""
+
+    node: GossipNode | None = None
+
+    def close(self) -> None:
+        if self.node is not None:
+            self.node.close()
+
+    @property
+    def _node(self) -> GossipNode:
+        assert self.node is not None, "setup() binds the gossip inbox"
+        return self.node

@@ -20,7 +20,6 @@ import torch
 from edgetrain.gossip.config import AkoSection
 from edgetrain.gossip.exchange.bandwidth import MBIT
 from edgetrain.gossip.exchange.loop import Decentral
-from edgetrain.gossip.exchange.messages import GRAD
 from edgetrain.gossip.exchange.partitions import Window, partition_count
 from edgetrain.gossip.exchange.side import exchange_side
 from edgetrain.runtime.base import WorkerContext
@@ -56,11 +55,7 @@ class Ako(Decentral):
         for q in self.peers:
             self.send_grad(q, t, payload)
         self.times["exchange_s"] += time.perf_counter() - started
-        upto = self.sync_upto(t)
-        if upto is None:
-            self.absorb()
-        else:
-            self.await_keys([(GRAD, q, t) for q in self.peers], upto)
+        self.wait_for_gradients(t, self.peers)
         self.update(g, t)
 
     def extra_metrics(self) -> dict[str, Any]:

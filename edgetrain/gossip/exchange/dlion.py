@@ -184,11 +184,7 @@ class DLion(Decentral):
                 self.send_grad(q, t, self.take(self.residual(q), g, q, score), meta)
             expected = self.peers
         self.times["exchange_s"] += time.perf_counter() - started
-        upto = self.sync_upto(t)
-        if upto is None:
-            self.absorb()
-        else:
-            self.await_keys([(GRAD, o, t) for o in expected], upto)
+        self.wait_for_gradients(t, expected)
         self.update(g, t)
         self.weight_exchange(t)
         self.merge_weights()

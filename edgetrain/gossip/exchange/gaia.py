@@ -82,11 +82,7 @@ class Gaia(Decentral):
         for q in self.peers:
             self.send_grad(q, t, payload)
         self.times["exchange_s"] += time.perf_counter() - started
-        upto = self.sync_upto(t)
-        if upto is None:
-            self.absorb()
-        else:
-            self.await_keys([(GRAD, q, t) for q in self.peers], upto)
+        self.wait_for_gradients(t, self.peers)
         self.update(g, t)
 
     def _site_iteration(self, t: int, g: torch.Tensor, epoch: int) -> None:
@@ -105,11 +101,7 @@ class Gaia(Decentral):
         for q in others:
             self.send_grad(q, t, payload)
         self.times["exchange_s"] += time.perf_counter() - started
-        upto = self.sync_upto(t)
-        if upto is None:
-            self.absorb()
-        else:
-            self.await_keys([(GRAD, q, t) for q in others], upto)
+        self.wait_for_gradients(t, others)
         self.update(site, t)
         vals, _ = to_float32(self.flat.weights())
         weights = Payload("dense", self.flat.n, vals)

@@ -51,7 +51,7 @@ from edgetrain.gossip.exchange.schedules import progress
 from edgetrain.gossip.exchange.sparse import Payload, payload_from
 from edgetrain.gossip.exchange.weightex import LossEwma
 from edgetrain.gossip.gosgd import expectations
-from edgetrain.gossip.node import GossipNode
+from edgetrain.gossip.node import GossipNode, NodeHolder
 from edgetrain.runtime.base import Final, Ready, WorkerContext, meta_float
 from edgetrain.runtime.epochs import run_epochs
 from edgetrain.runtime.session import Session
@@ -78,7 +78,7 @@ class Sent:
     nbytes: int
 
 
-class Decentral:
+class Decentral(NodeHolder):
     """The runner of one exchange technique's worker (role ``trainer``); subclasses add the
     exchange (:meth:`begin`, :meth:`iteration`, :meth:`received`)."""
 
@@ -234,15 +234,6 @@ class Decentral:
         }
         handin = HandIn(arrays_from_state(self.state), {"alpha": 1.0 / self.k})
         return Final(handin, metrics)
-
-    def close(self) -> None:
-        if self.node is not None:
-            self.node.close()
-
-    @property
-    def _node(self) -> GossipNode:
-        assert self.node is not None, "setup() binds the inbox"
-        return self.node
 
     @property
     def _session(self) -> Session:
@@ -565,6 +556,15 @@ class Decentral:
         if self.xcfg.sync == "async":
             return None
         return t - self.xcfg.staleness
+
+    def wait_for_gradients(self, t: int, senders: Iterable[int]) -> None:
+        """Iteration ``t``'s wait: take in what has arrived (asynchronous), or wait for the
+        gradient of ``t`` (less the staleness bound) from each of ``senders``."""
+        upto = self.sync_upto(t)
+        if upto is None:
+            self.absorb()
+        else:
+            self.await_keys([(GRAD, q, t) for q in senders], upto)
 
     def _drain(self, session: Session, directive: Mapping[str, Any]) -> int:
         """Take in messages until every one the live peers sent here has come (or timeout)."""
