@@ -260,6 +260,10 @@ class Recipe(_Section):
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
+    def to_toml(self) -> str:
+        """The recipe as TOML that loads back to an equal recipe (the one TOML writer)."""
+        return tomlconfig.recipe_toml(self)
+
 
 @functools.lru_cache(maxsize=8)
 def _recipe_model(generation: int) -> type[Recipe]:

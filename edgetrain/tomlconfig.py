@@ -9,16 +9,23 @@ the file and the key::
 
 Locations are written as the TOML reads: ``[table] key``, ``[[array]] #n key`` (1-based), deeper
 keys joined by dots, nested arrays of tables as ``name #n``.
+
+The one writer is :func:`dumps` (a mapping to TOML text that reads back equal); every TOML file
+edgetrain or a reproduction writes goes through it, and :func:`recipe_toml` is a recipe's text.
 """
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import difflib
+import math
 import os
+import re
 import sys
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,11 +41,14 @@ else:  # Python 3.10 (Ubuntu 22.04, JetPack 6): the same parser, as a package
 __all__ = [
     "TOMLDecodeError",
     "describe_error",
+    "dumps",
+    "inline",
     "load_toml",
     "loads",
     "locate",
     "model_at",
     "read_toml",
+    "recipe_toml",
     "validate",
 ]
 
@@ -202,3 +212,140 @@ def describe_error(err: dict[str, Any], root: type[BaseModel], prefix: tuple[Any
     given = err.get("input")
     shown = "" if isinstance(given, (dict, list)) or given is None else f" (got {given!r})"
     return f"{where}: {msg}{shown}" if full else f"{msg}{shown}"
+
+
+# --------------------------------------------------------------------------- writing
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_ESCAPES = {
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+    '"': '\\"',
+    "\\": "\\\\",
+}
+_INT64 = 2**63
+
+
+def dumps(doc: Mapping[str, Any]) -> str:
+    """``doc`` as TOML text that :func:`loads` reads back equal.
+
+    Strings are basic strings (quotes, backslashes and control characters escaped, other
+    Unicode as is); ints must fit 64 bits; floats keep every digit (``inf`` and ``nan`` as TOML
+    spells them), a :class:`~decimal.Decimal` its written digits (``Decimal("3.0000")``: a
+    float that reads ``3.0000``); dates and times in ISO form; paths as strings. A mapping is a
+    ``[table]``, a list of mappings an array of tables (``[[workers]]``), anything inside an
+    array inline. ``None`` has no TOML spelling and is refused (leave the key out), as is any
+    other type. Within a table its plain keys come first, then its tables, in ``doc``'s order.
+    """
+    lines: list[str] = []
+    _table(lines, (), doc, header=None)
+    return "\n".join(lines).lstrip("\n") + "\n" if lines else ""
+
+
+def inline(value: Any) -> str:
+    """One TOML value as it stands right of ``=`` (a mapping as an inline table)."""
+    return _value(value, ())
+
+
+def recipe_toml(recipe: Mapping[str, Any] | BaseModel) -> str:
+    """A recipe's TOML text: a mapping as read from a file, or a validated model (its fields
+    with ``None`` left out, since TOML has no null)."""
+    if isinstance(recipe, BaseModel):
+        return dumps(recipe.model_dump(mode="json", exclude_none=True))
+    return dumps(recipe)
+
+
+def _key(key: Any, path: tuple[str, ...]) -> str:
+    if not isinstance(key, str):
+        raise TypeError(f"TOML keys are strings, not {key!r} (at {_dotted(path) or 'the top'})")
+    return key if _BARE_KEY.fullmatch(key) else _string(key)
+
+
+def _dotted(path: tuple[str, ...]) -> str:
+    return ".".join(_key(k, ()) for k in path)
+
+
+def _is_tables(value: Any) -> bool:
+    return (
+        isinstance(value, (list, tuple))
+        and bool(value)
+        and all(isinstance(v, Mapping) for v in value)
+    )
+
+
+def _table(
+    lines: list[str], path: tuple[str, ...], table: Mapping[str, Any], header: str | None
+) -> None:
+    """A table's plain keys under ``header`` (none: the top level, or a table that holds only
+    tables, which TOML makes implicitly), then its tables and arrays of tables."""
+    plain = {k: v for k, v in table.items() if not isinstance(v, Mapping) and not _is_tables(v)}
+    nested = [k for k in table if k not in plain]
+    if header is not None and (plain or not nested or header.startswith("[[")):
+        lines += ["", header]
+    for k, v in plain.items():
+        lines.append(f"{_key(k, path)} = {_value(v, (*path, k))}")
+    for k in nested:
+        sub, v = (*path, k), table[k]
+        if isinstance(v, Mapping):
+            _table(lines, sub, v, f"[{_dotted(sub)}]")
+        else:
+            for item in v:
+                _table(lines, sub, item, f"[[{_dotted(sub)}]]")
+
+
+def _value(value: Any, path: tuple[str, ...]) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        if not -_INT64 <= value < _INT64:
+            raise ValueError(f"{_dotted(path)}: {value} does not fit TOML's 64-bit integers")
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, decimal.Decimal):
+        return _decimal(value)
+    if isinstance(value, str):
+        return _string(value)
+    if isinstance(value, os.PathLike):
+        return _string(os.fspath(value))
+    if isinstance(value, (datetime.date, datetime.time)):  # datetime is a date
+        if isinstance(value, datetime.time) and value.tzinfo is not None:
+            raise ValueError(f"{_dotted(path)}: a TOML time of day has no UTC offset")
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        items = [f"{_key(k, path)} = {_value(v, (*path, k))}" for k, v in value.items()]
+        return "{ " + ", ".join(items) + " }" if items else "{}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_value(v, path) for v in value) + "]"
+    where = _dotted(path) or "the top level"
+    if value is None:
+        raise TypeError(f"{where} is None: TOML has no null (leave the key out)")
+    raise TypeError(f"{where}: {type(value).__name__} has no TOML spelling ({value!r})")
+
+
+def _decimal(value: decimal.Decimal) -> str:
+    if value.is_nan():
+        return "nan"
+    if value.is_infinite():
+        return "-inf" if value.is_signed() else "inf"
+    text = str(value)
+    return text if any(c in text for c in ".eE") else f"{text}.0"
+
+
+def _string(text: str) -> str:
+    out = []
+    for c in text:
+        if c in _ESCAPES:
+            out.append(_ESCAPES[c])
+        elif ord(c) < 0x20 or ord(c) == 0x7F:
+            out.append(f"\\u{ord(c):04X}")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'

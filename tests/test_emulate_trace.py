@@ -168,10 +168,10 @@ def test_play_changes_links_and_shares_then_restores(
 def test_a_reproductions_trace_stops_and_restores_even_where_sigint_is_ignored(
     bed: tuple[testbed.Testbed, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # the reproductions play traces through reproduce.testbed.trace_running; started from a
+    # the reproductions play traces through experiment.testbed.trace_running; started from a
     # script's background job, the trace inherits an ignored SIGINT, so the helper stops it
     # with SIGTERM
-    from edgetrain.reproduce.testbed import trace_running
+    from edgetrain.experiment.testbed import trace_running
 
     tb, state = bed
     h1 = tb.topo.host("h1")

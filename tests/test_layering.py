@@ -48,7 +48,6 @@ LAYERS: list[str] = [
 ]
 # A package being replaced shares its successor's rung until it is gone; the test below fails
 # once it is gone, so that its name is removed from here too.
-RETIRING: dict[str, str] = {"reproduce": "experiment"}
 FAMILIES = {"gossip", "ps", "pipeline"}
 PLATFORM = {"comm", "runtime", "worker", "launch"}  # the runtime and the control plane
 
@@ -116,7 +115,6 @@ def _own_top(path: Path) -> str:
 
 
 def _rung(name: str) -> int:
-    name = RETIRING.get(name, name)
     if name not in LAYERS:
         raise AssertionError(f"edgetrain.{name} is on no rung: add it to LAYERS")
     return LAYERS.index(name)
@@ -125,16 +123,8 @@ def _rung(name: str) -> int:
 def test_every_package_is_on_its_own_rung() -> None:
     assert len(set(LAYERS)) == len(LAYERS), "a name is on two rungs"
     tops = {_own_top(path) for path in MODULES.values()}
-    missing = sorted(t for t in tops if RETIRING.get(t, t) not in LAYERS)
+    missing = sorted(t for t in tops if t not in LAYERS)
     assert missing == [], f"edgetrain.{missing[0]} is on no rung: add it to LAYERS"
-
-
-def test_a_retiring_package_is_still_there() -> None:
-    for old, new in RETIRING.items():
-        assert (PACKAGE / old).exists(), (
-            f"edgetrain/{old} is gone: remove '{old}' from RETIRING in {Path(__file__).name}"
-        )
-        assert new in LAYERS
 
 
 def test_no_module_imports_a_higher_layer_or_a_family_it_must_not_know() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from edgetrain.errors import EdgetrainError
-from edgetrain.reproduce import cli
+from edgetrain.experiment import cli
 from tests.helpers.procs import edgetrain_processes, kill_all
 from tests.helpers.waiting import wait_until
 
@@ -67,7 +67,7 @@ count = 2
 DRIVER = """
 import sys
 from pathlib import Path
-from edgetrain.reproduce import runs
+from edgetrain.experiment import runs
 runs.run_arm(Path(sys.argv[1]), runs.Arm("long", sys.argv[2]), 1)
 """
 
@@ -117,7 +117,7 @@ def test_ctrl_c_while_a_testbed_comes_up_still_brings_it_down(
     """Ctrl-C during ``emulate up --verify`` (a minute of link and CPU probes) kills it
     half-way; the testbed's ``down`` must still run, or its namespaces, sshd servers and probes
     outlive the reproduction (seen in a Mercury run stopped at the 10 Mbit/s bring-up)."""
-    from edgetrain.reproduce import testbed
+    from edgetrain.experiment import testbed
 
     calls: list[tuple[str, ...]] = []
 
@@ -140,7 +140,7 @@ def test_a_missing_data_root_is_one_line_and_leaves_no_out_directory(
 ) -> None:
     import importlib
 
-    main = importlib.import_module(f"edgetrain.reproduce.{paper}").main
+    main = importlib.import_module(f"reproductions.{paper}").main
     out = tmp_path / "out"
     code = main(["--data-root", str(tmp_path / "missing"), "--out", str(out)])
     err = capsys.readouterr().err

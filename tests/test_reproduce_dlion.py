@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from edgetrain.errors import EdgetrainError
+from edgetrain.experiment import cli
 from edgetrain.recipe import parse_recipe
-from edgetrain.reproduce import cli, dlion
 from edgetrain.tomlconfig import loads
+from reproductions import dlion
 
 
 @pytest.mark.slow
@@ -195,14 +196,14 @@ def test_local_recipes_carry_slowdowns_sites_and_the_arm() -> None:
     assert slow == ["slowdown = 1.0000"] + ["slowdown = 3.0000"] * 3
     knee = dlion.recipe(PLAN, "knee-512", compute, 'dataset = "digits"\n', 0.02, 800, b0=128)
     assert "batch_size = 128" in knee and "t_bs" not in knee and "batching = false" in knee
-    sites = loads(dlion.SITES_SPEC)
+    sites = dlion.SITES_SPEC
     assert [s["hosts"][0]["cpu"] for s in sites["sites"]] == [0.7, 0.5, 0.4, 0.3]
 
 
 def dlion_section(name: str) -> type:
-    from edgetrain.gossip.exchange_checks import SECTIONS
+    from edgetrain import techniques
 
-    return SECTIONS[name]
+    return techniques.section_models()[name]
 
 
 def test_every_claim_and_section_from_literal_rows() -> None:
@@ -255,7 +256,7 @@ def test_every_claim_and_section_from_literal_rows() -> None:
     assert r8.claim.startswith("EXTENSION") and r8.direction_agrees is None
     assert r8.ours is not None and r8.ours.median == pytest.approx(40)
     assert r8.details["send_receive_frequency"]["0"]["send"] == pytest.approx(0.6)
-    md = dict(dlion._sections(res, PLAN))
+    md = dict(dlion.sections(res, PLAN))
     assert (
         "R-DL-5: batch threshold" in md
         and "| 256 | 0.9000 | 0.9600 |" in md["R-DL-5: batch threshold"]

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from edgetrain.reproduce import dynacomm, report
+from edgetrain.experiment import report
+from reproductions import dynacomm
 
 
 @pytest.mark.timeout(300)
@@ -126,7 +127,7 @@ def test_an_arm_the_trace_stops_is_reported_not_fatal() -> None:
         "replanned": {"train_s": 100.0, "iteration_s": 1.0, "per_epoch": []},
         "lbl": {"run": "trace-lbl-x-s1", "failed": error},
     }
-    text = dynacomm._trace_text(trace)
+    text = dynacomm.trace_text(trace)
     assert "| replanned | 100.0 | 1.000 |" in text
     assert (
         "| lbl | did not complete: run failed: 3 of 4 workers failed: worker 1 (host trainer-1): "

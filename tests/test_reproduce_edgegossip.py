@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edgetrain.reproduce import edgegossip
+from reproductions import edgegossip
 
 
 @pytest.mark.slow
@@ -71,7 +71,7 @@ def test_local_recipes_carry_the_slowdowns_and_the_arm() -> None:
     plan = edgegossip.plan_for(
         type("A", (), {"seeds": 3, "smoke": False, "quick": False, "testbed": "local"})()
     )
-    bed = edgegossip.Bed(edgegossip.SHARES)
+    bed = edgegossip.Bed(edgegossip.bed_spec("edgegossip-4", edgegossip.SHARES))
     text = edgegossip.recipe(plan, "eg-oracle", bed, 40, 'dataset = "digits"\n', "/p/{host}.h")
     filled = text.format(seed=7)
     assert 'technique = "edgegossip"' in filled and 'order = "oracle"' in filled

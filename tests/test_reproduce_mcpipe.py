@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from edgetrain.reproduce import mcpipe, mcpipe_claims
-from edgetrain.reproduce.mcpipe_recipes import (
+from edgetrain.tomlconfig import loads
+from reproductions import mcpipe, mcpipe_claims
+from reproductions.mcpipe_recipes import (
     MLP_WIDE,
     RunSpec,
     Workload,
@@ -18,7 +19,6 @@ from edgetrain.reproduce.mcpipe_recipes import (
     recipe,
     slots,
 )
-from edgetrain.tomlconfig import loads
 
 
 @pytest.mark.timeout(400)

@@ -13,11 +13,12 @@ import pytest
 
 from edgetrain.emulate.trace import Trace, load_trace
 from edgetrain.errors import EdgetrainError
+from edgetrain.experiment import cli
 from edgetrain.ps.mercury.config import MercurySection, settings
 from edgetrain.recipe import parse_recipe
-from edgetrain.reproduce import cli, mercury, mercury_claims
-from edgetrain.reproduce.mercury_plan import ALL, Plan, data_text, plan_for, recipe, targets_from
 from edgetrain.tomlconfig import loads
+from reproductions import mercury, mercury_claims, mercury_text
+from reproductions.mercury_plan import ALL, Plan, data_table, plan_for, recipe, targets_from
 
 FIELDS = {"id", "claim", "paper_value", "ours", "unit", "seeds", "direction_agrees", "deviations"}
 
@@ -110,7 +111,7 @@ def test_digits_targets_keep_a_wider_margin() -> None:
 
 def test_recipes_differ_only_in_the_technique_and_its_keys() -> None:
     p = plan_for(_args())
-    data = data_text(p, "/data/mnist", 0.5)
+    data = data_table(p, "/data/mnist", 0.5)
     texts = {
         arm: recipe(p, arm, data, 0.001, 0.98 if arm != "rs-aware" else None).format(seed=7)
         for arm in ("uniform", "mercury", "rs-aware", "all-is", "fed-mercury")
@@ -246,7 +247,7 @@ def test_the_pilot_and_the_premises_are_tables() -> None:
              "train_s": None, "curve": []},
         ],
     }  # fmt: skip
-    table = mercury_claims.pilot_table(pilot)
+    table = mercury_text.pilot_table(pilot)
     assert "| uniform-pilot-lr0.001-s0 | 0.001 | 0.9835 | 61.2 |" in table
     assert "| uniform-pilot-lr0.004-s0 | 0.004 | - | - |" in table
     assert "learning rate 0.001; targets 0.978 (primary) and 0.968 (secondary)" in table
@@ -254,8 +255,8 @@ def test_the_pilot_and_the_premises_are_tables() -> None:
     probes = [{"iteration": 20, "lag": 0, "top10_share": 0.4},
               {"iteration": 20, "lag": 1, "under_5pct": 0.6, "under_10pct": 0.8},
               {"iteration": 100, "lag": 10, "under_5pct": 0.3, "under_10pct": 0.5}]  # fmt: skip
-    premises = mercury_claims.premises_table([_row("premises", 1, None, None, premises=probes)])
+    premises = mercury_text.premises_table([_row("premises", 1, None, None, premises=probes)])
     assert "| 1 | 20 | 40.0 | 60.0 / 80.0 | - / - |" in premises
     assert "| 1 | 100 | - | - / - | 30.0 / 50.0 |" in premises
-    names = [name for name, _ in mercury_claims.sections({"r_m1": {}, "pilot": pilot}, PLAN)]
+    names = [name for name, _ in mercury_text.sections({"r_m1": {}, "pilot": pilot}, PLAN)]
     assert "Pilot (seed 0, not reused)" in names

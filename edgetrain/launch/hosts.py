@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from edgetrain import tomlconfig
 from edgetrain.errors import EdgetrainError
+from edgetrain.sizes import parse_size
 
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 
@@ -52,8 +53,6 @@ class Host(_Model):
     @classmethod
     def _size(cls, v: Any) -> Any:
         if isinstance(v, str):
-            from edgetrain.emulate.spec import parse_size
-
             return parse_size(v)
         return v
 
@@ -226,13 +225,7 @@ def _fields(model: BaseModel, *skip: str) -> dict[str, Any]:
 
 
 def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return tomlconfig.inline(value)
 
 
 @dataclass(frozen=True)

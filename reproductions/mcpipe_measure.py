@@ -5,19 +5,13 @@ target, the accuracy at a time, and per stage its compute, replay, links and mem
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from edgetrain.experiment.claims import number
 from edgetrain.pipeline.bounds import FLOAT, paper_bound
 
 Row = dict[str, Any]
-
-
-def _num(x: Any) -> float | None:
-    if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x):
-        return float(x)
-    return None
 
 
 def curve(summary: Mapping[str, Any]) -> list[Row]:
@@ -25,13 +19,13 @@ def curve(summary: Mapping[str, Any]) -> list[Row]:
     snaps = (summary.get("technique_report") or {}).get("snapshots") or []
     out = [
         {
-            "train_s": _num(s.get("train_s")),
-            "accuracy": _num(s.get("test_accuracy")),
+            "train_s": number(s.get("train_s")),
+            "accuracy": number(s.get("test_accuracy")),
             "microbatches": s.get("microbatches"),
             "sha256": s.get("sha256"),
         }
         for s in snaps
-        if isinstance(s, dict) and _num(s.get("test_accuracy")) is not None
+        if isinstance(s, dict) and number(s.get("test_accuracy")) is not None
     ]
     return sorted(out, key=lambda p: (p["train_s"] or 0.0, p["microbatches"] or 0))
 
@@ -139,6 +133,6 @@ def accuracy_row(
 
 def link_rate(row: Mapping[str, Any], inbox: str) -> float | None:
     """What arrived on a stage's inbox over the link's busy time, in bits/s."""
-    from edgetrain.pipeline.report import inbox_rate
+    from edgetrain.pipeline.stage_report import inbox_rate
 
     return inbox_rate((row.get("link_arrived") or {}).get(inbox))

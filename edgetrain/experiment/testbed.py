@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from edgetrain.errors import EdgetrainError
-from edgetrain.reproduce.runs import stop
+from edgetrain.experiment.runs import stop
 
 
 @dataclass(frozen=True)

@@ -29,27 +29,43 @@ limits (one bandwidth, R-M5 not run). Resumable: a run whose summary says it com
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from edgetrain.emulate.trace import load_trace
-from edgetrain.reproduce import cli, report
-from edgetrain.reproduce import mercury_claims as claims
-from edgetrain.reproduce.mercury_plan import PROBES, R_M3, Plan, data_text, plan_for, targets_from
-from edgetrain.reproduce.mercury_plan import recipe as make_recipe
-from edgetrain.reproduce.runs import Arm, interleave, run_arm
-from edgetrain.reproduce.testbed import Testbed, testbed, trace_running, verify_markdown
+from edgetrain.experiment import cli, report
+from edgetrain.experiment.arms import Arm
+from edgetrain.experiment.beds import Bed, BedSpec, access_at, bring_up, trace_toml, write_trace
+from edgetrain.experiment.claims import Row
+from edgetrain.experiment.compare import seed_by_seed
+from edgetrain.experiment.runner import Runner, Summary
+from edgetrain.experiment.testbed import trace_running
+from reproductions import mercury_claims as claims
+from reproductions.mercury_plan import (
+    PROBES,
+    QUICK_HELP,
+    R_M3,
+    SMOKE_HELP,
+    TESTBED_HELP,
+    Plan,
+    data_table,
+    plan_dict,
+    plan_for,
+    targets_from,
+)
+from reproductions.mercury_plan import recipe as make_recipe
+from reproductions.mercury_text import CALIBRATION, sections
 
-REPO = Path(__file__).resolve().parents[2]
+# the paper's plan, arms and claims, as its tests and readers use them
+__all__ = ["TRACE", "main", "measure", "reproduce", "trace_text"]
+REPO = Path(__file__).resolve().parents[1]
 TESTBED = REPO / "recipes" / "testbeds" / "mercury-4u.toml"
 TRACE = REPO / "recipes" / "testbeds" / "traces" / "mercury-4u-variation.toml"
 NOMINAL_MBIT = 100  # the rate of the testbed file and the trace
-
-
-# ------------------------------------------------------------------ reading runs
+RUN_TIMEOUT_S = 7200.0
 
 
 def measure(
@@ -88,48 +104,26 @@ def measure(
     return row
 
 
-# ------------------------------------------------------------------ testbeds and traces
-
-
 def trace_text(bandwidth: int) -> str:
     """The ±10% variation trace, its rates scaled from 100 Mbit/s to ``bandwidth``."""
     trace = load_trace(TRACE)
-    lines = [f"loop = {str(trace.loop).lower()}"]
+    changes = []
     for c in trace.changes:
         assert c.link is not None and c.rate is not None
         rate = f"{round(c.rate * bandwidth / NOMINAL_MBIT / 1000)}kbit"
-        lines += ["", "[[changes]]", f"at = {c.at:g}", f'link = "{c.link}"', f'rate = "{rate}"']
-    return "\n".join(lines) + "\n"
-
-
-@contextmanager
-def _bed(p: Plan, bandwidth: int, out: Path) -> Iterator[Testbed | None]:
-    """mercury-4u with every access link at ``bandwidth`` (verified), or none (local)."""
-    if p.local:
-        yield None
-        return
-    text = TESTBED.read_text().replace('access = "100mbit"', f'access = "{bandwidth}mbit"')
-    variant = out / "testbeds" / f"mercury-4u-{bandwidth}.toml"
-    variant.parent.mkdir(parents=True, exist_ok=True)
-    variant.write_text(text)
-    cli.say(f"bringing up and verifying mercury-4u at {bandwidth} Mbit/s")
-    with testbed(variant, "mercury-4u") as tb:
-        yield tb
-
-
-# ------------------------------------------------------------------ batches of runs
+        changes.append({"at": c.at, "link": c.link, "rate": rate})
+    return trace_toml(changes, loop=trace.loop)
 
 
 @dataclass
-class Runner:
-    """Runs arms into ``out`` and keeps their rows."""
+class Batches:
+    """Mercury's arms, run by ``runner`` at the learning rate and targets the pilot fixed."""
 
     p: Plan
-    out: Path
+    runner: Runner
     root: str | None
     lr: float = 0.001
     targets: dict[str, float] = field(default_factory=dict)
-    rows: list[dict[str, Any]] = field(default_factory=list)
 
     def arm(
         self,
@@ -139,49 +133,46 @@ class Runner:
         stop: bool = True,
         extra: dict[str, Any] | None = None,
     ) -> Arm:
-        data = data_text(self.p, self.root, alpha)
+        data = data_table(self.p, self.root, alpha)
         target = self.targets.get("primary") if stop else None
-        return Arm(f"{name}-{tag}", make_recipe(self.p, name, data, self.lr, target, extra))
+        text = make_recipe(self.p, name, data, self.lr, target, extra)
+        return Arm(f"{name}-{tag}", text, label=name)
 
     def batch(
         self,
         group: str,
         names: Sequence[str],
         tag: str,
-        tb: Testbed | None,
+        bed: Bed,
         alpha: float | None = None,
         stop: bool = True,
         trace: Path | None = None,
         seeds: Sequence[int] | None = None,
         extra: dict[str, Any] | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[Row]:
         """``names`` at every seed, interleaved (A s1, B s1, A s2, ...)."""
-        arms = {f"{n}-{tag}": n for n in names}
-        pairs = interleave(
-            [self.arm(n, tag, alpha, stop, extra) for n in names], seeds or self.p.seeds
-        )
-        got = []
-        for arm, seed in pairs:
-            playing = trace_running(tb.name, trace) if trace is not None and tb else nullcontext()
-            with playing:
-                summary = run_arm(self.out, arm, seed, tb.hosts_file if tb else None, 7200, cli.say)
-            row = measure(summary, arms[arm.name], seed, self.targets, self.p.every)
-            row.update(group=group, name=arm.name)
-            self.rows.append(row)
-            got.append(row)
-        return got
+
+        def row(arm: Arm, seed: int, summary: Summary) -> Row:
+            got = measure(summary, arm.arm, seed, self.targets, self.p.every)
+            return got | {"group": group, "name": arm.name}
+
+        def around(arm: Arm, seed: int) -> AbstractContextManager[Any]:
+            if trace is not None and bed.tb is not None:
+                return trace_running(bed.tb.name, trace)
+            return nullcontext()
+
+        arms = [self.arm(n, tag, alpha, stop, extra) for n in names]
+        return self.runner.batch(arms, seeds or self.p.seeds, bed, row, around)
 
 
-def _pilot(run: Runner, tb: Testbed | None) -> dict[str, Any]:
+def _pilot(run: Batches, bed: Bed) -> dict[str, Any]:
     """Seed 0 of the uniform baseline for the whole budget at each candidate learning rate: the
     best fixes the learning rate and the targets. Reported, never reused."""
     tried = []
     for lr in run.p.lrs:
         run.lr = lr
         arm = run.arm("uniform", f"pilot-lr{lr:g}", stop=False)
-        summary = run_arm(
-            run.out, arm, run.p.pilot_seed, tb.hosts_file if tb else None, 7200, cli.say
-        )
+        summary = run.runner.summary(arm, run.p.pilot_seed, bed)
         row = measure(summary, "uniform", run.p.pilot_seed, {}, run.p.every)
         tried.append(
             {
@@ -199,7 +190,7 @@ def _pilot(run: Runner, tb: Testbed | None) -> dict[str, Any]:
     return {"seed": run.p.pilot_seed, "lr": run.lr, "targets": run.targets, "tried": tried}
 
 
-def _points(summary: dict[str, Any], every: int) -> list[list[float]]:
+def _points(summary: Summary, every: int) -> list[list[float]]:
     """The curve as [iterations, accuracy] pairs (short enough for the report)."""
     return [
         [int(pt["epoch"]) * every, round(float(pt["test_accuracy"]), 4)]
@@ -208,47 +199,36 @@ def _points(summary: dict[str, Any], every: int) -> list[list[float]]:
     ]
 
 
-def _compare(rows: Sequence[dict[str, Any]], target: float | None) -> dict[str, Any]:
-    """``edgetrain compare`` of each seed's baseline and Mercury run (baseline first)."""
-    from edgetrain.report.compare import compare
-    from edgetrain.rundir import RunDir
-
-    by_seed: dict[int, dict[str, str]] = {}
-    for r in rows:
-        by_seed.setdefault(r["seed"], {})[r["arm"]] = r["run"]
+def _compare(rows: Sequence[Row], target: float | None) -> dict[str, Any]:
+    """``edgetrain compare`` of each seed's baseline and Mercury run (baseline first), without
+    the curves."""
     out = {}
-    for seed, runs in sorted(by_seed.items()):
-        if {"uniform", "mercury"} <= set(runs):
-            pair = [RunDir.open(runs["uniform"]), RunDir.open(runs["mercury"])]
-            got = compare(pair, target)
-            out[str(seed)] = {k: v for k, v in got.items() if k != "runs"} | {
-                "runs": [{k: v for k, v in r.items() if k != "curve"} for r in got["runs"]]
-            }
+    for seed, got in seed_by_seed(rows, target, ("uniform", "mercury")).items():
+        out[seed] = {k: v for k, v in got.items() if k != "runs"} | {
+            "runs": [{k: v for k, v in r.items() if k != "curve"} for r in got["runs"]]
+        }
     return out
 
 
-# ------------------------------------------------------------------ main
-
-
 def reproduce(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the mode's plan into ``--out`` (what ran before is kept) and write the report."""
     p = plan_for(args)
-    out: Path = args.out.resolve()
-    root = str(cli.data_root(args.data_root)) if p.dataset == "mnist" else None
-    out.mkdir(parents=True, exist_ok=True)
-    run = Runner(p, out, root)
+    out, root = cli.out_dir(args, p.dataset == "mnist")
+    runner = Runner(out, cli.say, RUN_TIMEOUT_S)
+    run = Batches(p, runner, str(root) if root else None)
     res: dict[str, Any] = {"r_m1": {}, "testbeds": {}, "compare": {}}
     for bw in p.bandwidths:
-        with _bed(p, bw, out) as tb:
-            if tb is not None:
-                res["testbeds"][f"{bw} Mbit/s"] = verify_markdown(tb)
+        spec = BedSpec("mercury-4u", spec=access_at(TESTBED, f"{bw}mbit"))
+        tables, label, about = res["testbeds"], f"{bw} Mbit/s", f" at {bw} Mbit/s"
+        with bring_up(spec, out, p.local, cli.say, tables, label, f"mercury-4u-{bw}", about) as b:
             if bw == p.home:
-                res["pilot"] = _pilot(run, tb)
+                res["pilot"] = _pilot(run, b)
             tag = f"{bw}mbit" if not p.local else "local"
-            rows = run.batch(f"R-M1 {bw}", ("uniform", "mercury"), tag, tb)
+            rows = run.batch(f"R-M1 {bw}", ("uniform", "mercury"), tag, b)
             res["r_m1"][str(bw)] = rows
             res["compare"][str(bw)] = _compare(rows, run.targets.get("primary"))
             if bw == p.home:
-                _home_experiments(run, res, tb, tag)
+                _home_experiments(run, res, b, tag)
     res["targets"] = run.targets
     res["lr"] = run.lr
     found = claims.build(res, p)
@@ -257,30 +237,32 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
         "mercury",
         "Mercury",
         found,
-        run.rows,
-        claims.sections(res, p),
-        {"results": res, "plan": claims.plan_dict(p)},
-        preamble=claims.calibration_text(p),
+        runner.rows,
+        sections(res, p),
+        {"results": res, "plan": plan_dict(p)},
+        preamble=CALIBRATION,
     )
 
 
-def _home_experiments(run: Runner, res: dict[str, Any], tb: Testbed | None, tag: str) -> None:
+def _home_experiments(run: Batches, res: dict[str, Any], bed: Bed, tag: str) -> None:
     """R-M2 .. R-M7 at the first bandwidth, each where the plan asks for it."""
     p = run.p
     if "R-M2" in p.experiments:
-        res["r_m2"] = run.batch("R-M2", ("groupwise", "all-is"), tag, tb)
+        res["r_m2"] = run.batch("R-M2", ("groupwise", "all-is"), tag, bed)
     if "R-M3" in p.experiments:
-        res["r_m3"] = run.batch("R-M3", R_M3, f"{tag}-dir0.5", tb, alpha=0.5, stop=False)
+        res["r_m3"] = run.batch("R-M3", R_M3, f"{tag}-dir0.5", bed, alpha=0.5, stop=False)
     if "R-M4" in p.experiments:
-        res["r_m4"] = run.batch("R-M4", ("sequential",), tag, tb)
-    if "R-M5" in p.experiments and tb is not None:
-        trace = run.out / "testbeds" / f"mercury-4u-variation-{p.home}.toml"
-        trace.write_text(trace_text(p.home))
-        res["r_m5"] = run.batch("R-M5", ("mercury", "bw-agnostic"), f"{tag}-trace", tb, trace=trace)
+        res["r_m4"] = run.batch("R-M4", ("sequential",), tag, bed)
+    if "R-M5" in p.experiments and bed.tb is not None:
+        path = run.runner.out / "testbeds" / f"mercury-4u-variation-{p.home}.toml"
+        trace = write_trace(path, trace_text(p.home))
+        res["r_m5"] = run.batch(
+            "R-M5", ("mercury", "bw-agnostic"), f"{tag}-trace", bed, trace=trace
+        )
     if "R-M6" in p.experiments:
         res["r_m6"] = {
             f"{a:g}": run.batch(
-                f"R-M6 {a:g}", ("fed-uniform", "fed-mercury"), f"{tag}-dir{a:g}", tb, alpha=a
+                f"R-M6 {a:g}", ("fed-uniform", "fed-mercury"), f"{tag}-dir{a:g}", bed, alpha=a
             )
             for a in p.alphas
         }
@@ -288,25 +270,11 @@ def _home_experiments(run: Runner, res: dict[str, Any], tb: Testbed | None, tag:
         probes = [i for i in PROBES if i + 10 < p.budget]
         extra = {"premise_probe": probes}
         res["r_m7"] = run.batch(
-            "R-M7", ("premises",), tag, tb, stop=False, seeds=p.seeds[:1], extra=extra
+            "R-M7", ("premises",), tag, bed, stop=False, seeds=p.seeds[:1], extra=extra
         )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = cli.parser(
-        "mercury",
-        __doc__,
-        quick="R-M1 alone at 100 Mbit/s on digits, one seed (<10 min)",
-        smoke="the test suite's path: R-M1 on local processes, digits, a tiny budget (<2 min)",
-        seeds=2,
-    )
-    ap.add_argument(
-        "--testbed",
-        choices=("emulated", "local"),
-        default="emulated",
-        help="the emulated testbed mercury-4u (root) or local processes without link limits",
-    )
-    return cli.run(ap, argv, reproduce)
+main = cli.entry("mercury", __doc__, reproduce, 2, QUICK_HELP, SMOKE_HELP, TESTBED_HELP)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The mcPipe reproduction's correctness checks in one process (specification §8, T3 and T14).
+"""The mcPipe reproduction's correctness checks in one process (specification §8, T3 and T14),
+its phase 1.
 
 - :func:`per_microbatch`: PipeDream and mcPipe in the in-process simulator, every operation
   logging a digest of the weights it used per unit: equal logs mean mcPipe's weights on demand
@@ -14,9 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from edgetrain.experiment.kept import kept
 from edgetrain.pipeline import simulate
 from edgetrain.pipeline.partition import bounds_of
 from edgetrain.pipeline.stores import Hyper
+from reproductions.mcpipe_runs import Ctx
 
 
 def _one_thread() -> Any:
@@ -117,3 +120,15 @@ def simulated_sha(recipe_text: str, seed: int, split: Sequence[int]) -> str:
     finally:
         torch.set_num_threads(before)
     return model_sha256(result.weights)
+
+
+def phase_sim(ctx: Ctx) -> list[dict[str, Any]]:
+    """Phase 1: :func:`per_microbatch` for every configuration of the plan (kept)."""
+    return list(kept(ctx.out / "correctness.json", lambda: _per_config(ctx)))
+
+
+def _per_config(ctx: Ctx) -> list[dict[str, Any]]:
+    ctx.say("mcPipe against PipeDream per microbatch, in one process")
+    return [
+        per_microbatch(model, options, "digits", split, e) for model, options, split, e in ctx.p.sim
+    ]

@@ -9,14 +9,13 @@ same seed, data, testbed, model, batch and learning rate (shared/specs/ps.md §3
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from edgetrain.errors import EdgetrainError
-from edgetrain.reproduce import cli
+from edgetrain.experiment import cli, recipes
+from edgetrain.experiment.pilot import PILOT_SEED
 
 # Each arm: its technique and the [mercury] keys it sets.
 ARMS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -55,7 +54,7 @@ class Plan:
     alphas: tuple[float, ...] = (10.0, 1.0, 0.5)  # R-M6
     batch: int = 32
     devices: int = 4
-    pilot_seed: int = 0
+    pilot_seed: int = PILOT_SEED
 
     @property
     def home(self) -> int:
@@ -70,18 +69,21 @@ class Plan:
 ALL = frozenset({"R-M2", "R-M3", "R-M4", "R-M5", "R-M6", "R-M7"})
 
 
+# the help of --quick and --smoke (and --testbed)
+QUICK_HELP = "R-M1 alone at 100 Mbit/s on digits, one seed (<10 min)"
+SMOKE_HELP = "the test suite's path: R-M1 on local processes, digits, a tiny budget (<2 min)"
+TESTBED_HELP = "the emulated testbed mercury-4u (root) or local processes without link limits"
+
+
 def plan_for(args: argparse.Namespace) -> Plan:
     """The plan of a mode: ``--smoke`` (the test suite), ``--quick`` (R-M1 at one bandwidth on
     digits, < 10 min) or the default (about two hours on this 2-core machine)."""
-    if args.seeds < 1:
-        raise EdgetrainError(f"--seeds must be at least 1, not {args.seeds}")
-    seeds = tuple(range(1, args.seeds + 1))
-    local = getattr(args, "testbed", "emulated") == "local"
+    seeds = cli.measured_seeds(args)
+    local = cli.local(args)
     if args.smoke:
         return Plan((1,), True, "digits", "lenet5", (100,), 40, 10, (0.001,), frozenset())
     if args.quick:
-        q = cli.quick_seeds(args, seeds)
-        return Plan(q, local, "digits", "lenet5", (100,), 600, 10, (0.001,), frozenset())
+        return Plan(seeds, local, "digits", "lenet5", (100,), 600, 10, (0.001,), frozenset())
     bandwidths = (100,) if local else (100, 10, 50, 200)
     experiments = ALL - {"R-M5"} if local else ALL
     return Plan(seeds, local, "mnist", "lenet5", bandwidths, 1200, 20, (0.001, 0.004), experiments)
@@ -99,28 +101,18 @@ def targets_from(pilot_accuracy: float | None, margin: float = 0.005) -> dict[st
     return {"primary": round(primary, 3), "secondary": secondary}
 
 
-def _toml(value: Any) -> str:
-    if isinstance(value, (str, bool)):
-        return json.dumps(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    return str(value)
-
-
-def data_text(p: Plan, root: str | None, alpha: float | None = None) -> str:
-    """The ``[data]`` body: IID, or a Dirichlet(alpha) start."""
-    text = 'dataset = "digits"\n' if p.dataset == "digits" else (
-        f'dataset = "mnist"\nroot = "{root}"\ntest_split = 0.2\n'
-    )  # fmt: skip
+def data_table(p: Plan, root: str | None, alpha: float | None = None) -> dict[str, Any]:
+    """The ``[data]`` table: IID, or a Dirichlet(alpha) start."""
+    table = recipes.data(p.dataset, root)
     if alpha is not None:
-        text += f'partition = "dirichlet"\nalpha = {alpha:g}\n'
-    return text
+        table |= {"partition": "dirichlet", "alpha": alpha}
+    return table
 
 
 def recipe(
     p: Plan,
     arm: str,
-    data: str,
+    data: dict[str, Any],
     lr: float,
     stop: float | None,
     extra: Mapping[str, Any] | None = None,
@@ -131,22 +123,14 @@ def recipe(
     mercury = {"epoch_iterations": p.every, **keys, **(extra or {})}
     if stop is not None:
         mercury["stop_accuracy"] = stop
-    body = "".join(f"{k} = {_toml(v)}\n" for k, v in mercury.items())
-    workers = f"[[workers]]\ncount = {p.devices}\n"  # one device a host, or local processes
-    text = f"""[run]
-name = "{arm}"
-seed = {{seed}}
-checkpoint_every = 0
-heartbeat_s = 5.0
-[data]
-{data}[model]
-name = "{p.model}"
-[train]
-family = "ps"
-technique = "{technique}"
-epochs = {p.epochs}
-batch_size = {p.batch}
-lr = {lr:g}
-[mercury]
-{body}{workers}"""
-    return text.replace("{", "{{").replace("}", "}}").replace("{{seed}}", "{seed}")
+    train = {"family": "ps", "technique": technique, "epochs": p.epochs, "batch_size": p.batch}
+    workers = [{"count": p.devices}]  # one device a host, or local processes
+    train["lr"] = lr
+    return recipes.recipe(arm, data, p.model, train, workers, {"mercury": mercury}, heartbeat_s=5.0)
+
+
+def plan_dict(p: Plan) -> dict[str, Any]:
+    """The plan as the report's JSON keeps it."""
+    d = asdict(p)
+    d["experiments"] = sorted(p.experiments)
+    return d

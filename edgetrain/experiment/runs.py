@@ -1,7 +1,7 @@
-"""Arms of a reproduction run side by side: same recipe but for the technique, same seeds,
-interleaved (A, B, A, B per seed), each a real ``edgetrain launch`` into
-``OUT/runs/<arm>-s<seed>``; a run whose report says it completed is not run again, so a
-reproduction can be stopped and continued in pieces."""
+"""One arm at one seed: a real ``edgetrain launch`` of its recipe into
+``OUT/runs/<arm>-s<seed>``. A run whose report says it completed is not run again, so a
+reproduction can be stopped and continued in pieces; every recipe is read back by the recipe
+loader before it is launched."""
 
 from __future__ import annotations
 
@@ -10,30 +10,16 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from edgetrain.errors import EdgetrainError
+from edgetrain.experiment.arms import Arm
+from edgetrain.experiment.recipes import check_file
 
 STOP_GRACE_S = 120.0
 """How long a stopped launcher may take to stop its workers and write its manifest."""
-
-
-@dataclass(frozen=True)
-class Arm:
-    """One side of a comparison: a name and the recipe text it launches (``{seed}`` is filled)."""
-
-    name: str
-    recipe: str
-    extra_args: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-
-
-def interleave(arms: Sequence[Arm], seeds: Sequence[int]) -> list[tuple[Arm, int]]:
-    """Seed by seed, every arm in turn: A s1, B s1, A s2, B s2, ..."""
-    return [(arm, seed) for seed in seeds for arm in arms]
 
 
 def run_dir(out: Path, arm: Arm, seed: int) -> Path:
@@ -69,6 +55,7 @@ def run_arm(
     recipe = out / "recipes" / f"{arm.name}-s{seed}.toml"
     recipe.parent.mkdir(parents=True, exist_ok=True)
     recipe.write_text(arm.recipe.format(seed=seed))
+    check_file(recipe)
     argv = [sys.executable, "-m", "edgetrain", "launch", str(recipe), "--run-dir", str(path)]
     argv += ["--format", "json", "--quiet-logs", *arm.extra_args]
     if hosts is not None:
@@ -124,21 +111,3 @@ def stop(proc: subprocess.Popen[Any], grace_s: float = STOP_GRACE_S) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-
-
-def data_section(dataset: str, root: Path | None) -> str:
-    """The ``[data]`` body of a reproduction recipe: digits, or MNIST from ``root`` (8k/2k)."""
-    if dataset == "digits":
-        return 'dataset = "digits"\n'
-    return f'dataset = "mnist"\nroot = "{root}"\ntest_split = 0.2\n'
-
-
-def time_to(summary: dict[str, Any], target: float | None) -> float | None:
-    """Training seconds until the workers' mean accuracy first reaches ``target``."""
-    if target is None:
-        return None
-    for point in summary.get("curve", []):
-        acc = point.get("test_accuracy")
-        if acc is not None and acc >= target:
-            return float(point["train_s"])
-    return None

@@ -1,4 +1,4 @@
-"""The mcPipe reproduction's recipes, hosts files and testbed specs: plain text from plain data.
+"""The mcPipe reproduction's recipes, hosts files and testbed specs, from plain data.
 
 A :class:`Workload` is what every arm of a comparison shares (data, model, learning rate,
 microbatch); a :class:`RunSpec` what one arm does (technique, stages, window, cuts, budget).
@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-MNIST_TEST_SPLIT = 0.2  # of the 10,000-image MNIST test set: 8,000 train, 2,000 held out
+from edgetrain.experiment import recipes
+
 MMAP_THRESHOLD = 131072  # memory runs: freed versions and pairs go back to the OS at once
 MLP_WIDE = {"hidden": [2048, 2048, 2048]}  # the FC-heavy MLP of the specification's §7.5
 
@@ -59,25 +60,12 @@ class RunSpec:
         return "replica" if self.technique == "dataparallel" else "stage"
 
 
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    return repr(value) if isinstance(value, float) else str(value)
-
-
-def data_text(w: Workload) -> str:
-    if w.dataset == "digits":
-        return 'dataset = "digits"\n'
-    return f'dataset = "mnist"\nroot = {_toml(str(w.root))}\ntest_split = {MNIST_TEST_SPLIT}\n'
+def data_table(w: Workload) -> dict[str, Any]:
+    return recipes.data(w.dataset, w.root)
 
 
 def recipe(w: Workload, r: RunSpec, name: str) -> str:
-    """The recipe of one arm; ``{seed}`` is left for :class:`~edgetrain.reproduce.runs.Arm`."""
-    options = "".join(f"{k} = {_toml(v)}\n" for k, v in w.options.items())
+    """The recipe of one arm; ``{seed}`` is left for :class:`~edgetrain.experiment.arms.Arm`."""
     pipeline: dict[str, Any] = {
         "microbatch": w.microbatch,
         "window_extra": r.extra,
@@ -91,21 +79,16 @@ def recipe(w: Workload, r: RunSpec, name: str) -> str:
         pipeline["microbatches"] = r.microbatches
     if r.memory:
         pipeline["mmap_threshold"] = MMAP_THRESHOLD
-    section = "".join(f"{k} = {_toml(v)}\n" for k, v in pipeline.items())
-    evaluator = '[[workers]]\nrole = "evaluator"\ncount = 1\n' if r.evaluator else ""
-    beat = f"heartbeat_s = {float(r.heartbeat_s)!r}\n" if r.heartbeat_s is not None else ""
-    parts = [
-        f"[run]\nname = {_toml(name)}\nseed = \0\ncheckpoint_every = 0\n{beat}",
-        f"[data]\n{data_text(w)}",
-        f"[model]\nname = {_toml(w.model)}\n",
-        f"[model.options]\n{options}" if options else "",
-        f'[train]\nfamily = "pipeline"\ntechnique = {_toml(r.technique)}\n',
-        f"epochs = {r.epochs}\nbatch_size = {w.microbatch}\nlr = {w.lr!r}\nmomentum = 0.0\n",
-        f"[pipeline]\n{section}",
-        f"[[workers]]\nrole = {_toml(r.role)}\ncount = {r.workers}\n{evaluator}",
-    ]
-    text = "".join(parts).replace("{", "{{").replace("}", "}}")
-    return text.replace("\0", "{seed}")
+    workers = [{"role": r.role, "count": r.workers}]
+    if r.evaluator:
+        workers.append({"role": "evaluator", "count": 1})
+    train = {"family": "pipeline", "technique": r.technique, "epochs": r.epochs}
+    train |= {"batch_size": w.microbatch, "lr": w.lr, "momentum": 0.0}
+    beat = float(r.heartbeat_s) if r.heartbeat_s is not None else None
+    sections = {"pipeline": pipeline}
+    return recipes.recipe(
+        name, data_table(w), w.model, train, workers, sections, heartbeat_s=beat, options=w.options
+    )
 
 
 def slots(r: RunSpec, hosts: int) -> list[int]:
@@ -141,11 +124,8 @@ class HostSpec:
     memory: str
 
 
-def testbed_text(name: str, hosts: Sequence[HostSpec], lan: str, about: str) -> str:
+def testbed_doc(name: str, hosts: Sequence[HostSpec], lan: str, about: str) -> dict[str, Any]:
     """A testbed spec of one site (``lan``: each host's link)."""
-    lines = [f"# {about}", f"name = {_toml(name)}", f"description = {_toml(about)}", ""]
-    lines += ["[[sites]]", 'name = "ethernet"', f"lan = {_toml(lan)}"]
-    for h in hosts:
-        lines += ["", "[[sites.hosts]]", f"name = {_toml(h.name)}", f"cpu = {h.cpu!r}"]
-        lines.append(f"memory = {_toml(h.memory)}")
-    return "\n".join(lines) + "\n"
+    members = [{"name": h.name, "cpu": h.cpu, "memory": h.memory} for h in hosts]
+    site = {"name": "ethernet", "lan": lan, "hosts": members}
+    return {"name": name, "description": about, "sites": [site]}

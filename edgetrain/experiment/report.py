@@ -9,7 +9,6 @@ the pilot that fixed the targets, the calibration) ride along. Pure except :func
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -83,7 +82,7 @@ def missing_values(values: Sequence[float | None]) -> str:
     )
 
 
-def _fmt(x: Any, unit: str = "") -> str:
+def _cell(x: Any, unit: str = "") -> str:
     if x is None:
         return "-"
     text = str(x)
@@ -116,14 +115,14 @@ def render_markdown(
     ]
     for c in claims:
         ours = (
-            f"{_fmt(c.ours.median, c.unit)} [{_fmt(c.ours.min)}, {_fmt(c.ours.max)}]"
+            f"{_cell(c.ours.median, c.unit)} [{_cell(c.ours.min)}, {_cell(c.ours.max)}]"
             if c.ours is not None
             else "not measured"
         )
         agrees = {True: "yes", False: "**no**", None: "-"}[c.direction_agrees]
         seeds = ", ".join(str(s) for s in c.seeds) or "-"
         lines.append(
-            f"| {c.id} | {c.claim} | {_fmt(c.paper_value, c.unit)} | {ours} | {seeds} | "
+            f"| {c.id} | {c.claim} | {_cell(c.paper_value, c.unit)} | {ours} | {seeds} | "
             f"{agrees} | {c.deviations} |"
         )
     for heading, body in sections:
@@ -152,9 +151,3 @@ def write(
     atomic_write_json(out / JSON_NAME, doc)
     atomic_write_text(out / MD_NAME, render_markdown(paper, title, claims, sections, preamble))
     return doc
-
-
-def finite_median(xs: Sequence[Any]) -> float | None:
-    """The median of the finite numbers in ``xs`` (None, NaN and infinities left out)."""
-    vals = [float(x) for x in xs if isinstance(x, (int, float)) and math.isfinite(x)]
-    return statistics.median(vals) if vals else None

@@ -1,5 +1,5 @@
-"""What every ``scripts/reproduce-<paper>`` shares: its common flags, the MNIST directory,
-progress lines on stderr, and the run-and-print of ``main``."""
+"""What every ``scripts/reproduce-<paper>`` shares: its common flags, the seeds a mode
+measures, the MNIST directory, progress lines on stderr, and the run-and-print of ``main``."""
 
 from __future__ import annotations
 
@@ -10,17 +10,27 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from edgetrain.errors import EdgetrainError
-from edgetrain.reproduce import report
+from edgetrain.experiment import report
 
 REPO = Path(__file__).resolve().parents[2]
+Say = Callable[[str], None]
 
 
-def parser(paper: str, doc: str, quick: str, smoke: str, seeds: int) -> argparse.ArgumentParser:
-    """``--quick``, ``--smoke``, ``--seeds``, ``--out``, ``--format``, ``--data-root``; a script
-    adds its own flags to what this returns."""
+class Main(Protocol):
+    """A script's ``main``: its arguments (None: the command line's), its exit status."""
+
+    def __call__(self, argv: Sequence[str] | None = None, /) -> int: ...
+
+
+def parser(
+    paper: str, doc: str, quick: str, smoke: str, seeds: int, testbed: str | None = None
+) -> argparse.ArgumentParser:
+    """``--quick``, ``--smoke``, ``--seeds``, ``--out``, ``--format``, ``--data-root`` and, with
+    ``testbed`` (its help), ``--testbed emulated|local``; a script adds its own flags to what
+    this returns."""
     ap = argparse.ArgumentParser(prog=f"reproduce-{paper}", description=doc.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help=quick)
     ap.add_argument("--smoke", action="store_true", help=smoke)
@@ -39,6 +49,10 @@ def parser(paper: str, doc: str, quick: str, smoke: str, seeds: int) -> argparse
         default=None,
         help="the MNIST directory (default: $EDGETRAIN_TEST_DATA/mnist-test)",
     )
+    if testbed is not None:
+        ap.add_argument(
+            "--testbed", choices=("emulated", "local"), default="emulated", help=testbed
+        )
     return ap
 
 
@@ -79,9 +93,41 @@ def run(
     return 0
 
 
+def entry(
+    paper: str,
+    doc: str | None,
+    reproduce: Callable[[argparse.Namespace], dict[str, Any]],
+    seeds: int,
+    quick: str,
+    smoke: str,
+    testbed: str | None = None,
+) -> Main:
+    """A reproduction's ``main(argv)``: :func:`parser` (``doc``'s first paragraph, the modes'
+    help, the default number of seeds, ``--testbed`` when given its help), then :func:`run`."""
+
+    def main(argv: Sequence[str] | None = None) -> int:
+        return run(parser(paper, doc or "", quick, smoke, seeds, testbed), argv, reproduce)
+
+    return main
+
+
 def quick_seeds(args: argparse.Namespace, seeds: tuple[int, ...]) -> tuple[int, ...]:
     """``--quick`` measures one seed unless ``--seeds N`` says how many."""
     return seeds if getattr(args, "seeds_given", False) else seeds[:1]
+
+
+def measured_seeds(args: argparse.Namespace) -> tuple[int, ...]:
+    """Seeds 1 .. ``--seeds`` (at least one); with ``--quick`` the first unless ``--seeds`` was
+    given."""
+    if args.seeds < 1:
+        raise EdgetrainError(f"--seeds must be at least 1, not {args.seeds}")
+    seeds = tuple(range(1, args.seeds + 1))
+    return quick_seeds(args, seeds) if args.quick else seeds
+
+
+def local(args: argparse.Namespace) -> bool:
+    """``--testbed local``: local processes instead of the emulated testbed."""
+    return bool(getattr(args, "testbed", "emulated") == "local")
 
 
 def say(line: str) -> None:
@@ -99,3 +145,16 @@ def data_root(arg: Path | None) -> Path:
             f"MNIST directory {root} not found", "pass --data-root DIR (the MNIST IDX files)"
         )
     return root.resolve()
+
+
+def out_dir(
+    args: argparse.Namespace, mnist: bool, resolve: bool = True
+) -> tuple[Path, Path | None]:
+    """``--out`` (created; resolved unless ``resolve`` is false, and then the runs' paths in the
+    report are as relative as ``--out``) and the MNIST directory when the plan trains on MNIST
+    (None otherwise); the data root is checked first, so that a wrong one leaves no ``--out``
+    behind its error."""
+    root = data_root(args.data_root) if mnist else None
+    out: Path = args.out.resolve() if resolve else args.out
+    out.mkdir(parents=True, exist_ok=True)
+    return out, root

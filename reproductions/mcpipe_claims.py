@@ -1,41 +1,25 @@
-"""The mcPipe reproduction's claims (the paper's results beside ours) and its tables. Pure:
-everything here is computed from the rows the phases measured (``results``)."""
+"""The mcPipe reproduction's claims (the paper's results beside ours). Pure: everything here is
+computed from the rows the phases measured (``results``)."""
 
 from __future__ import annotations
 
-import json
-import math
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from edgetrain.reproduce import report
-from edgetrain.reproduce.mcpipe_measure import same_snapshots
+from edgetrain.experiment.claims import Row, claim, median, number
+from edgetrain.experiment.claims import ratio as _ratio
+from edgetrain.experiment.report import Claim, Stat, above_bound
+from edgetrain.experiment.text import fmt
+from reproductions.mcpipe_measure import same_snapshots
 
-Row = dict[str, Any]
 MiB = 2**20
+ARMS = ("local", "dataparallel", "pipedream", "greedy", "mcpipe")
 GOAL_RATIO = 2.5  # issue 16: stage 0 resident >= 2.5x below PipeDream at a window of 4
 GOAL_REPLAY = 0.10  # mcPipe's extra compute within 10% of w_s/3
 GOAL_LINK = 0.9  # transfers at >= 0.9 of the link rate
 
 
-def _num(x: Any) -> float | None:
-    if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x):
-        return float(x)
-    return None
-
-
-def _ratio(a: Any, b: Any) -> float | None:
-    a, b = _num(a), _num(b)
-    return a / b if a is not None and b else None
-
-
-def _median(xs: Sequence[Any]) -> float | None:
-    vals = [v for v in (_num(x) for x in xs) if v is not None]
-    return statistics.median(vals) if vals else None
-
-
-def _runs(rows: Sequence[Row], arm: str, n: int) -> dict[int, Row]:
+def arm_runs(rows: Sequence[Row], arm: str, n: int) -> dict[int, Row]:
     """Accuracy rows of one arm on ``n`` hosts by seed (Local: its single topology)."""
     return {
         r["seed"]: r for r in rows if r["arm"] == arm and (arm == "local" or r["topology"] == n)
@@ -46,16 +30,15 @@ def _per_seed(
     rows: Sequence[Row], n: int, value: Callable[[Mapping[str, Row]], float | None]
 ) -> tuple[list[int], list[float | None]]:
     seeds = sorted({r["seed"] for r in rows if r["topology"] == n})
-    arms = ("local", "dataparallel", "pipedream", "greedy", "mcpipe")
-    by = {a: _runs(rows, a, n) for a in arms}
-    vals = [value({a: by[a][s] for a in arms if s in by[a]}) for s in seeds]
+    by = {a: arm_runs(rows, a, n) for a in ARMS}
+    vals = [value({a: by[a][s] for a in ARMS if s in by[a]}) for s in seeds]
     return seeds, vals
 
 
 # ------------------------------------------------------------------ accuracy claims
 
 
-def _same_model(rows: Sequence[Row], n: int) -> report.Claim:
+def _same_model(rows: Sequence[Row], n: int) -> Claim:
     def share(r: Mapping[str, Row]) -> float | None:
         if "mcpipe" not in r or "pipedream" not in r:
             return None
@@ -65,19 +48,19 @@ def _same_model(rows: Sequence[Row], n: int) -> report.Claim:
     seeds, vals = _per_seed(rows, n, share)
     gaps = _per_seed(rows, n, lambda r: _gap(r, "pipedream", "mcpipe"))[1]
     ok = [v for v in vals if v is not None]
-    return report.Claim(
+    return Claim(
         f"R-MP-{n}a",
         f"Fig. {n}: mcPipe and PipeDream train the same model (share of the snapshots taken "
         "after the same microbatches that hold bit-identical weights)",
         "almost identical",
-        report.Stat.of(vals),
+        Stat.of(vals),
         "x",
         seeds,
         bool(ok) and all(v == 1.0 for v in ok),
         "stronger than the paper: the same weights bit for bit (sequential replay with one "
         "shared weight-gradient function); mcPipe's replays make it slower per microbatch, so "
         "at the same training time it is behind by "
-        f"{_fmt_pts(_median(gaps))} (accuracy at the budget, PipeDream - mcPipe)",
+        f"{_fmt_pts(median(gaps))} (accuracy at the budget, PipeDream - mcPipe)",
         {"accuracy_gap_points": gaps},
     )
 
@@ -85,7 +68,7 @@ def _same_model(rows: Sequence[Row], n: int) -> report.Claim:
 def _gap(r: Mapping[str, Row], a: str, b: str) -> float | None:
     if a not in r or b not in r:
         return None
-    x, y = _num(r[a]["at_budget"]), _num(r[b]["at_budget"])
+    x, y = number(r[a]["at_budget"]), number(r[b]["at_budget"])
     return 100 * (x - y) if x is not None and y is not None else None
 
 
@@ -93,64 +76,70 @@ def _fmt_pts(x: float | None) -> str:
     return f"{x:+.2f} points" if x is not None else "- (not measured)"
 
 
-def _greedy_early(rows: Sequence[Row], n: int) -> report.Claim:
+GREEDY: dict[str, tuple[str, Any, str, Callable[[float], bool], str]] = {  # R-MP-{n}b, c
+    "b": (
+        "GreedyUpdates is fastest early (its time to the early target over the faster of "
+        "PipeDream and mcPipe)",
+        "< 1 (best for the first ~80 min)",
+        "x",
+        lambda m: m < 1.0,
+        "minutes in the paper (VGG16), seconds here (the FC-heavy MLP); staleness is only "
+        "N - 1 microbatches, so Greedy's inconsistent backwards change little",
+    ),
+    "c": (
+        "GreedyUpdates then ends below PipeDream and mcPipe (the better of the two minus "
+        "Greedy, accuracy at the training-time budget)",
+        5.0,
+        " points",
+        lambda m: m > 0,
+        "the paper's ~5 points come from VGG16 over hours; the budget here is seconds",
+    ),
+}
+
+
+def _greedy(
+    which: str, rows: Sequence[Row], n: int, value: Callable[[Mapping[str, Row]], float | None]
+) -> Claim:
+    text, paper, unit, agrees, note = GREEDY[which]
+    seeds, vals = _per_seed(rows, n, value)
+    med = median(vals)
+    verdict = None if med is None else agrees(med)
+    return claim(f"R-MP-{n}{which}", f"Fig. {n}: {text}", paper, vals, unit, seeds, verdict, note)
+
+
+def _greedy_early(rows: Sequence[Row], n: int) -> Claim:
     def ratio(r: Mapping[str, Row]) -> float | None:
         if not {"greedy", "pipedream", "mcpipe"} <= set(r):
             return None
-        others = [_num(r[a]["time_to_early"]) for a in ("pipedream", "mcpipe")]
+        others = [number(r[a]["time_to_early"]) for a in ("pipedream", "mcpipe")]
         best = min((o for o in others if o is not None), default=None)
         return _ratio(r["greedy"]["time_to_early"], best)
 
-    seeds, vals = _per_seed(rows, n, ratio)
-    med = _median(vals)
-    return report.Claim(
-        f"R-MP-{n}b",
-        f"Fig. {n}: GreedyUpdates is fastest early (its time to the early target over the "
-        "faster of PipeDream and mcPipe)",
-        "< 1 (best for the first ~80 min)",
-        report.Stat.of(vals),
-        "x",
-        seeds,
-        None if med is None else med < 1.0,
-        "minutes in the paper (VGG16), seconds here (the FC-heavy MLP); staleness is only "
-        "N - 1 microbatches, so Greedy's inconsistent backwards change little",
-    )
+    return _greedy("b", rows, n, ratio)
 
 
-def _greedy_late(rows: Sequence[Row], n: int) -> report.Claim:
+def _greedy_late(rows: Sequence[Row], n: int) -> Claim:
     def drop(r: Mapping[str, Row]) -> float | None:
         best = [g for g in (_gap(r, a, "greedy") for a in ("pipedream", "mcpipe")) if g is not None]
         return max(best) if best else None
 
-    seeds, vals = _per_seed(rows, n, drop)
-    med = _median(vals)
-    return report.Claim(
-        f"R-MP-{n}c",
-        f"Fig. {n}: GreedyUpdates then ends below PipeDream and mcPipe (the better of the two "
-        "minus Greedy, accuracy at the training-time budget)",
-        5.0,
-        report.Stat.of(vals),
-        " points",
-        seeds,
-        None if med is None else med > 0,
-        "the paper's ~5 points come from VGG16 over hours; the budget here is seconds",
-    )
+    return _greedy("c", rows, n, drop)
 
 
-def _behind(rows: Sequence[Row], n: int, budget: float) -> report.Claim:
+def _behind(rows: Sequence[Row], n: int, budget: float) -> Claim:
     bounds: list[bool] = []
 
     def ratio(r: Mapping[str, Row]) -> float | None:
-        if "mcpipe" not in r or _num(r["mcpipe"]["time_to_late"]) is None:
+        if "mcpipe" not in r or number(r["mcpipe"]["time_to_late"]) is None:
             return None
         mine = float(r["mcpipe"]["time_to_late"])
         times = []
         for a in ("local", "dataparallel"):
             if a in r:
-                t = _num(r[a]["time_to_late"])
+                t = number(r[a]["time_to_late"])
                 if t is None:  # never reached it: at least the whole budget
                     bounds.append(True)
-                    t = max(budget, _num(r[a]["final_train_s"]) or budget)
+                    t = max(budget, number(r[a]["final_train_s"]) or budget)
                 times.append(t)
         return min(times) / mine if times and mine > 0 else None
 
@@ -161,12 +150,12 @@ def _behind(rows: Sequence[Row], n: int, budget: float) -> report.Claim:
         if bounds
         else ""
     )
-    return report.Claim(
+    return Claim(
         f"R-MP-{n}d",
         f"Fig. {n}: Local and data parallelism are behind (the faster one's time to the late "
         "target over mcPipe's)",
         "> 1",
-        report.Stat.of(vals),
+        Stat.of(vals),
         "x",
         seeds,
         (all(v > 1 for v in ok) if ok else None),
@@ -176,23 +165,23 @@ def _behind(rows: Sequence[Row], n: int, budget: float) -> report.Claim:
     )
 
 
-def _workers(rows: Sequence[Row], topologies: Sequence[int]) -> report.Claim | None:
+def _workers(rows: Sequence[Row], topologies: Sequence[int]) -> Claim | None:
     if not {2, 3} <= set(topologies):
         return None
     seeds = sorted({r["seed"] for r in rows})
-    two, three = _runs(rows, "mcpipe", 2), _runs(rows, "mcpipe", 3)
+    two, three = arm_runs(rows, "mcpipe", 2), arm_runs(rows, "mcpipe", 3)
     vals = [
         _ratio(three[s]["time_to_late"], two[s]["time_to_late"])
         if s in two and s in three
         else None
         for s in seeds
     ]
-    med = _median(vals)
-    return report.Claim(
+    med = median(vals)
+    return Claim(
         "R-MP-5",
         "a third worker speeds mcPipe up (time to the late target with 3 workers over 2)",
         0.75,
-        report.Stat.of(vals),
+        Stat.of(vals),
         "x",
         seeds,
         None if med is None else med < 1,
@@ -204,7 +193,7 @@ def _workers(rows: Sequence[Row], topologies: Sequence[int]) -> report.Claim | N
 # ------------------------------------------------------------------ memory claims
 
 
-def _pairs_of(memory: Sequence[Row]) -> list[dict[str, Any]]:
+def pairs_of(memory: Sequence[Row]) -> list[dict[str, Any]]:
     """PipeDream and mcPipe side by side per (configuration, stage)."""
     out = []
     keys = sorted({(r["config"], r["index"]) for r in memory}, key=lambda k: (k[0], k[1] or 0))
@@ -216,26 +205,26 @@ def _pairs_of(memory: Sequence[Row]) -> list[dict[str, Any]]:
 
 def _window4(memory: Sequence[Row]) -> tuple[Row | None, Row | None]:
     """Stage 0 of the FC-heavy MLP at m_0 = 4 (PipeDream's row, mcPipe's row)."""
-    for p in _pairs_of(memory):
+    for p in pairs_of(memory):
         pd, mc = p.get("pipedream"), p.get("mcpipe")
         if pd and mc and p["index"] == 0 and pd["model"].startswith("mlp") and pd["m"] == 4:
             return pd, mc
     return None, None
 
 
-def _memory_goal(memory: Sequence[Row]) -> report.Claim:
+def _memory_goal(memory: Sequence[Row]) -> Claim:
     pd, mc = _window4(memory)
     ratio = _ratio(pd["resident"], mc["resident"]) if pd and mc else None
     same = bool(pd and mc and pd["model_sha256"] and pd["model_sha256"] == mc["model_sha256"])
     paper = None
     if pd and mc and pd["params"]:
         paper = round(_ratio(4 * pd["params"] * 4, mc["paper_bound"]) or 0, 2)
-    return report.Claim(
+    return Claim(
         "R-MP-M1",
         "stage 0's resident weight memory, PipeDream over mcPipe, FC-heavy MLP at a window of "
         f"4 (goal >= {GOAL_RATIO}x, with bit-identical final weights)",
         paper,
-        report.Stat.of([ratio]),
+        Stat.of([ratio]),
         "x",
         [1],
         None if ratio is None else ratio >= GOAL_RATIO and same,
@@ -246,16 +235,16 @@ def _memory_goal(memory: Sequence[Row]) -> report.Claim:
     )
 
 
-def _general_bound(memory: Sequence[Row]) -> report.Claim:
+def _general_bound(memory: Sequence[Row]) -> Claim:
     vals = [_ratio(r["resident"], r["formula"]) for r in memory]
-    above = report.above_bound(vals, 1.0, "the specification's general bound of §7.3")
+    above = above_bound(vals, 1.0, "the specification's general bound of §7.3")
     exact = sum(v == 1.0 for v in vals if v is not None)
-    return report.Claim(
+    return Claim(
         "R-MP-M2",
         "resident memory against the specification's general bound (measured / formula, every "
         "stage of every memory run)",
         "-",
-        report.Stat.of(vals),
+        Stat.of(vals),
         "x",
         [1],
         None,
@@ -264,15 +253,15 @@ def _general_bound(memory: Sequence[Row]) -> report.Claim:
     )
 
 
-def _paper_bound(memory: Sequence[Row]) -> report.Claim:
+def _paper_bound(memory: Sequence[Row]) -> Claim:
     _, mc = _window4(memory)
     ratio = _ratio(mc["resident"], mc["paper_bound"]) if mc else None
-    return report.Claim(
+    return Claim(
         "R-MP-M3",
         "mcPipe's stage 0 (FC-heavy MLP, window 4) against Theorem 1's bound Omega/N + "
         "2(m-1) sqrt(Omega/N) with this stage's parameters as Omega/N (measured / bound)",
         "<= 1",
-        report.Stat.of([ratio]),
+        Stat.of([ratio]),
         "x",
         [1],
         None if ratio is None else ratio <= 1.0,
@@ -282,14 +271,14 @@ def _paper_bound(memory: Sequence[Row]) -> report.Claim:
     )
 
 
-def _peak(memory: Sequence[Row], key: str, cid: str, what: str, note: str) -> report.Claim:
+def _peak(memory: Sequence[Row], key: str, cid: str, what: str, note: str) -> Claim:
     pd, mc = _window4(memory)
     ratio = _ratio(pd[key], mc[key]) if pd and mc else None
-    return report.Claim(
+    return Claim(
         cid,
         f"{what}, PipeDream over mcPipe, FC-heavy MLP stage 0 at a window of 4",
         "-",
-        report.Stat.of([ratio]),
+        Stat.of([ratio]),
         "x",
         [1],
         None if ratio is None else ratio > 1.0,
@@ -297,29 +286,29 @@ def _peak(memory: Sequence[Row], key: str, cid: str, what: str, note: str) -> re
     )
 
 
-def _vgg(memory: Sequence[Row], partition: str, cid: str, paper: str) -> report.Claim:
+def _vgg(memory: Sequence[Row], partition: str, cid: str, paper: str) -> Claim:
     """The stage holding the most parameters, per VGG16 configuration cut by ``partition``."""
     vals, where = [], []
-    for p in _pairs_of(memory):
+    for p in pairs_of(memory):
         pd, mc = p.get("pipedream"), p.get("mcpipe")
         if not (pd and mc) or not pd["model"].startswith("vgg") or pd["partition"] != partition:
             continue
         if pd["extra"] != 0:
             continue
-        same_config = [q for q in _pairs_of(memory) if q["config"] == p["config"]]
+        same_config = [q for q in pairs_of(memory) if q["config"] == p["config"]]
         top = max(same_config, key=lambda q: (q.get("pipedream") or {}).get("params") or 0)
         if top["index"] != p["index"]:
             continue
         vals.append(_ratio(pd["resident"], mc["resident"]))
         where.append(f"N={pd['stages']} stage {p['index']}")
-    med = _median(vals)
+    med = median(vals)
     expect = (med is not None and med > 1.5) if partition == "params" else None
-    return report.Claim(
+    return Claim(
         cid,
         f"VGG16 cut by {partition}: resident memory of the stage with the most parameters, "
         f"PipeDream over mcPipe ({', '.join(where) or 'not run'})",
         paper,
-        report.Stat.of(vals),
+        Stat.of(vals),
         "x",
         [1],
         expect,
@@ -337,7 +326,7 @@ def _vgg(memory: Sequence[Row], partition: str, cid: str, paper: str) -> report.
 def no_saving(memory: Sequence[Row]) -> list[dict[str, Any]]:
     """Stages where mcPipe holds as much as PipeDream or more, and why."""
     out = []
-    for p in _pairs_of(memory):
+    for p in pairs_of(memory):
         pd, mc = p.get("pipedream"), p.get("mcpipe")
         if not (pd and mc):
             continue
@@ -355,18 +344,18 @@ def no_saving(memory: Sequence[Row]) -> list[dict[str, Any]]:
     return out
 
 
-def _losses(memory: Sequence[Row]) -> report.Claim:
+def _losses(memory: Sequence[Row]) -> Claim:
     rows = no_saving(memory)
     worst = min((r["ratio"] for r in rows), default=None)
     listed = "; ".join(
         f"{r['config']} stage {r['stage']} {r['ratio']:.2f}x ({r['why']})" for r in rows
     )
-    return report.Claim(
+    return Claim(
         "R-MP-M6",
         "where mcPipe does not save memory (the worst stage's PipeDream / mcPipe resident "
         "ratio; 1 or below means no saving)",
         "saves on the order of m everywhere (implied)",
-        report.Stat.of([worst]) if worst is not None else None,
+        Stat.of([worst]) if worst is not None else None,
         "x",
         [1],
         None if worst is None else worst > 1.0,
@@ -375,29 +364,29 @@ def _losses(memory: Sequence[Row]) -> report.Claim:
     )
 
 
-def _fits(fits: Mapping[str, Any]) -> report.Claim:
+def _fits(fits: Mapping[str, Any]) -> Claim:
     pd, mc = fits.get("pipedream") or {}, fits.get("mcpipe") or {}
     killed = pd.get("status") not in (None, "completed") and (pd.get("oom_kills") or 0) > 0
     finished = mc.get("status") == "completed"
-    limit = _num(fits.get("limit_bytes"))
+    limit = number(fits.get("limit_bytes"))
     peaks = fits.get("peaks") or {}
     same = mc.get("model_sha256") and mc.get("model_sha256") == fits.get("unlimited_mcpipe_sha256")
     text = (
         f"stage 0's host limited to {limit / MiB:.0f} MiB (cgroup v1 memory.limit_in_bytes; "
-        f"measured peaks: PipeDream {(_num(peaks.get('pipedream')) or 0) / MiB:.0f} MiB, "
-        f"mcPipe {(_num(peaks.get('mcpipe')) or 0) / MiB:.0f} MiB; the other host 8 GiB): "
+        f"measured peaks: PipeDream {(number(peaks.get('pipedream')) or 0) / MiB:.0f} MiB, "
+        f"mcPipe {(number(peaks.get('mcpipe')) or 0) / MiB:.0f} MiB; the other host 8 GiB): "
         f"PipeDream {pd.get('status')} ({pd.get('oom_kills', 0)} OOM kill(s): "
         f"{(pd.get('error') or '-')[:160]}), mcPipe {mc.get('status')}, its weights "
         f"{'equal' if same else 'not equal'} to the unlimited run's"
         if limit
         else fits.get("skipped", "not run")
     )
-    return report.Claim(
+    return Claim(
         "R-MP-F",
         "a device whose memory fits mcPipe but not PipeDream (VGG16 by parameters, window 4): "
         "the limit on stage 0's host",
         "implied (no experiment)",
-        report.Stat.of([limit / MiB]) if limit else None,
+        Stat.of([limit / MiB]) if limit else None,
         " MiB",
         [1] if limit else [],
         (killed and finished) if limit else None,
@@ -409,7 +398,7 @@ def _fits(fits: Mapping[str, Any]) -> report.Claim:
 # ------------------------------------------------------------------ goals
 
 
-def _replay(rows: Sequence[Row], estimates: Mapping[str, Any]) -> report.Claim:
+def _replay(rows: Sequence[Row], estimates: Mapping[str, Any]) -> Claim:
     vals, detail = [], []
     for r in rows:
         if r["arm"] != "mcpipe":
@@ -419,19 +408,19 @@ def _replay(rows: Sequence[Row], estimates: Mapping[str, Any]) -> report.Claim:
             e = est.get(st["index"])
             if not e or not e["w"]:
                 continue
-            base = (_num(st["compute_s"]) or 0) - (_num(st["replay_s"]) or 0)
+            base = (number(st["compute_s"]) or 0) - (number(st["replay_s"]) or 0)
             share = _ratio(st["replay_s"], base)
             vals.append(_ratio(share, e["spec"]))
             detail.append({"topology": r["topology"], "seed": r["seed"], "stage": st["index"],
                            "w": e["w"], "measured": share, "spec": e["spec"],
                            "macs": e["macs"]})  # fmt: skip
     ok = [v for v in vals if v is not None]
-    return report.Claim(
+    return Claim(
         "R-MP-G2",
         "mcPipe's extra compute per stage (replay time over the rest of its compute) against "
         f"the specification's w_s/3 (measured / estimate; goal within {GOAL_REPLAY:.0%})",
         "minimal (not quantified)",
-        report.Stat.of(vals),
+        Stat.of(vals),
         "x",
         sorted({d["seed"] for d in detail}),
         (all(abs(v - 1) <= GOAL_REPLAY for v in ok) if ok else None),
@@ -447,34 +436,34 @@ def link_efficiency(inbox: Mapping[str, Any], rate: float, burst: float) -> floa
     through in the link's busy periods: ``rate * busy``, the full bucket at the start, and what
     it refilled in each idle gap, ``min(burst, rate * gap)``. At most 1, less by framing
     (TCP/IP, Ethernet) and by any time the runtime left the link idle while it had data."""
-    busy, sent = _num(inbox.get("busy_s")), _num(inbox.get("bytes_stamped"))
-    gaps = [g for g in (_num(x) for x in inbox.get("idle_gaps_s") or []) if g is not None]
+    busy, sent = number(inbox.get("busy_s")), number(inbox.get("bytes_stamped"))
+    gaps = [g for g in (number(x) for x in inbox.get("idle_gaps_s") or []) if g is not None]
     if not busy or sent is None:
         return None
     refills = sum(min(8 * burst, rate * g) for g in gaps)
     return 8 * sent / (rate * busy + 8 * burst + refills)
 
 
-def _link(link: Mapping[str, Any]) -> report.Claim:
-    rate = _num(link.get("rate_bps")) or 0.0
-    burst = _num(link.get("burst_bytes")) or 0.0
+def _link(link: Mapping[str, Any]) -> Claim:
+    rate = number(link.get("rate_bps")) or 0.0
+    burst = number(link.get("burst_bytes")) or 0.0
     inboxes = link.get("inboxes") or {}
     # the activations' inbox is at a stage that waits for each one (it times the link); the
     # errors' is at a stage that computes meanwhile and takes some late (reported beside)
     vals = [link_efficiency(inboxes.get("activations") or {}, rate, burst)]
     late = link_efficiency(inboxes.get("errors") or {}, rate, burst)
     ok = [v for v in vals if v is not None]
-    above = report.above_bound(
+    above = above_bound(
         vals, 1.0, "tbf lets through at most its rate plus one burst per busy period"
     )
     raw = {k: _ratio(link.get(f"{k}_bps"), rate) for k in ("activations", "errors")}
     span = _ratio(link.get("span_activations_bps"), rate)
-    return report.Claim(
+    return Claim(
         "R-MP-G3",
         "activations between stages on a 10 Mbit/s tbf link: bytes that arrived over what the "
         f"link could carry in its busy time (goal >= {GOAL_LINK})",
         "-",
-        report.Stat.of(vals),
+        Stat.of(vals),
         "x",
         [1] if ok else [],
         (all(v >= GOAL_LINK for v in ok) if ok else None),
@@ -482,26 +471,26 @@ def _link(link: Mapping[str, Any]) -> report.Claim:
         "clock); capacity rate x busy + tbf's 32 KiB bucket, full at the start and refilled in "
         "each idle gap (up to 32 KiB); message bytes "
         "with their headers, TCP/IP and Ethernet framing not (the testbed's own probe: "
-        f"{_f(_ratio(link.get('verified_bps'), rate))} of the rate); errors, timed by a stage "
-        f"that computes meanwhile: {_f(late)}; bytes over busy time alone: "
-        f"{_f(raw['activations'])} / {_f(raw['errors'])} of the rate; over the span of "
-        f"arrivals, where the 1F1B order leaves the link idle: {_f(span)}; stage busy "
-        f"fractions {[_f(b, '.2f') for b in link.get('busy') or []]}{above}"
+        f"{fmt(_ratio(link.get('verified_bps'), rate))} of the rate); errors, timed by a stage "
+        f"that computes meanwhile: {fmt(late)}; bytes over busy time alone: "
+        f"{fmt(raw['activations'])} / {fmt(raw['errors'])} of the rate; over the span of "
+        f"arrivals, where the 1F1B order leaves the link idle: {fmt(span)}; stage busy "
+        f"fractions {[fmt(b, '.2f') for b in link.get('busy') or []]}{above}"
         if ok
         else "not run",
         dict(link),
     )
 
 
-def _correctness(rows: Sequence[Row], replayed: Mapping[str, Any]) -> list[report.Claim]:
+def _correctness(rows: Sequence[Row], replayed: Mapping[str, Any]) -> list[Claim]:
     equal = [r for r in rows if r["equal"]]
     out = [
-        report.Claim(
+        Claim(
             "R-MP-0a",
             "mcPipe's weights on demand equal PipeDream's stashed ones for every microbatch, "
             "unit and operation (in-process, configurations equal / run)",
             "almost exactly the same",
-            report.Stat.of([len(equal) / len(rows)]) if rows else None,
+            Stat.of([len(equal) / len(rows)]) if rows else None,
             "x",
             [0],
             bool(rows) and len(equal) == len(rows),
@@ -513,12 +502,12 @@ def _correctness(rows: Sequence[Row], replayed: Mapping[str, Any]) -> list[repor
     ]
     if replayed:
         out.append(
-            report.Claim(
+            Claim(
                 "R-MP-0b",
                 f"a run on the emulated hosts ({replayed['run']}) trains the in-process "
                 "simulator's weights (same sha256)",
                 "-",
-                report.Stat.of([1.0 if replayed["equal"] else 0.0]),
+                Stat.of([1.0 if replayed["equal"] else 0.0]),
                 "x",
                 [1],
                 bool(replayed["equal"]),
@@ -529,7 +518,7 @@ def _correctness(rows: Sequence[Row], replayed: Mapping[str, Any]) -> list[repor
     return out
 
 
-def build(res: Mapping[str, Any], p: Any) -> list[report.Claim]:
+def build(res: Mapping[str, Any], p: Any) -> list[Claim]:
     rows = res.get("accuracy") or []
     memory = res.get("memory") or []
     out = _correctness(res.get("correctness") or [], res.get("replayed") or {})
@@ -569,180 +558,3 @@ def build(res: Mapping[str, Any], p: Any) -> list[report.Claim]:
     if p.link:
         out.append(_link(res.get("link") or {}))
     return out
-
-
-# ------------------------------------------------------------------ tables
-
-
-def _f(x: Any, fmt: str = ".3g") -> str:
-    v = _num(x)
-    return format(v, fmt) if v is not None else "-"
-
-
-def _stat(values: Sequence[Any], fmt: str = ".3g") -> str:
-    s = report.Stat.of([_num(v) for v in values])
-    return f"{_f(s.median, fmt)} [{_f(s.min, fmt)}, {_f(s.max, fmt)}]" if s else "-"
-
-
-def accuracy_table(rows: Sequence[Row], n: int, targets: Mapping[str, float]) -> str:
-    lines = [
-        f"Targets (from the pilot): early {_f(targets.get('early'), '.4f')}, late "
-        f"{_f(targets.get('late'), '.4f')}. Median [min, max] over seeds; times are training "
-        "seconds (snapshot sending and evaluation excluded).",
-        "",
-        "| arm | time to early s | time to late s | accuracy at budget | final accuracy | "
-        "trained s | microbatches |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for arm in ("local", "dataparallel", "pipedream", "greedy", "mcpipe"):
-        mine = list(_runs(rows, arm, n).values())
-        if not mine:
-            continue
-        mbs = [(r["curve"][-1]["microbatches"] if r["curve"] else None) for r in mine]
-        lines.append(
-            f"| {arm} | {_stat([r['time_to_early'] for r in mine])} | "
-            f"{_stat([r['time_to_late'] for r in mine])} | "
-            f"{_stat([r['at_budget'] for r in mine], '.4f')} | "
-            f"{_stat([r['final_accuracy'] for r in mine], '.4f')} | "
-            f"{_stat([r['final_train_s'] for r in mine], '.1f')} | {_stat(mbs, '.0f')} |"
-        )
-    return "\n".join(lines)
-
-
-def _mib(x: Any) -> str:
-    v = _num(x)
-    return f"{v / MiB:.1f}" if v is not None else "-"
-
-
-def memory_table(memory: Sequence[Row]) -> str:
-    lines = [
-        "MiB per stage. Resident: what the weight store holds between operations (measured; "
-        "the formula of §7.3 beside it); paper: Theorem 1 with the stage's parameters as "
-        "Omega/N; transient: plus the largest temporary (unchunked kernels); RSS: the "
-        "process's peak over its baseline; cgroup: the emulated host's peak. PD = PipeDream, "
-        "mc = mcPipe, gr = GreedyUpdates.",
-        "",
-        "| configuration | stage | units | params M | m | resident PD (formula) | resident mc "
-        "(formula) | PD/mc | paper bound | resident gr | transient PD / mc | RSS delta PD / mc "
-        "| cgroup peak PD / mc |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for p in _pairs_of(memory):
-        pd, mc, gr = p.get("pipedream") or {}, p.get("mcpipe") or {}, p.get("greedy") or {}
-        any_row = pd or mc or gr
-        units = any_row.get("units") or []
-        span = f"{units[0]}..{units[-1]}" if len(units) > 1 else (units[0] if units else "-")
-        params = _num(any_row.get("params"))
-        lines.append(
-            f"| {p['config']} | {p['index']} | {span} ({len(units)}) | "
-            f"{params / 1e6 if params else 0:.2f} | {any_row.get('m')} | "
-            f"{_mib(pd.get('resident'))} ({_mib(pd.get('formula'))}) | "
-            f"{_mib(mc.get('resident'))} ({_mib(mc.get('formula'))}) | "
-            f"{_f(_ratio(pd.get('resident'), mc.get('resident')), '.2f')} | "
-            f"{_mib(any_row.get('paper_bound'))} | {_mib(gr.get('resident'))} | "
-            f"{_mib(pd.get('transient'))} / {_mib(mc.get('transient'))} | "
-            f"{_mib(pd.get('rss_delta'))} / {_mib(mc.get('rss_delta'))} | "
-            f"{_mib(pd.get('cgroup_peak'))} / {_mib(mc.get('cgroup_peak'))} |"
-        )
-    return "\n".join(lines)
-
-
-def replay_table(rows: Sequence[Row], estimates: Mapping[str, Any]) -> str:
-    lines = [
-        "| hosts | stage | w_s | replay / rest of compute | w_s/3 | from MACs |",
-        "|---:|---:|---:|---:|---:|---:|",
-    ]
-    for key, est in sorted(estimates.items()):
-        for e in est:
-            shares = []
-            for r in rows:
-                if r["arm"] == "mcpipe" and str(r["topology"]) == key:
-                    for st in r["stages"]:
-                        if st["index"] == e["stage"]:
-                            base = (_num(st["compute_s"]) or 0) - (_num(st["replay_s"]) or 0)
-                            shares.append(_ratio(st["replay_s"], base))
-            lines.append(
-                f"| {key} | {e['stage']} | {e['w']} | {_stat(shares)} | {e['spec']:.3f} | "
-                f"{e['macs']:.3f} |"
-            )
-    return "\n".join(lines)
-
-
-def sections(res: Mapping[str, Any], p: Any) -> list[tuple[str, str]]:
-    rows = res.get("accuracy") or []
-    out = [("Setup", setup_text(p))]
-    for n in p.topologies:
-        out.append(
-            (
-                f"Fig. {n}: accuracy against training time, {n} hosts",
-                accuracy_table(rows, n, res.get("targets") or {}),
-            )  # fmt: skip
-        )
-    out.append(("Memory per stage", memory_table(res.get("memory") or [])))
-    losses = no_saving(res.get("memory") or [])
-    out.append(
-        (
-            "Where mcPipe does not save memory",
-            "\n".join(
-                f"- {r['config']}, stage {r['stage']} ({', '.join(r['units'])}): "
-                f"{r['ratio']:.2f}x, {r['why']}"
-                for r in losses
-            )
-            or "Every measured stage saves.",
-        )
-    )
-    replays = replay_table(rows, res.get("replay_estimates") or {})
-    out.append(("mcPipe's extra compute per stage", replays))
-    corr = res.get("correctness") or []
-    out.append(
-        (
-            "Correctness (in one process)",
-            "\n".join(
-                ["| model | split | e | operations | equal |", "|---|---|---:|---:|---|"]
-                + [
-                    f"| {r['model']} | {r['split']} | {r['extra']} | {r['operations']} | "
-                    f"{'yes' if r['equal'] else '**no**'} |"
-                    for r in corr
-                ]
-            ),
-        )
-    )
-    for name, text in (res.get("testbeds") or {}).items():
-        out.append((f"Testbed verification: {name}", text))
-    pilot = res.get("pilot") or {}
-    out.append(
-        (
-            "Pilot (seed 0, not reused)",
-            "```\n"
-            + json.dumps({k: pilot.get(k) for k in ("seed", "run")}, default=str)
-            + "\n"
-            + json.dumps(res.get("targets"), default=str)
-            + "\n```",
-        )  # fmt: skip
-    )
-    return out
-
-
-def setup_text(p: Any) -> str:
-    w = p.accuracy
-    where = (
-        "local processes (smoke)"
-        if p.local
-        else "emulated laptops (0.6 core, 2 GiB, 1 Gbit/s Ethernet; cgroup v1 quotas and tbf)"
-    )
-    data = (
-        "digits (1,437 train / 360 test)"
-        if w.dataset == "digits"
-        else ("the MNIST test set split 8,000 train / 2,000 held out")
-    )
-    return (
-        f"Accuracy: {w.label} on {data}, on {where}; SGD lr {w.lr} without momentum, microbatch "
-        f"{w.microbatch} (data parallelism over 3 replicas: 15, the nearest that splits "
-        f"evenly), window +0, the same cuts for every pipeline (min-max over multiply-"
-        f"accumulates); each run trains until its clock passes {p.budget_s:g} s (pipelines at "
-        "the end of that epoch, data-parallel replicas after that step), snapshots every "
-        f"{p.snapshot_every} microbatches scored after the run; seeds "
-        f"{', '.join(map(str, p.seeds))} (the paper: 10 initialisations), pilot seed "
-        f"{p.pilot_seed}. Memory: one seed, 3 m_0 + 10 microbatches per run, a fixed glibc mmap "
-        "threshold; VGG16 at 28 -> 32 with 1 input channel. One thread per process throughout."
-    )
