@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from edgetrain.aggregate import DIVIDERS, REDUCERS, AggregateConfig, build_aggregates
-from edgetrain.aggregate.build import size_summary
+from edgetrain.aggregate.aggregates import size_summary
 from edgetrain.aggregate.divide import divide, subsets_per_class
 from edgetrain.aggregate.points import member_means, membership, subset_labels
 

@@ -13,6 +13,7 @@ import zmq
 
 from edgetrain.comm import channel, sockets
 from edgetrain.comm.channel import Traffic
+from edgetrain.comm.transport import Transport
 from edgetrain.comm.wire import Message
 from edgetrain.errors import RunError
 from edgetrain.ps.mercury import messages
@@ -66,11 +67,10 @@ def pair() -> Iterator[tuple[Net, Peer, Traffic]]:
         return tensors, {"round": msg.meta["round"], "seq": msg.meta["seq"], "codec": codec.digest}
 
     net = Net(
-        zctx=zctx, router=router, me=0, names={0: "w0", 1: "w1"},
+        transport=Transport(zctx, RUN, 0, traffic), router=router, me=0, names={0: "w0", 1: "w1"},
         endpoints={0: endpoint, 1: peer.endpoint}, bounds=bounds(P, 2),
-        weights=device_weights([1, 3]), run_id=RUN, traffic=traffic, keys=None,
-        timeout_s=5.0, codec=codec.digest, swap_check=lambda t: codec.check(t, 4),
-        swap_server=serve,
+        weights=device_weights([1, 3]), timeout_s=5.0, codec=codec.digest,
+        swap_check=lambda t: codec.check(t, 4), swap_server=serve,
     )  # fmt: skip
     net.codec_ = codec  # type: ignore[attr-defined]
     net.answered_ = answered  # type: ignore[attr-defined]

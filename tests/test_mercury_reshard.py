@@ -11,7 +11,7 @@ import pytest
 
 from edgetrain.ps.mercury import reshard
 from edgetrain.ps.mercury.codec import SampleCodec
-from edgetrain.ps.mercury.sampling import NEVER
+from edgetrain.ps.mercury.group_sampling import NEVER
 
 
 def test_budget_and_offer_literals() -> None:

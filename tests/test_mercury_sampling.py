@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgetrain.ps.mercury.sampling import (
+from edgetrain.ps.mercury.group_sampling import (
     NEVER,
     ImportanceCache,
     Sampler,

@@ -16,9 +16,9 @@ from torch import nn
 
 from edgetrain.pipeline import schedule, simulate
 from edgetrain.pipeline.bounds import UnitSize, resident
-from edgetrain.pipeline.build import PipelineSetupError, choose_modes, linear_units
 from edgetrain.pipeline.chain import build_units
 from edgetrain.pipeline.kernels import generic_weight_grad, linear_in_params, weight_grad
+from edgetrain.pipeline.stage_build import PipelineSetupError, choose_modes, linear_units
 from edgetrain.pipeline.stores import Hyper
 from edgetrain.pipeline.table import unit_table
 
@@ -220,7 +220,7 @@ def test_greedy_backwards_use_the_newest_weights() -> None:
 
 def test_nothing_keeps_mcpipes_materialised_weights() -> None:
     """T9: every weight materialised for a forward is gone once the forward returned."""
-    from edgetrain.pipeline.build import cut, make_stage
+    from edgetrain.pipeline.stage_build import cut, make_stage
 
     units = cut(mlp(), "test", (0, 3))
     infos = unit_table(units, SHAPE)

@@ -16,8 +16,8 @@ from edgetrain.comm.wire import Message
 from edgetrain.errors import RecipeError
 from edgetrain.pipeline import bounds, feed, messages, schedule
 from edgetrain.pipeline.partition import PartitionError, bounds_of, partition
-from edgetrain.pipeline.plan import bounds_from_plan
-from edgetrain.pipeline.report import pipeline_report
+from edgetrain.pipeline.partition_file import bounds_from_plan
+from edgetrain.pipeline.stage_report import pipeline_report
 from edgetrain.report.clock import Point
 from edgetrain.report.summary import family_accuracy
 
@@ -317,7 +317,7 @@ def test_the_budget_stops_after_the_epoch_the_slowest_clock_passes_it() -> None:
 
 
 def test_an_inbox_rate_is_what_arrived_after_the_first_message_over_the_span() -> None:
-    from edgetrain.pipeline.links import Arrivals
+    from edgetrain.pipeline.stage_channels import Arrivals
 
     a = Arrivals()
     assert a.as_dict()["rate_bps"] is None
@@ -330,7 +330,7 @@ def test_an_inbox_rate_is_what_arrived_after_the_first_message_over_the_span() -
 
 
 def test_the_links_busy_time_is_the_union_of_each_messages_sent_to_arrived_interval() -> None:
-    from edgetrain.pipeline.links import Arrivals
+    from edgetrain.pipeline.stage_channels import Arrivals
 
     a = Arrivals()
     # two messages queued back to back (the second handed over before the first arrived), a

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgetrain.reproduce.mcpipe_sim import simulated_sha
 from edgetrain.rundir import read_jsonl
+from reproductions.mcpipe_sim import simulated_sha
 from tests.helpers.cli import last_error
 from tests.helpers.launching import Launch
 from tests.helpers.procs import edgetrain_processes

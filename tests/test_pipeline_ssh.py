@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from edgetrain.reproduce.mcpipe_sim import simulated_sha
+from reproductions.mcpipe_sim import simulated_sha
 from tests.helpers.launching import Launch
 from tests.helpers.procs import edgetrain_processes
 from tests.helpers.sshd import Sshd, sshd  # noqa: F401 - the fixture

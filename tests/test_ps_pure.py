@@ -8,8 +8,8 @@ import itertools
 import numpy as np
 import pytest
 
-from edgetrain.ps.aggregate import Aggregator, StaleClock
 from edgetrain.ps.family import iterations_per_epoch, plan_cuts
+from edgetrain.ps.gradient_sum import Aggregator, StaleClock
 from edgetrain.ps.hooks import backward_segments, segments
 from edgetrain.ps.livecosts import fit_link, layer_costs
 from edgetrain.ps.scheduled import buckets

@@ -1,6 +1,6 @@
 """EdgeGossip's pre-training stage: aggregated data points (reduce, divide, average)."""
 
-from edgetrain.aggregate.build import AggregateConfig, Aggregates, build_aggregates
+from edgetrain.aggregate.aggregates import AggregateConfig, Aggregates, build_aggregates
 from edgetrain.aggregate.divide import DIVIDERS
 from edgetrain.aggregate.reduce import REDUCERS
 from edgetrain.aggregate.store import read_aggregates, write_aggregates

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from edgetrain.aggregate.build import STEPS, AggregateConfig, build_aggregates
+from edgetrain.aggregate.aggregates import STEPS, AggregateConfig, build_aggregates
 from edgetrain.data.dataset import Dataset, derive_seed
 
 log = logging.getLogger(__name__)

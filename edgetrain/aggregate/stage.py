@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from edgetrain.aggregate.build import STEPS, AggregateConfig, build_aggregates, size_summary
+from edgetrain.aggregate.aggregates import STEPS, AggregateConfig, build_aggregates, size_summary
 from edgetrain.aggregate.store import aggregates_path, write_aggregates
 from edgetrain.data.dataset import Dataset
 

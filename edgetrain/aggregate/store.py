@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from edgetrain.aggregate.build import Aggregates
+from edgetrain.aggregate.aggregates import Aggregates
 from edgetrain.errors import DataError, EdgetrainError
 from edgetrain.rundir import atomic_write_bytes
 

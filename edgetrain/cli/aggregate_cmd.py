@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from edgetrain.cli.common import FormatOption, OutputFormat, console, emit, err_console
-from edgetrain.cli.data_cmd import DatasetName, PartitionMethod, _build_recipe, _fractions
+from edgetrain.cli.data_options import (
+    DatasetOption,
+    FractionsOption,
+    PartitionOption,
+    RootOption,
+    build_recipe,
+    data_flags,
+)
 from edgetrain.errors import EdgetrainError
 
 if TYPE_CHECKING:
@@ -47,7 +54,7 @@ def resolve_recipe(
             f"--{split_flags[0]} splits the data across workers, but there are none",
             "add --workers N (or give a recipe)",
         )
-    recipe = _build_recipe(recipe_path, data, workers if partitioned else 1, seed)
+    recipe = build_recipe(recipe_path, data, workers if partitioned else 1, seed)
     return recipe, partitioned
 
 
@@ -77,7 +84,7 @@ def _render(report: dict[str, Any]) -> None:
     from rich import box
     from rich.table import Table
 
-    from edgetrain.aggregate.build import STEPS
+    from edgetrain.aggregate.aggregates import STEPS
 
     console.print(
         f"[bold]{report['dataset']}[/]: {report['method']}, ratio {report['ratio']}, "
@@ -115,10 +122,8 @@ def aggregate(
         Path | None,
         typer.Argument(metavar="RECIPE", help="Recipe giving data, workers and \\[aggregate]."),
     ] = None,
-    dataset: Annotated[DatasetName | None, typer.Option(help="Dataset (default: digits).")] = None,
-    root: Annotated[
-        str | None, typer.Option(help="Dataset directory (mnist, fashion-mnist, cifar10).")
-    ] = None,
+    dataset: DatasetOption = None,
+    root: RootOption = None,
     reduce: Annotated[
         Reducer | None, typer.Option(help="Dimensionality reduction (default: svd).")
     ] = None,
@@ -137,13 +142,9 @@ def aggregate(
     workers: Annotated[
         int | None, typer.Option(min=1, help="Partition across N workers, one file each.")
     ] = None,
-    partition: Annotated[
-        PartitionMethod | None, typer.Option(help="How to split across workers (default: iid).")
-    ] = None,
+    partition: PartitionOption = None,
     alpha: Annotated[float | None, typer.Option(help="Dirichlet concentration.")] = None,
-    fractions: Annotated[
-        str | None, typer.Option(help="Comma-separated shares for --partition fractions.")
-    ] = None,
+    fractions: FractionsOption = None,
     seed: Annotated[
         int | None, typer.Option(help="Seed for data, partition and aggregation.")
     ] = None,
@@ -165,13 +166,7 @@ def aggregate(
     from edgetrain.aggregate.stage import aggregate_stage, partitions_of
     from edgetrain.data import load_dataset, partition_indices
 
-    data = {
-        "dataset": dataset.value if dataset is not None else None,
-        "root": root,
-        "partition": partition.value if partition is not None else None,
-        "alpha": alpha,
-        "fractions": _fractions(fractions) if fractions is not None else None,
-    }
+    data = data_flags(dataset, root, partition, alpha, fractions)
     recipe, partitioned = resolve_recipe(recipe_path, data, workers, seed)
     flags = {
         "reduce": reduce.value if reduce is not None else None,
@@ -202,7 +197,7 @@ def _with_progress(work: Any, partitions: int) -> dict[str, Any]:
     """Run ``work(callback)`` under a progress bar on stderr (partitions x steps)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from edgetrain.aggregate.build import STEPS
+    from edgetrain.aggregate.aggregates import STEPS
 
     with Progress(
         TextColumn("{task.description}"),
@@ -234,7 +229,7 @@ def _render_eval(report: dict[str, Any]) -> None:
     from rich import box
     from rich.table import Table
 
-    from edgetrain.aggregate.build import STEPS
+    from edgetrain.aggregate.aggregates import STEPS
 
     table = Table(
         title=(

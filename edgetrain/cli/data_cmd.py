@@ -2,70 +2,29 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
 from edgetrain.cli.common import FormatOption, OutputFormat, console, emit
-from edgetrain.errors import DataError
-
-if TYPE_CHECKING:
-    from edgetrain.recipe import Recipe
+from edgetrain.cli.data_options import (
+    DatasetOption,
+    FractionsOption,
+    PartitionOption,
+    RootOption,
+    build_recipe,
+    data_flags,
+)
 
 app = typer.Typer(help="Inspect datasets and their partitions.", no_args_is_help=True)
 
 _MAX_CLASS_COLUMNS = 16
 
 
-class DatasetName(str, Enum):
-    digits = "digits"
-    mnist = "mnist"
-    fashion_mnist = "fashion-mnist"
-    cifar10 = "cifar10"
-    synthetic = "synthetic"
-
-
-class PartitionMethod(str, Enum):
-    iid = "iid"
-    dirichlet = "dirichlet"
-    fractions = "fractions"
-
-
 @app.callback()
 def _data() -> None:
     """Inspect datasets and their partitions."""
-
-
-def _fractions(text: str) -> list[float]:
-    try:
-        return [float(v) for v in text.replace(" ", "").split(",") if v]
-    except ValueError:
-        raise DataError(
-            f"--fractions '{text}' is not a comma-separated list of numbers",
-            "write e.g. --fractions 0.5,0.3,0.2",
-        ) from None
-
-
-def _build_recipe(
-    recipe_path: Path | None, overrides: dict[str, Any], workers: int | None, seed: int | None
-) -> Recipe:
-    """The recipe file (or defaults) with the command line's flags applied, validated."""
-    from edgetrain.recipe import load_recipe, parse_recipe
-
-    base: dict[str, Any] = {"workers": [{"count": 4}]}
-    if recipe_path is not None:
-        base = load_recipe(recipe_path, check_paths=False)[0].to_dict()
-    data = dict(base.get("data", {}))
-    data.update({k: v for k, v in overrides.items() if v is not None})
-    if data.get("dataset") in ("mnist", "fashion-mnist", "cifar10") and not data.get("root"):
-        raise DataError(f"dataset '{data['dataset']}' needs its directory", "pass --root DIR")
-    if workers is not None:
-        base["workers"] = [{"count": workers}]
-    if seed is not None:
-        base["run"] = {**base.get("run", {}), "seed": seed}
-    return parse_recipe({**base, "data": data}, str(recipe_path or "command line"))
 
 
 def _render(report: dict[str, Any]) -> None:
@@ -124,22 +83,16 @@ def inspect(
         Path | None,
         typer.Argument(metavar="RECIPE", help="Recipe to take data, seed and workers from."),
     ] = None,
-    dataset: Annotated[DatasetName | None, typer.Option(help="Dataset (default: digits).")] = None,
-    root: Annotated[
-        str | None, typer.Option(help="Dataset directory (mnist, fashion-mnist, cifar10).")
-    ] = None,
+    dataset: DatasetOption = None,
+    root: RootOption = None,
     workers: Annotated[
         int | None, typer.Option(min=1, help="Number of partitions (default: 4).")
     ] = None,
-    partition: Annotated[
-        PartitionMethod | None, typer.Option(help="How to split across workers (default: iid).")
-    ] = None,
+    partition: PartitionOption = None,
     alpha: Annotated[
         float | None, typer.Option(help="Dirichlet concentration: small is skewed (default 0.5).")
     ] = None,
-    fractions: Annotated[
-        str | None, typer.Option(help="Comma-separated shares for --partition fractions.")
-    ] = None,
+    fractions: FractionsOption = None,
     seed: Annotated[int | None, typer.Option(help="Seed for splitting and partitioning.")] = None,
     fmt: FormatOption = OutputFormat.text,
 ) -> None:
@@ -157,14 +110,8 @@ def inspect(
     """
     from edgetrain.data import load_dataset, partition_indices, partition_stats
 
-    overrides = {
-        "dataset": dataset.value if dataset is not None else None,
-        "root": root,
-        "partition": partition.value if partition is not None else None,
-        "alpha": alpha,
-        "fractions": _fractions(fractions) if fractions is not None else None,
-    }
-    recipe = _build_recipe(recipe_path, overrides, workers, seed)
+    overrides = data_flags(dataset, root, partition, alpha, fractions)
+    recipe = build_recipe(recipe_path, overrides, workers, seed)
     cfg = recipe.data
     ds = load_dataset(cfg, recipe.run.seed)
     # the same call the workers make, so this shows exactly what each worker trains on

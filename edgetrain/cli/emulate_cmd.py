@@ -33,6 +33,10 @@ StateDir = Annotated[
 ]
 
 
+# A command on one testbed, the only one up when not named.
+OnlyTestbed = Annotated[
+    str | None, typer.Argument(metavar="NAME", help="Testbed (default: the only one up).")
+]
 CpuSeconds = Annotated[
     float, typer.Option(help="Seconds per CPU probe (verification).", min=0.5, max=30)
 ]
@@ -288,9 +292,7 @@ def status(
 
 @app.command("verify")
 def verify_cmd(
-    name: Annotated[
-        str | None, typer.Argument(metavar="NAME", help="Testbed (default: the only one up).")
-    ] = None,
+    name: OnlyTestbed = None,
     cpu_seconds: CpuSeconds = 2.0,
     cpu_rounds: CpuRounds = 3,
     state_dir: StateDir = None,
@@ -378,9 +380,7 @@ def trace_cmd(
 
 @app.command("down")
 def down(
-    name: Annotated[
-        str | None, typer.Argument(metavar="NAME", help="Testbed (default: the only one up).")
-    ] = None,
+    name: OnlyTestbed = None,
     all_: Annotated[bool, typer.Option("--all", help="Remove every testbed.")] = False,
     state_dir: StateDir = None,
     fmt: FormatOption = OutputFormat.text,

@@ -118,7 +118,7 @@ def plan_pipeline(
     from edgetrain.pipeline.config import PipelineSection
     from edgetrain.pipeline.costs import OBJECTIVES, Setting, cost_function
     from edgetrain.pipeline.partition import PartitionError, partition
-    from edgetrain.pipeline.plan import plan_document
+    from edgetrain.pipeline.partition_file import plan_document
     from edgetrain.pipeline.table import unit_table
     from edgetrain.plan.units import parse_bandwidth
     from edgetrain.profile.schema import read_profile

@@ -23,6 +23,7 @@ from edgetrain.comm import channel, protocol, sockets
 from edgetrain.comm.channel import Traffic
 from edgetrain.comm.control import InOrder
 from edgetrain.comm.security import CurveKeys
+from edgetrain.comm.transport import Transport
 from edgetrain.comm.wire import Message
 from edgetrain.errors import RunError
 
@@ -51,12 +52,9 @@ class CoordinatorClient:
         security: CurveKeys | None = None,
         heartbeat_s: float = 1.0,
     ) -> None:
-        self.security = security
+        self.transport = Transport(ctx, run_id, worker_id, traffic, security)
         self.worker_id = worker_id
-        self.name = protocol.worker_name(worker_id)
-        self.run_id = run_id
-        self.traffic = traffic
-        self.ctx = ctx
+        self.name = self.transport.name
         self.endpoint = endpoint
         self.heartbeat_s = heartbeat_s
         self.sock = self._make_socket(self.name)
@@ -78,9 +76,7 @@ class CoordinatorClient:
     def _make_socket(self, identity: str) -> zmq.SyncSocket:
         """A DEALER connected to the coordinator under ``identity``."""
         opts = sockets.SocketOptions(linger_ms=2000)
-        sock = sockets.client(self.ctx, zmq.DEALER, self.security, opts, identity.encode())
-        sock.connect(self.endpoint)
-        return sock
+        return self.transport.connect(zmq.DEALER, self.endpoint, opts, identity)
 
     def start_heartbeat(self, interval_s: float) -> None:
         """Send a heartbeat every ``interval_s`` from a thread of its own, until :meth:`close`.
@@ -93,7 +89,7 @@ class CoordinatorClient:
         self.heartbeat_s = interval_s
         if self._heartbeat is None:
             sock = self._make_socket(protocol.heartbeat_identity(self.worker_id))
-            self._heartbeat = Heartbeat(sock, self.name, self.run_id, interval_s, self)
+            self._heartbeat = Heartbeat(sock, self.name, self.transport.run_id, interval_s, self)
             self._heartbeat.start()
 
     def send(
@@ -105,9 +101,9 @@ class CoordinatorClient:
         step: int = 0,
         tensors: dict[str, np.ndarray] | None = None,
     ) -> None:
-        msg = Message(kind, self.name, self.run_id, step, epoch, meta or {}, tensors or {})
+        msg = self.transport.message(kind, meta, tensors, step=step, epoch=epoch)
         try:
-            channel.send(self.sock, msg, self.traffic, peer=protocol.COORDINATOR)
+            self.transport.send(self.sock, msg, peer=protocol.COORDINATOR)
         except zmq.Again:
             raise RunError(
                 f"worker {self.worker_id}: the coordinator at {self.endpoint} took no '{kind}' "
@@ -116,12 +112,12 @@ class CoordinatorClient:
 
     def _read(self) -> None:
         """Read one message from the socket into the in-order queue."""
-        got = channel.recv(self.sock, self.run_id, protocol.TO_WORKER, self.traffic)
+        got = self.transport.recv(self.sock, protocol.TO_WORKER)
         if got is None:
             return
         msg = got[1]
         if msg.sender != protocol.COORDINATOR:
-            self.traffic.drop("bad_sender", msg.sender)
+            self.transport.traffic.drop("bad_sender", msg.sender)
             return
         self._heard = time.monotonic()
         if msg.type == protocol.STATE:
@@ -130,7 +126,7 @@ class CoordinatorClient:
             return
         seq = msg.meta.get("seq")
         if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
-            self.traffic.drop("bad_seq", msg.sender)
+            self.transport.traffic.drop("bad_seq", msg.sender)
             return
         self._ready.extend(self._order.accept(seq, msg))
 

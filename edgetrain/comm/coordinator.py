@@ -32,6 +32,7 @@ from edgetrain.comm.control import (
     HandIn,
     NoDirectives,
     Role,
+    Sent,
 )
 from edgetrain.comm.security import CurveKeys
 from edgetrain.comm.wire import Message
@@ -242,7 +243,7 @@ class Coordinator:
         for wid, entry in self.control.stale(now):
             if self.workers[wid].status != "failed":
                 log.info("resending %s #%d to worker %d", entry.kind, entry.seq, wid)
-                self._transmit(wid, entry.kind, entry.meta, entry.epoch, entry.tensors)
+                self._resend(wid, entry)
 
     def waiting_on(self) -> list[int]:
         """Workers the current phase still waits for."""
@@ -311,19 +312,17 @@ class Coordinator:
     ) -> None:
         """Number a message, keep it until acknowledged, and send it."""
         entry = self.control.record(worker_id, kind, meta, epoch, tensors or {}, time.monotonic())
-        self._transmit(worker_id, kind, entry.meta, epoch, entry.tensors)
+        self._resend(worker_id, entry)
 
-    def _transmit(
-        self,
-        worker_id: int,
-        kind: str,
-        meta: dict[str, Any],
-        epoch: int = 0,
-        tensors: dict[str, np.ndarray] | None = None,
-    ) -> None:
+    def _resend(self, worker_id: int, entry: Sent) -> None:
+        """Send a numbered message (again, when it was not acknowledged)."""
         msg = Message(
-            kind, protocol.COORDINATOR, self.run_id, epoch=epoch, meta=meta, tensors=tensors or {}
-        )
+            entry.kind, protocol.COORDINATOR, self.run_id, epoch=entry.epoch, meta=entry.meta,
+            tensors=entry.tensors,
+        )  # fmt: skip
+        self._transmit(worker_id, msg)
+
+    def _transmit(self, worker_id: int, msg: Message) -> None:
         try:
             channel.send(
                 self._sock,
@@ -333,7 +332,7 @@ class Coordinator:
                 flags=zmq.NOBLOCK,
             )
         except zmq.ZMQError as exc:  # gone, reconnecting, or its queue is full: resent later
-            log.info("could not send %s to worker %d now: %s", kind, worker_id, exc)
+            log.info("could not send %s to worker %d now: %s", msg.type, worker_id, exc)
 
     # ------------------------------------------------------------------ handling
 
@@ -594,9 +593,11 @@ class Coordinator:
         self.control.ack(info.id, have)
         lacking = self.control.after(info.id, have, time.monotonic())
         for entry in lacking:
-            self._transmit(info.id, entry.kind, entry.meta, entry.epoch, entry.tensors)
+            self._resend(info.id, entry)
         state = {"phase": self.phase, "seq": self.control.last(info.id), "resent": len(lacking)}
-        self._transmit(info.id, protocol.STATE, state)
+        self._transmit(
+            info.id, Message(protocol.STATE, protocol.COORDINATOR, self.run_id, meta=state)
+        )
         return [Event(info.id, "sync", {"have": have, "resent": len(lacking)})]
 
 

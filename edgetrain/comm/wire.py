@@ -258,3 +258,23 @@ def arrays_from_state(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
             value = value.detach().cpu().numpy()
         out[name] = np.array(value, order="C", copy=True)
     return out
+
+
+# ------------------------------------------------------------------ what families check on receipt
+
+
+def is_count(value: Any) -> bool:
+    """A non-negative int, not a bool: an iteration, epoch, step or round in a message's meta."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def float32_problem(arr: np.ndarray, shape: Sequence[int], finite: bool = True) -> str | None:
+    """Why a received array is not a float32 tensor of ``shape`` (with ``finite``: of finite
+    values), as a drop reason, or None."""
+    if arr.dtype != np.float32:
+        return "bad_tensor_dtype"
+    if tuple(arr.shape) != tuple(shape):
+        return "bad_tensor_shape"
+    if finite and not np.isfinite(arr).all():
+        return "non_finite"
+    return None

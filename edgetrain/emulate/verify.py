@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from edgetrain.emulate import cgroups
 from edgetrain.emulate.testbed import EmulateError, Testbed
@@ -36,7 +36,28 @@ PROBE = ("-m", "edgetrain.emulate.probes")
 
 
 @dataclass(frozen=True)
-class LinkResult:
+class _Checked:
+    """A measured figure against what the spec asked for: ``error`` is the relative
+    difference, ``ok`` whether it is within the class's ``tolerance``."""
+
+    tolerance: ClassVar[float]
+
+    @property
+    def error(self) -> float:
+        raise NotImplementedError
+
+    @property
+    def ok(self) -> bool:
+        return abs(self.error) <= self.tolerance
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "error": self.error, "ok": self.ok}
+
+
+@dataclass(frozen=True)
+class LinkResult(_Checked):
+    tolerance: ClassVar[float] = LINK_TOLERANCE
+
     kind: str
     label: str
     src: str
@@ -49,16 +70,11 @@ class LinkResult:
     def error(self) -> float:
         return self.measured_bps / self.limit_bps - 1.0
 
-    @property
-    def ok(self) -> bool:
-        return abs(self.error) <= LINK_TOLERANCE
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "error": self.error, "ok": self.ok}
-
 
 @dataclass(frozen=True)
-class CpuResult:
+class CpuResult(_Checked):
+    tolerance: ClassVar[float] = CPU_TOLERANCE
+
     host: str
     share: float
     ops_per_s: float
@@ -71,13 +87,6 @@ class CpuResult:
     @property
     def error(self) -> float:
         return self.ratio / self.expected_ratio - 1.0
-
-    @property
-    def ok(self) -> bool:
-        return abs(self.error) <= CPU_TOLERANCE
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "error": self.error, "ok": self.ok}
 
 
 @dataclass(frozen=True)

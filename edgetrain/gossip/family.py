@@ -22,6 +22,7 @@ from edgetrain.gossip.drain import GossipController
 from edgetrain.gossip.mixing import weighted_average
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.base import FamilyDefaults, FinalModel, HandInError, meta_float
+from edgetrain.runtime.context import RunRecord
 from edgetrain.runtime.weights import model_arrays
 
 
@@ -64,16 +65,11 @@ class GossipFamily(FamilyDefaults):
         """GoSGD's drain accounting."""
         return GossipController()
 
-    def report(
-        self,
-        manifest: dict[str, Any],
-        workers: Mapping[int, list[dict[str, Any]]],
-        coordinator: list[dict[str, Any]],
-    ) -> dict[str, Any] | None:
+    def report(self, run: RunRecord) -> dict[str, Any] | None:
         """Finish-time spread per epoch."""
         from edgetrain.gossip.spread_report import gossip_report
 
-        return gossip_report(manifest, workers)
+        return gossip_report(run.manifest, run.workers)
 
     def final_model(
         self, recipe: Recipe, handins: Mapping[int, HandIn], roles: Sequence[Role]

@@ -5,8 +5,9 @@ versions, or base plus pending pairs, plus optimiser state: what the paper's the
 the largest temporary during an operation on top of it (``transient``: mcPipe's weight being
 replayed, a weight-gradient, PipeDream's new version), and the tensors autograd saved for the
 microbatches in flight (``activation``). Bytes are counted per storage, so views and shared
-tensors count once. The process's peak RSS over a baseline and its cgroup's peak (on an
-emulated host) are read from the kernel.
+tensors count once. The process's peak RSS over a baseline
+(:mod:`edgetrain.profile.memory`) and its cgroup's peak (on an emulated host) are read from the
+kernel.
 """
 
 from __future__ import annotations
@@ -93,37 +94,6 @@ class Timers:
 
 
 # ------------------------------------------------------------------ the kernel's figures
-
-
-def _status(field_name: str) -> int | None:
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith(field_name + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def rss_bytes() -> int | None:
-    """This process's resident set now (``VmRSS``)."""
-    return _status("VmRSS")
-
-
-def rss_peak_bytes() -> int | None:
-    """This process's peak resident set since the last :func:`reset_rss_peak` (``VmHWM``)."""
-    return _status("VmHWM")
-
-
-def reset_rss_peak() -> bool:
-    """Reset ``VmHWM`` to the current RSS (Linux >= 4.0); False where it cannot be."""
-    try:
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
-            fh.write("5")
-    except OSError:
-        return False
-    return True
 
 
 # The memory groups `edgetrain emulate` makes for its hosts live under this directory.

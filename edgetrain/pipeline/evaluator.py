@@ -23,12 +23,13 @@ import numpy as np
 import torch
 import zmq
 
-from edgetrain.comm import channel, protocol
+from edgetrain.comm import protocol
 from edgetrain.comm.control import HandIn
+from edgetrain.comm.transport import Transport
 from edgetrain.pipeline import messages
 from edgetrain.pipeline.chain import build_units
-from edgetrain.pipeline.links import bind_inbox
 from edgetrain.pipeline.proc import start_process
+from edgetrain.pipeline.stage_channels import bind_inbox
 from edgetrain.runtime.base import Final, Ready, WorkerContext
 from edgetrain.runtime.session import Session
 from edgetrain.runtime.setup import build_run_model, load_run_data
@@ -45,6 +46,7 @@ class Evaluator:
 
     def __init__(self, ctx: WorkerContext) -> None:
         self.ctx = ctx
+        self.transport = Transport.of(ctx)
         self.sock: zmq.SyncSocket | None = None
         self.scratch: Path | None = None
         self.got: dict[str, int] = {}  # parts received per sender
@@ -57,9 +59,7 @@ class Evaluator:
         self.model = build_run_model(ctx.recipe, self.data)
         self.shapes = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
         self.scratch = Path(tempfile.mkdtemp(prefix="edgetrain-snapshots-"))
-        self.sock, endpoint = bind_inbox(
-            ctx.zmq, ctx.keys, ctx.bind_host, ctx.announce_host, 10_000, "snapshot inbox"
-        )
+        self.sock, endpoint = bind_inbox(self.transport, 10_000, "snapshot inbox")
         return Ready({"snap": endpoint}, {})
 
     def run(self, session: Session) -> Final:
@@ -108,7 +108,7 @@ class Evaluator:
     def _take(self) -> None:
         assert self.sock is not None and self.scratch is not None
         while self.sock.poll(0, zmq.POLLIN):
-            got = channel.recv(self.sock, self.ctx.run_id, (messages.SNAP,), self.ctx.traffic)
+            got = self.transport.recv(self.sock, (messages.SNAP,))
             if got is None:
                 continue
             msg = got[1]

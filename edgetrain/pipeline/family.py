@@ -28,6 +28,7 @@ from edgetrain.pipeline import feed
 from edgetrain.pipeline.config import PipelineSection
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.base import FamilyDefaults, FinalModel, HandInError
+from edgetrain.runtime.context import RunRecord
 from edgetrain.runtime.weights import model_arrays
 
 STAGE = "stage"
@@ -187,7 +188,7 @@ def choose_bounds(recipe: Recipe, run_dir: Path) -> tuple[list[tuple[int, int]],
     """The stages' units and where they came from (plan file, split or the partitioner)."""
     from edgetrain.pipeline.costs import cost_function
     from edgetrain.pipeline.partition import PartitionError, bounds_of, partition
-    from edgetrain.pipeline.plan import bounds_from_plan
+    from edgetrain.pipeline.partition_file import bounds_from_plan
 
     cfg = PipelineSection.of(recipe)
     n = _count(recipe, STAGE)
@@ -356,15 +357,10 @@ class PipelineFamily(FamilyDefaults):
                 )
         return dict(handins)
 
-    def report(
-        self,
-        manifest: dict[str, Any],
-        workers: Mapping[int, list[dict[str, Any]]],
-        coordinator: list[dict[str, Any]],
-    ) -> dict[str, Any] | None:
-        from edgetrain.pipeline.report import pipeline_report
+    def report(self, run: RunRecord) -> dict[str, Any] | None:
+        from edgetrain.pipeline.stage_report import pipeline_report
 
-        return pipeline_report(manifest, workers)
+        return pipeline_report(run.manifest, run.workers)
 
 
 FAMILY = PipelineFamily()

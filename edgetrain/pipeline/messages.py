@@ -18,11 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from edgetrain.comm.wire import Message
+from edgetrain.comm.wire import Message, float32_problem, is_count
 from edgetrain.errors import RunError
 
 ACT = "pipe.act"
@@ -33,10 +32,6 @@ DP_GRAD = "dp.grad"
 
 class OutOfOrder(RunError):
     """The right peer sent a message for another operation than the one this stage runs."""
-
-
-def _int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 @dataclass(frozen=True)
@@ -60,16 +55,15 @@ def problem(msg: Message, expect: Expect) -> str | None:
     checked here: see :func:`check_order`."""
     if msg.sender != expect.sender:
         return "unknown_sender"
-    if not _int(msg.meta.get("epoch")) or not _int(msg.meta.get("mb")):
+    if not is_count(msg.meta.get("epoch")) or not is_count(msg.meta.get("mb")):
         return "bad_meta"
     names = {"act", "labels"} if expect.kind == ACT else {"grad"}
     if set(msg.tensors) != names:
         return "bad_tensor_names"
     main = msg.tensors["act" if expect.kind == ACT else "grad"]
-    if main.dtype != np.float32:
-        return "bad_tensor_dtype"
-    if tuple(main.shape) != expect.shape:
-        return "bad_tensor_shape"
+    reason = float32_problem(main, expect.shape, finite=False)
+    if reason is not None:
+        return reason
     if expect.kind == ACT:
         labels = msg.tensors["labels"]
         if labels.dtype != np.int64 or labels.shape != (expect.shape[0],):
@@ -102,7 +96,7 @@ def snapshot_problem(
         return "unknown_sender"
     meta = msg.meta
     for key in ("snap", "epoch", "mb", "part", "parts"):
-        if not _int(meta.get(key)):
+        if not is_count(meta.get(key)):
             return "bad_meta"
     t = meta.get("train_s")
     if not isinstance(t, (int, float)) or isinstance(t, bool) or not t >= 0:
@@ -110,10 +104,9 @@ def snapshot_problem(
     if not set(msg.tensors) <= set(names.get(part, ())) or not msg.tensors:
         return "not_owned"
     for name, arr in msg.tensors.items():
-        if arr.dtype != np.float32:
-            return "bad_tensor_dtype"
-        if tuple(arr.shape) != shapes[name]:
-            return "bad_tensor_shape"
+        reason = float32_problem(arr, shapes[name], finite=False)
+        if reason is not None:
+            return reason
     return None
 
 
@@ -123,15 +116,12 @@ def gradients_problem(
     """Why a replica's gradients are unusable (exactly the model's tensors, float32, finite)."""
     if not sender_ok:
         return "unknown_sender"
-    if not _int(msg.meta.get("epoch")) or not _int(msg.meta.get("step")):
+    if not is_count(msg.meta.get("epoch")) or not is_count(msg.meta.get("step")):
         return "bad_meta"
     if set(msg.tensors) != set(shapes):
         return "bad_tensor_names"
     for name, arr in msg.tensors.items():
-        if arr.dtype != np.float32:
-            return "bad_tensor_dtype"
-        if tuple(arr.shape) != shapes[name]:
-            return "bad_tensor_shape"
-        if not np.isfinite(arr).all():
-            return "non_finite"
+        reason = float32_problem(arr, shapes[name])
+        if reason is not None:
+            return reason
     return None

@@ -1,8 +1,8 @@
 """What every pipeline process sets up: its threads, the allocator, the seeded model, the
 microbatch and SGD settings, the resumed state, and the epoch-end snapshots it sends.
 
-Shared by stages and replicas, so every technique starts from the same weights and draws the
-same microbatches from the same seed."""
+Shared by stages and replicas (:class:`TrainingProcess`), so every technique starts from the
+same weights and draws the same microbatches from the same seed."""
 
 from __future__ import annotations
 
@@ -10,18 +10,30 @@ import ctypes
 import ctypes.util
 import gc
 import logging
+import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from edgetrain.comm.control import HandIn
+from edgetrain.comm.transport import Transport
+from edgetrain.data.dataset import Dataset
 from edgetrain.errors import EdgetrainError
+from edgetrain.pipeline import accounting, snapshots
+from edgetrain.pipeline.chain import Unit, build_units
 from edgetrain.pipeline.config import PipelineSection
+from edgetrain.pipeline.stage_build import Stage, make_stage
+from edgetrain.pipeline.stage_channels import Links
 from edgetrain.pipeline.stores import Hyper
+from edgetrain.pipeline.table import UnitInfo, unit_table
+from edgetrain.profile.memory import reset_rss_peak, rss_bytes, rss_peak_bytes
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.base import WorkerContext
+from edgetrain.runtime.session import Session
+from edgetrain.runtime.setup import build_run_model, load_run_data
 
 log = logging.getLogger(__name__)
 
@@ -98,3 +110,184 @@ def restore_buffers(modules: Sequence[tuple[str, torch.Tensor]], arrays: Mapping
         for state, buf in modules:
             if state in arrays:
                 buf.copy_(torch.from_numpy(np.array(arrays[state])).reshape(buf.shape))
+
+
+def unit_names(units: Sequence[Unit]) -> list[list[tuple[str, str]]]:
+    """Per unit, (unit-local, state-dict) names of its parameters."""
+    return [[(local, unit.state_name(local)) for local in unit.params()] for unit in units]
+
+
+def unit_buffers(units: Sequence[Unit]) -> list[tuple[str, torch.Tensor]]:
+    """(state-dict name, live tensor) of every floating buffer of the units."""
+    return [
+        (unit.state_name(local), b)
+        for unit in units
+        for local, b in unit.module.named_buffers()
+        if b.is_floating_point()
+    ]
+
+
+def training_tensors(data: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training split as contiguous float32 inputs and int64 labels."""
+    xt = torch.from_numpy(np.ascontiguousarray(data.x_train, dtype=np.float32))
+    yt = torch.from_numpy(np.ascontiguousarray(data.y_train, dtype=np.int64))
+    return xt, yt
+
+
+class TrainingProcess:
+    """What a stage and a data-parallel replica share: the ``[pipeline]`` settings, the data
+    and the model's units, the channels (serving the coordinator while they wait), the stage
+    built from a checkpoint or the seed, the epoch loop, the snapshots, the memory figures."""
+
+    cfg: PipelineSection
+    b: int  # the microbatch
+    samples: int
+    input_shape: tuple[int, ...]
+    timers: accounting.Timers
+    stage: Stage
+    part: int  # this process's part of every snapshot, of ``parts``
+    parts: int
+    clock: float  # training seconds so far (snapshots left out)
+    clock_now: float  # the training clock at the snapshot being sent
+    rss_baseline: int | None
+    rss_reset: bool
+    cgroup: Path | None
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        self.ctx = ctx
+        self.links: Links | None = None
+        self.session: Session | None = None
+        self.snap_parts = 0
+        self.snap_s = 0.0
+
+    # ------------------------------------------------------------------ setting up
+
+    def _start(self) -> tuple[Dataset, list[Unit], list[UnitInfo]]:
+        """Threads and settings, the data, the seeded model's units and their table, and the
+        channels (no socket yet)."""
+        ctx, recipe = self.ctx, self.ctx.recipe
+        self.cfg = start_process(ctx)
+        self.b = microbatch_of(recipe, self.cfg)
+        data = load_run_data(recipe)
+        self.samples = len(data.x_train)
+        self.input_shape = data.input_shape
+        units = build_units(build_run_model(recipe, data), recipe.model.name)
+        infos = unit_table(units, self.input_shape)
+        self.timers = accounting.Timers()
+        self.links = Links(Transport.of(ctx), self.timers, self.cfg.recv_timeout_s, self._serve)
+        return data, units, infos
+
+    def _build_stage(
+        self,
+        units: list[Unit],
+        infos: Sequence[UnitInfo],
+        technique: str,
+        *,
+        last: bool,
+        input_shape: Sequence[int],
+        store: str = "mixed",
+    ) -> Stage:
+        """The stage of ``units``: from the checkpoint when the run resumes, else seeded."""
+        recipe, resume = self.ctx.recipe, self.ctx.resume
+        version, init, mom = 0, None, None
+        if resume is not None:
+            version = int(resume.meta.get("version", 0))
+            init, mom = resumed_units(resume, unit_names(units), recipe.train.momentum > 0)
+            restore_buffers(unit_buffers(units), resume.weights)
+        stage = make_stage(
+            units, infos, technique, hyper_of(recipe), last=last, seed=recipe.run.seed,
+            input_shape=input_shape, store=store, microbatch=self.b, version=version,
+            init=init, momentum=mom,
+        )  # fmt: skip
+        stage.store.timers = self.timers
+        return stage
+
+    def _connect_evaluator(self, session: Session) -> None:
+        """An outbox to the evaluator, when the run has one."""
+        assert self.links is not None
+        evaluators = session.roster.of("evaluator")
+        if evaluators:
+            ev = evaluators[0]
+            self.links.connect("snap", ev.endpoints["snap"], ev.id, 64)
+
+    def _serve(self) -> None:
+        if self.session is not None:
+            self.session.poll()
+
+    def close(self) -> None:
+        if self.links is not None:
+            self.links.close()
+
+    # ------------------------------------------------------------------ training
+
+    def _epoch(self, session: Session, epoch: int, steps: int) -> tuple[int, bool]:
+        raise NotImplementedError
+
+    def _train(self, session: Session) -> tuple[int, int]:
+        """Every epoch from the start epoch (memory measured from here); the last epoch run and
+        the steps."""
+        self.rss_baseline = rss_bytes()
+        self.rss_reset = reset_rss_peak()
+        self.cgroup = accounting.cgroup_memory_dir()
+        accounting.reset_cgroup_peak(self.cgroup)
+        self.clock = 0.0
+        steps = 0
+        last = self.ctx.recipe.train.epochs
+        for epoch in range(self.ctx.start_epoch, last + 1):
+            steps, stop = self._epoch(session, epoch, steps)
+            if stop:  # the time budget is spent, or the coordinator said stop
+                last = epoch
+                break
+        session.done({"snapshot_parts": self.snap_parts}, last, steps)
+        return last, steps
+
+    # ------------------------------------------------------------------ snapshots, figures
+
+    def _has_evaluator(self) -> bool:
+        return self.links is not None and "snap" in self.links.outboxes
+
+    def _snapshot(self, epoch: int, absorbed: int, epoch_end: bool) -> None:
+        """Send this process's newest weights, unit by unit, to the evaluator."""
+        assert self.links is not None
+        t0 = time.monotonic()
+        self.snap_parts += snapshots.send(
+            self.links, self.stage, self.part, self.parts, epoch, absorbed, self.clock_now,
+            epoch_end,
+        )  # fmt: skip
+        self.snap_s += time.monotonic() - t0
+
+    def _memory(self) -> dict[str, Any]:
+        """The store's five figures, the process's RSS peak over its baseline, the cgroup's."""
+        figures = self.stage.store.acc.figures()
+        rss_peak = rss_peak_bytes() if self.rss_reset else None
+        return {
+            **figures,
+            "rss_baseline_bytes": self.rss_baseline,
+            "rss_peak_bytes": rss_peak,
+            "rss_delta_bytes": (rss_peak - self.rss_baseline)
+            if rss_peak is not None and self.rss_baseline is not None
+            else None,
+            **accounting.cgroup_figures(self.cgroup),
+        }
+
+    def _timer_figures(self, forward_s: float, replay_s: float) -> dict[str, float]:
+        t = self.timers
+        return {
+            "forward_s": forward_s,
+            "replay_s": replay_s,
+            "backward_s": t.get("backward_s"),
+            "update_s": t.get("update_s"),
+            "wait_s": t.get("wait_s"),
+            "send_s": t.get("send_s"),
+            "snapshot_s": self.snap_s,
+            "compute_s": t.get("forward_s") + t.get("backward_s") + t.get("update_s"),
+        }
+
+    def _clock_figures(self) -> dict[str, Any]:
+        """The training clock, the snapshot parts sent, the channels' and the traffic figures."""
+        return {
+            "train_clock_s": self.clock,
+            "snapshot_parts": self.snap_parts,
+            "links": self.links.link_figures() if self.links is not None else {},
+            **self.ctx.traffic.as_dict(),
+        }

@@ -23,85 +23,42 @@ from edgetrain.comm import protocol
 from edgetrain.comm.control import HandIn
 from edgetrain.comm.wire import Message
 from edgetrain.errors import Diverged
-from edgetrain.pipeline import accounting, feed, messages, snapshots
-from edgetrain.pipeline.build import make_stage, stage_momentum, stage_state
-from edgetrain.pipeline.chain import build_units
-from edgetrain.pipeline.links import Links
-from edgetrain.pipeline.proc import (
-    collect,
-    hyper_of,
-    microbatch_of,
-    restore_buffers,
-    resumed_units,
-    start_process,
-)
-from edgetrain.pipeline.stage import unit_buffers, unit_names
+from edgetrain.pipeline import feed, messages
+from edgetrain.pipeline.proc import TrainingProcess, collect, training_tensors
+from edgetrain.pipeline.stage_build import stage_momentum, stage_state
 from edgetrain.pipeline.stores import unit_grads
-from edgetrain.pipeline.table import unit_table
 from edgetrain.runtime.base import Final, Ready, WorkerContext
 from edgetrain.runtime.session import Session
-from edgetrain.runtime.setup import build_run_model, load_run_data
 
 log = logging.getLogger(__name__)
 
 
-class ReplicaRunner:
+class ReplicaRunner(TrainingProcess):
     """One data-parallel replica."""
 
     def __init__(self, ctx: WorkerContext) -> None:
-        self.ctx = ctx
-        self.links: Links | None = None
-        self.session: Session | None = None
+        super().__init__(ctx)
         self.waiting: dict[str, deque[Message]] = {}
-        self.snap_parts = 0
-        self.snap_s = 0.0
 
     def setup(self) -> Ready:
-        ctx, recipe = self.ctx, self.ctx.recipe
-        self.cfg = start_process(ctx)
-        self.r = ctx.role.index
-        self.R = recipe.role_names().count("replica")
-        self.b = microbatch_of(recipe, self.cfg)
-        data = load_run_data(recipe)
-        self.samples = len(data.x_train)
-        self.input_shape = data.input_shape
-        self.xt = torch.from_numpy(np.ascontiguousarray(data.x_train, dtype=np.float32))
-        self.yt = torch.from_numpy(np.ascontiguousarray(data.y_train, dtype=np.int64))
-        model = build_run_model(recipe, data)
-        self.units = build_units(model, recipe.model.name)
-        self.infos = unit_table(self.units, self.input_shape)
-        self.timers = accounting.Timers()
-        self.links = Links(
-            ctx.zmq, ctx.run_id, ctx.worker_id, ctx.traffic, ctx.keys, self.timers,
-            self.cfg.recv_timeout_s, self._serve,
-        )  # fmt: skip
+        self.r = self.ctx.role.index
+        self.R = self.ctx.recipe.role_names().count("replica")
+        self.part, self.parts = 0, 1  # replica 0 sends the whole model's snapshots
+        data, self.units, self.infos = self._start()
+        self.xt, self.yt = training_tensors(data)
+        assert self.links is not None
         endpoints = {}
         if self.R > 1:
-            endpoints["grads"] = self.links.bind(
-                "grads", ctx.bind_host, ctx.announce_host, 4 * self.R, f"replica {self.r} inbox"
-            )
+            endpoints["grads"] = self.links.bind("grads", 4 * self.R, f"replica {self.r} inbox")
         return Ready(endpoints, {"samples": self.samples, "replica": self.r})
 
-    def _serve(self) -> None:
-        if self.session is not None:
-            self.session.poll()
-
     def run(self, session: Session) -> Final:
-        ctx, recipe = self.ctx, self.ctx.recipe
+        ctx = self.ctx
         self.session = session
         self.m = int(session.start_directive["microbatches"])
-        units = self.units
-        version, init, mom = 0, None, None
-        if ctx.resume is not None:
-            version = int(ctx.resume.meta.get("version", 0))
-            init, mom = resumed_units(ctx.resume, unit_names(units), recipe.train.momentum > 0)
-            restore_buffers(unit_buffers(units), ctx.resume.weights)
-        self.stage = make_stage(
-            units, self.infos, "dataparallel", hyper_of(recipe), last=True,
-            seed=recipe.run.seed, input_shape=self.input_shape, microbatch=self.b,
-            version=version, init=init, momentum=mom,
-        )  # fmt: skip
-        self.stage.store.timers = self.timers
+        self.stage = self._build_stage(
+            self.units, self.infos, "dataparallel", last=True, input_shape=self.input_shape
+        )
         collect()
         self.shapes = {
             unit.state_name(k): tuple(t.shape)
@@ -114,29 +71,11 @@ class ReplicaRunner:
             if m.role.index != self.r:
                 self.links.connect(f"to{m.role.index}", m.endpoints["grads"], m.id, 4)
                 self.peers[m.role.index] = protocol.worker_name(m.id)
-        evaluators = session.roster.of("evaluator")
-        if evaluators and self.r == 0:
-            ev = evaluators[0]
-            self.links.connect("snap", ev.endpoints["snap"], ev.id, 64)
-        self.rss_baseline = accounting.rss_bytes()
-        self.rss_reset = accounting.reset_rss_peak()
-        self.cgroup = accounting.cgroup_memory_dir()
-        accounting.reset_cgroup_peak(self.cgroup)
-        self.clock = 0.0
-        steps = 0
-        last = recipe.train.epochs
-        for epoch in range(ctx.start_epoch, recipe.train.epochs + 1):
-            steps, stop = self._epoch(session, epoch, steps)
-            if stop:  # the time budget is spent
-                last = epoch
-                break
-        session.done({"snapshot_parts": self.snap_parts}, last, steps)
+        if self.r == 0:
+            self._connect_evaluator(session)
+        _, steps = self._train(session)
         meta = {"role": str(ctx.role), "replica": self.r, "version": self.stage.store.latest}
         return Final(HandIn(stage_state(self.stage), meta), {**self._metrics(), "steps": steps})
-
-    def close(self) -> None:
-        if self.links is not None:
-            self.links.close()
 
     # ------------------------------------------------------------------ one epoch
 
@@ -188,7 +127,7 @@ class ReplicaRunner:
             end = done == len(batches) or over
             if (
                 self.r == 0
-                and self._snapshots()
+                and self._has_evaluator()
                 and self.cfg.snapshot_every
                 and (absorbed % self.cfg.snapshot_every == 0)
             ):
@@ -204,7 +143,7 @@ class ReplicaRunner:
         t0 = time.monotonic()
         absorbed = (epoch - 1) * self.m + done
         every = self.cfg.snapshot_every
-        if self.r == 0 and self._snapshots() and not (every and absorbed % every == 0):
+        if self.r == 0 and self._has_evaluator() and not (every and absorbed % every == 0):
             self.clock_now = self.clock
             self._snapshot(epoch, absorbed, True)
         metrics = {
@@ -278,32 +217,9 @@ class ReplicaRunner:
                 out.append(summed)
         return out, over or any(m.meta.get("over") is True for m in got.values())
 
-    # ------------------------------------------------------------------ snapshots, reports
-
-    def _snapshots(self) -> bool:
-        return self.links is not None and "snap" in self.links.outboxes
-
-    def _snapshot(self, epoch: int, absorbed: int, epoch_end: bool) -> None:
-        assert self.links is not None
-        t0 = time.monotonic()
-        self.snap_parts += snapshots.send(
-            self.links, self.stage, 0, 1, epoch, absorbed, self.clock_now, epoch_end
-        )
-        self.snap_s += time.monotonic() - t0
+    # ------------------------------------------------------------------ reports
 
     def _metrics(self) -> dict[str, Any]:
-        figures = self.stage.store.acc.figures()
-        rss_peak = accounting.rss_peak_bytes() if self.rss_reset else None
-        memory = {
-            **figures,
-            "rss_baseline_bytes": self.rss_baseline,
-            "rss_peak_bytes": rss_peak,
-            "rss_delta_bytes": (rss_peak - self.rss_baseline)
-            if rss_peak is not None and self.rss_baseline is not None
-            else None,
-            **accounting.cgroup_figures(self.cgroup),
-        }
-        t = self.timers
         return {
             "technique": "dataparallel",
             "role_name": "replica",
@@ -313,19 +229,7 @@ class ReplicaRunner:
             "store_modes": self.stage.choice.modes,
             "microbatch": self.b,
             "version": self.stage.store.latest,
-            "memory": memory,
-            "timers": {
-                "forward_s": t.get("forward_s"),
-                "replay_s": 0.0,
-                "backward_s": t.get("backward_s"),
-                "update_s": t.get("update_s"),
-                "wait_s": t.get("wait_s"),
-                "send_s": t.get("send_s"),
-                "snapshot_s": self.snap_s,
-                "compute_s": t.get("forward_s") + t.get("backward_s") + t.get("update_s"),
-            },
-            "train_clock_s": self.clock,
-            "snapshot_parts": self.snap_parts,
-            "links": self.links.link_figures() if self.links is not None else {},
-            **self.ctx.traffic.as_dict(),
+            "memory": self._memory(),
+            "timers": self._timer_figures(self.timers.get("forward_s"), 0.0),
+            **self._clock_figures(),
         }

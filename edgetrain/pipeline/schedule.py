@@ -15,6 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+# How a stage keeps its weights (:mod:`.stores`): which version a backward uses.
+Store = Literal["versions", "latest", "pairs"]
+
 
 @dataclass(frozen=True)
 class Op:
@@ -55,7 +58,7 @@ def versions(
     m: int,
     extra: int = 0,
     uniform: int | None = None,
-    store: Literal["versions", "latest", "pairs"] = "versions",
+    store: Store = "versions",
     start: int = 0,
 ) -> list[tuple[Op, int]]:
     """Each operation with the version it uses, starting at version ``start``."""
@@ -73,12 +76,7 @@ def versions(
 
 
 def table(
-    s: int,
-    n: int,
-    m: int,
-    extra: int = 0,
-    uniform: int | None = None,
-    store: Literal["versions", "latest", "pairs"] = "versions",
+    s: int, n: int, m: int, extra: int = 0, uniform: int | None = None, store: Store = "versions"
 ) -> str:
     """``F0@0 F1@0 B0@0 ...``: the specification's literal notation."""
     return " ".join(f"{op}@{v}" for op, v in versions(s, n, m, extra, uniform, store))

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from edgetrain.pipeline import feed, schedule
-from edgetrain.pipeline.build import Stage, cut, make_stage, stage_state
+from edgetrain.pipeline.stage_build import Stage, cut, make_stage, stage_state
 from edgetrain.pipeline.stores import Hyper
 from edgetrain.pipeline.table import unit_table
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from edgetrain.pipeline import messages
 
 if TYPE_CHECKING:
-    from edgetrain.pipeline.build import Stage
-    from edgetrain.pipeline.links import Links
+    from edgetrain.pipeline.stage_build import Stage
+    from edgetrain.pipeline.stage_channels import Links
 
 
 def due(absorbed: int, every: int) -> bool:

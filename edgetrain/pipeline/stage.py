@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -23,52 +22,25 @@ import torch
 
 from edgetrain.comm.control import HandIn
 from edgetrain.errors import Diverged, EdgetrainError
-from edgetrain.pipeline import accounting, feed, messages, schedule, snapshots
+from edgetrain.pipeline import feed, messages, schedule, snapshots
 from edgetrain.pipeline.bounds import UnitSize, paper_bound, resident
-from edgetrain.pipeline.build import Stage, make_stage, stage_momentum, stage_state
-from edgetrain.pipeline.chain import Unit, build_units
-from edgetrain.pipeline.links import Links, to_tensor
-from edgetrain.pipeline.proc import (
-    collect,
-    hyper_of,
-    microbatch_of,
-    restore_buffers,
-    resumed_units,
-    start_process,
-)
-from edgetrain.pipeline.table import UnitInfo, unit_table
+from edgetrain.pipeline.chain import Unit
+from edgetrain.pipeline.proc import TrainingProcess, collect, training_tensors
+from edgetrain.pipeline.stage_build import stage_momentum, stage_state
+from edgetrain.pipeline.stage_channels import to_tensor
+from edgetrain.pipeline.table import UnitInfo
 from edgetrain.runtime.base import Final, Ready, WorkerContext
 from edgetrain.runtime.session import Session
-from edgetrain.runtime.setup import build_run_model, load_run_data
 
 log = logging.getLogger(__name__)
 
 
-def unit_names(units: Sequence[Unit]) -> list[list[tuple[str, str]]]:
-    """Per unit, (unit-local, state-dict) names of its parameters."""
-    return [[(local, unit.state_name(local)) for local in unit.params()] for unit in units]
-
-
-def unit_buffers(units: Sequence[Unit]) -> list[tuple[str, torch.Tensor]]:
-    """(state-dict name, live tensor) of every floating buffer of the units."""
-    return [
-        (unit.state_name(local), b)
-        for unit in units
-        for local, b in unit.module.named_buffers()
-        if b.is_floating_point()
-    ]
-
-
-class StageRunner:
+class StageRunner(TrainingProcess):
     """One stage of a pipeline (or the whole model for Local)."""
 
     def __init__(self, ctx: WorkerContext, technique: str) -> None:
-        self.ctx = ctx
+        super().__init__(ctx)
         self.technique = technique
-        self.links: Links | None = None
-        self.session: Session | None = None
-        self.snap_parts = 0
-        self.snap_s = 0.0
         self.losses: list[float] = []
         self.correct = 0
         self.seen = 0
@@ -76,43 +48,28 @@ class StageRunner:
     # ------------------------------------------------------------------ runner
 
     def setup(self) -> Ready:
-        ctx, recipe = self.ctx, self.ctx.recipe
-        self.cfg = start_process(ctx)
-        self.s = ctx.role.index
-        self.n = recipe.role_names().count("stage")
+        recipe = self.ctx.recipe
+        self.s = self.part = self.ctx.role.index
+        self.n = self.parts = recipe.role_names().count("stage")
         self.last = self.s == self.n - 1
-        self.b = microbatch_of(recipe, self.cfg)
-        data = load_run_data(recipe)
-        self.samples = len(data.x_train)
+        data, units, infos = self._start()
         self.classes = data.classes
-        self.input_shape = data.input_shape
-        model = build_run_model(recipe, data)
         # The chain and its table now, so that `start` finds the stage ready to cut.
-        self.all_units: list[Unit] | None = build_units(model, recipe.model.name)
-        self.infos_all: list[UnitInfo] = unit_table(self.all_units, self.input_shape)
+        self.all_units: list[Unit] | None = units
+        self.infos_all: list[UnitInfo] = infos
         if self.s == 0:
-            self.xt = torch.from_numpy(np.ascontiguousarray(data.x_train, dtype=np.float32))
-            self.yt = torch.from_numpy(np.ascontiguousarray(data.y_train, dtype=np.int64))
+            self.xt, self.yt = training_tensors(data)
         del data
-        self.timers = accounting.Timers()
-        self.links = Links(
-            ctx.zmq, ctx.run_id, ctx.worker_id, ctx.traffic, ctx.keys, self.timers,
-            self.cfg.recv_timeout_s, self._serve,
-        )  # fmt: skip
+        assert self.links is not None
         hwm = schedule.in_flight(0, self.n, self.cfg.window_extra, self.cfg.window) + 1
         endpoints = {}
         if self.s > 0:
-            endpoints["act"] = self.links.bind(
-                "act", ctx.bind_host, ctx.announce_host, hwm, f"activation inbox of stage {self.s}"
-            )
+            endpoints["act"] = self.links.bind("act", hwm, f"activation inbox of stage {self.s}")
         if not self.last:
-            endpoints["grad"] = self.links.bind(
-                "grad", ctx.bind_host, ctx.announce_host, hwm, f"error inbox of stage {self.s}"
-            )
+            endpoints["grad"] = self.links.bind("grad", hwm, f"error inbox of stage {self.s}")
         return Ready(endpoints, {"samples": self.samples, "stage": self.s})
 
     def run(self, session: Session) -> Final:
-        ctx, recipe = self.ctx, self.ctx.recipe
         self.session = session
         d = session.start_directive
         bounds = [(int(b[0]), int(b[1])) for b in d.get("bounds", [])]
@@ -122,58 +79,31 @@ class StageRunner:
         self.m = int(d["microbatches"])
         self._build(bounds[self.s])
         self._connect(session)
-        self.rss_baseline = accounting.rss_bytes()
-        self.rss_reset = accounting.reset_rss_peak()
-        self.cgroup = accounting.cgroup_memory_dir()
-        accounting.reset_cgroup_peak(self.cgroup)
-        self.clock = 0.0
-        steps = 0
-        epochs = last = recipe.train.epochs
-        for epoch in range(ctx.start_epoch, epochs + 1):
-            steps, stop = self._epoch(session, epoch, steps)
-            if stop:  # the time budget is spent
-                last = epoch
-                break
-        session.done({"snapshot_parts": self.snap_parts}, last, steps)
+        _, steps = self._train(session)
         weights = stage_state(self.stage)
         meta = self._handin_meta()
         metrics = {**self._metrics(final=True), "steps": steps}
         return Final(HandIn(weights, meta), metrics)
 
-    def close(self) -> None:
-        if self.links is not None:
-            self.links.close()
-
-    def _serve(self) -> None:
-        if self.session is not None:
-            self.session.poll()
-
     # ------------------------------------------------------------------ building
 
     def _build(self, bounds: tuple[int, int]) -> None:
-        recipe, ctx = self.ctx.recipe, self.ctx
+        resume = self.ctx.resume
         assert self.all_units is not None
         lo, hi = bounds
         units = self.all_units[lo:hi]
         self.infos = self.infos_all[lo:hi]
-        version = 0
-        init = mom = None
-        if ctx.resume is not None:
-            got = [tuple(b) for b in ctx.resume.meta.get("bounds", [])]
+        if resume is not None:
+            got = [tuple(b) for b in resume.meta.get("bounds", [])]
             if got != [tuple(b) for b in self.bounds]:
                 raise EdgetrainError(
                     f"stage {self.s}: the checkpoint was cut as {got}, this run as {self.bounds}",
                     "resume with the partition the run was started with",
                 )
-            version = int(ctx.resume.meta.get("version", 0))
-            init, mom = resumed_units(ctx.resume, unit_names(units), recipe.train.momentum > 0)
-            restore_buffers(unit_buffers(units), ctx.resume.weights)
-        self.stage: Stage = make_stage(
-            units, self.infos, self.technique, hyper_of(recipe), last=self.last,
-            seed=recipe.run.seed, input_shape=self.infos[0].in_shape, store=self.cfg.store,
-            microbatch=self.b, version=version, init=init, momentum=mom,
+        self.stage = self._build_stage(
+            units, self.infos, self.technique, last=self.last,
+            input_shape=self.infos[0].in_shape, store=self.cfg.store,
         )  # fmt: skip
-        self.stage.store.timers = self.timers
         self.all_units = None  # the other stages' units go
         collect()
         self.act_shape = (self.b, *self.infos[0].in_shape)
@@ -192,10 +122,7 @@ class StageRunner:
             nxt = members[self.s + 1]
             self.links.connect("act", nxt.endpoints["act"], nxt.id, hwm)
             self.next = f"w{nxt.id}"
-        evaluators = session.roster.of("evaluator")
-        if evaluators:
-            ev = evaluators[0]
-            self.links.connect("snap", ev.endpoints["snap"], ev.id, 64)
+        self._connect_evaluator(session)
 
     # ------------------------------------------------------------------ one epoch
 
@@ -307,20 +234,6 @@ class StageRunner:
             self.links.send("grad", messages.GRAD, {"epoch": epoch, "mb": j},
                             {"grad": dx.numpy()}, epoch, j)  # fmt: skip
 
-    # ------------------------------------------------------------------ snapshots
-
-    def _has_evaluator(self) -> bool:
-        return self.links is not None and "snap" in self.links.outboxes
-
-    def _snapshot(self, epoch: int, absorbed: int, epoch_end: bool) -> None:
-        """Send this stage's newest weights, unit by unit, to the evaluator."""
-        assert self.links is not None
-        t0 = time.monotonic()
-        self.snap_parts += snapshots.send(
-            self.links, self.stage, self.s, self.n, epoch, absorbed, self.clock_now, epoch_end
-        )
-        self.snap_s += time.monotonic() - t0
-
     # ------------------------------------------------------------------ reports
 
     def _handin_meta(self) -> dict[str, Any]:
@@ -337,19 +250,7 @@ class StageRunner:
 
     def _metrics(self, final: bool) -> dict[str, Any]:
         store = self.stage.store
-        figures = store.acc.figures()
-        rss_peak = accounting.rss_peak_bytes() if self.rss_reset else None
-        memory: dict[str, Any] = {
-            **figures,
-            "rss_baseline_bytes": self.rss_baseline,
-            "rss_peak_bytes": rss_peak,
-            "rss_delta_bytes": (rss_peak - self.rss_baseline)
-            if rss_peak is not None and self.rss_baseline is not None
-            else None,
-            **accounting.cgroup_figures(self.cgroup),
-        }
         t = self.timers
-        compute = t.get("forward_s") + t.get("backward_s") + t.get("update_s")
         out: dict[str, Any] = {
             "technique": self.technique,
             "role_name": "stage",
@@ -361,22 +262,12 @@ class StageRunner:
             "microbatch": self.b,
             "m": schedule.in_flight(self.s, self.n, self.cfg.window_extra, self.cfg.window),
             "version": store.latest,
-            "memory": memory,
+            "memory": self._memory(),
             "formulas": self._formulas(),
-            "timers": {
-                "forward_s": t.get("forward_s") - t.get("replay_s"),
-                "replay_s": t.get("replay_s"),
-                "backward_s": t.get("backward_s"),
-                "update_s": t.get("update_s"),
-                "wait_s": t.get("wait_s"),
-                "send_s": t.get("send_s"),
-                "snapshot_s": self.snap_s,
-                "compute_s": compute,
-            },
-            "train_clock_s": self.clock,
-            "snapshot_parts": self.snap_parts,
-            "links": self.links.link_figures() if self.links is not None else {},
-            **self.ctx.traffic.as_dict(),
+            "timers": self._timer_figures(
+                t.get("forward_s") - t.get("replay_s"), t.get("replay_s")
+            ),
+            **self._clock_figures(),
         }
         return out
 

@@ -221,13 +221,22 @@ class StageStore:
         self.in_flight[v] += 1
         return v
 
-    def forward_weights(self, u: int, v: int) -> Weights:
-        """Unit ``u``'s weights of version ``v`` for a forward (materialised for pairs)."""
+    def _kept(self, u: int, v: int) -> Weights | None:
+        """Unit ``u``'s weights for version ``v`` where its store keeps them whole (the newest
+        for ``latest``, ``v`` itself for ``versions``); None for ``pairs``."""
         st = self.state[u]
         if st.mode == "latest":
             return st.versions[self.latest]
         if st.mode == "versions":
             return st.versions[v]
+        return None
+
+    def forward_weights(self, u: int, v: int) -> Weights:
+        """Unit ``u``'s weights of version ``v`` for a forward (materialised for pairs)."""
+        kept = self._kept(u, v)
+        if kept is not None:
+            return kept
+        st = self.state[u]
         if v == self.base:
             return st.versions[self.base]
         with self.timers.time("replay_s"):
@@ -235,17 +244,15 @@ class StageStore:
 
     def backward_weights(self, u: int, v: int) -> Weights:
         """Unit ``u``'s weights for the backward of a microbatch that used version ``v``."""
-        st = self.state[u]
-        if st.mode == "latest":
-            return st.versions[self.latest]
-        if st.mode == "versions":
-            return st.versions[v]
+        kept = self._kept(u, v)
+        if kept is not None:
+            return kept
         if v != self.base:
             raise RuntimeError(
                 f"pairs store: a backward of version {v} while the base is {self.base} "
                 "(the stage left its FIFO order)"
             )
-        return st.versions[self.base]
+        return self.state[u].versions[self.base]
 
     def end_backward(self, v: int, calls: Sequence[Sequence[LeafCall]]) -> None:
         """A microbatch that used version ``v`` finished its backward: apply its update."""

@@ -24,18 +24,30 @@ class PeakMemory:
     _extra: dict[str, int] = field(default_factory=dict)
 
 
-def _vmhwm() -> int | None:
+def _status(field_name: str) -> int | None:
+    """A figure of ``/proc/self/status`` in bytes, or None where it cannot be read."""
     try:
         with open("/proc/self/status", encoding="ascii") as fh:
             for line in fh:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field_name + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         return None
     return None
 
 
-def _reset_vmhwm() -> bool:
+def rss_bytes() -> int | None:
+    """This process's resident set now (``VmRSS``)."""
+    return _status("VmRSS")
+
+
+def rss_peak_bytes() -> int | None:
+    """This process's peak resident set since the last :func:`reset_rss_peak` (``VmHWM``)."""
+    return _status("VmHWM")
+
+
+def reset_rss_peak() -> bool:
+    """Reset ``VmHWM`` to the current RSS (Linux >= 4.0); False where it cannot be."""
     try:
         with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
             fh.write("5")
@@ -58,9 +70,9 @@ def peak_memory(device: str = "cpu") -> Iterator[PeakMemory]:
         out.bytes = int(torch.cuda.max_memory_allocated())
         out.source = "cuda_max_memory_allocated"
         return
-    reset = _reset_vmhwm()
+    reset = reset_rss_peak()
     yield out
-    hwm = _vmhwm() if reset else None
+    hwm = rss_peak_bytes() if reset else None
     if hwm is not None:
         out.bytes, out.source = hwm, "vmhwm"
     else:

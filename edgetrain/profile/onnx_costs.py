@@ -179,8 +179,8 @@ def _measured(
     progress: Progress | None,
 ) -> dict[str, Any]:
     from edgetrain.models import build_model, layer_specs
-    from edgetrain.profile.build import compute_fields
     from edgetrain.profile.compute import profile_compute
+    from edgetrain.profile.compute_json import compute_fields
 
     if shape is None:
         raise ModelError(f"'{path}' has no static CxHxW input", "export it with a fixed input")

@@ -10,7 +10,7 @@ from typing import Any
 
 from edgetrain.errors import EdgetrainError
 from edgetrain.profile import schema
-from edgetrain.profile.build import compute_fields
+from edgetrain.profile.compute_json import compute_fields
 from edgetrain.profile.device import device_info
 from edgetrain.profile.probe import ProbeConfig, check_endpoint, probe_link
 

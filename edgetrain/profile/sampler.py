@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgetrain.profile.scope import CgroupScope, delta, group_counters
+from edgetrain.profile.scope import CgroupScope, delta, group_counters, io_bytes
 
 log = logging.getLogger(__name__)
 
@@ -133,15 +133,7 @@ def _whole_disk(name: str) -> bool:
 def _own(root: Path, pid: int) -> tuple[int, int]:
     stat = (root / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
     ticks = int(stat[11]) + int(stat[12])  # utime, stime
-    disk = 0
-    try:
-        for line in (root / str(pid) / "io").read_text().splitlines():
-            key, _, val = line.partition(":")
-            if key in ("read_bytes", "write_bytes"):
-                disk += int(val)
-    except OSError:
-        pass
-    return ticks, disk
+    return ticks, io_bytes(root, pid)
 
 
 def snapshot(
@@ -187,48 +179,30 @@ def snapshot(
 def usage(a: Snapshot, b: Snapshot, cores: float, hz: int = _HZ) -> Usage:
     """Rates from snapshot ``a`` to the later ``b`` (pure)."""
     dt = max(b.t - a.t, 1e-9)
-    if a.co_ticks is not None and b.co_ticks is not None:
-        return _group_usage(a, b, cores, hz, dt)
-    dticks = max(b.total_ticks - a.total_ticks, 1)
-    machine = cores * (b.busy_ticks - a.busy_ticks) / dticks
     own = (b.own_ticks - a.own_ticks) / hz / dt
     net = (b.net_bytes - a.net_bytes) / dt
-    disk = (b.disk_bytes - a.disk_bytes) / dt
-    own_disk = (b.own_disk_bytes - a.own_disk_bytes) / dt
     own_net = (b.own_net_bytes - a.own_net_bytes) / dt
+    own_disk = (b.own_disk_bytes - a.own_disk_bytes) / dt
+    if a.co_ticks is not None and b.co_ticks is not None:
+        # a cgroup scope: co-running = the group's other processes
+        co = delta(a.co_ticks or {}, b.co_ticks or {}) / hz / dt
+        co_disk = delta(a.co_disk or {}, b.co_disk or {}) / dt
+        machine, disk = own + co, own_disk + co_disk
+    else:
+        dticks = max(b.total_ticks - a.total_ticks, 1)
+        machine = cores * (b.busy_ticks - a.busy_ticks) / dticks
+        co = min(max(machine - own, 0.0), float(cores))
+        disk = (b.disk_bytes - a.disk_bytes) / dt
+        co_disk = max(disk - own_disk, 0.0)
     return Usage(
         interval_s=dt,
         cores=cores,
         machine_cores_busy=machine,
         own_cores_busy=own,
-        co_cores_busy=min(max(machine - own, 0.0), float(cores)),
-        net_Bps=net,
-        co_net_Bps=max(net - own_net, 0.0),
-        disk_Bps=disk,
-        co_disk_Bps=max(disk - own_disk, 0.0),
-        co_runnable=float(b.co_runnable),
-        own_net_Bps=own_net,
-        own_disk_Bps=own_disk,
-    )
-
-
-def _group_usage(a: Snapshot, b: Snapshot, cores: float, hz: int, dt: float) -> Usage:
-    """Rates of a cgroup scope: co-running = the group's other processes."""
-    own = (b.own_ticks - a.own_ticks) / hz / dt
-    co = delta(a.co_ticks or {}, b.co_ticks or {}) / hz / dt
-    co_disk = delta(a.co_disk or {}, b.co_disk or {}) / dt
-    own_disk = (b.own_disk_bytes - a.own_disk_bytes) / dt
-    net = (b.net_bytes - a.net_bytes) / dt
-    own_net = (b.own_net_bytes - a.own_net_bytes) / dt
-    return Usage(
-        interval_s=dt,
-        cores=cores,
-        machine_cores_busy=own + co,
-        own_cores_busy=own,
         co_cores_busy=co,
         net_Bps=net,
         co_net_Bps=max(net - own_net, 0.0),
-        disk_Bps=own_disk + co_disk,
+        disk_Bps=disk,
         co_disk_Bps=co_disk,
         co_runnable=float(b.co_runnable),
         own_net_Bps=own_net,

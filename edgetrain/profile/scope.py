@@ -130,7 +130,8 @@ def _stat(proc_root: Path, pid: int) -> tuple[str, int, int] | None:
         return None
 
 
-def _io_bytes(proc_root: Path, pid: int) -> int:
+def io_bytes(proc_root: Path, pid: int) -> int:
+    """Bytes a process read from and wrote to storage (``/proc/PID/io``; 0 if unreadable)."""
     total = 0
     try:
         for line in (proc_root / str(pid) / "io").read_text().splitlines():
@@ -192,7 +193,7 @@ def group_counters(
     co = {p: s for p, s in stats.items() if p not in own}
     return GroupCounters(
         ticks={p: s[2] for p, s in co.items()},
-        disk={p: _io_bytes(proc_root, p) for p in co},
+        disk={p: io_bytes(proc_root, p) for p in co},
         runnable=sum(_running_tasks(proc_root, p) for p in co),
     )
 

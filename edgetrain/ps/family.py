@@ -24,6 +24,7 @@ from edgetrain.errors import RecipeError
 from edgetrain.ps.config import PsSection
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.base import FamilyDefaults, FinalModel, HandInError
+from edgetrain.runtime.context import RunRecord
 from edgetrain.runtime.predict import Prediction, Setting
 from edgetrain.runtime.weights import model_arrays
 
@@ -151,18 +152,13 @@ class PsFamily(FamilyDefaults):
         doc["trainers"][str(event.worker)] = entry
         return {f"plans/epoch-{epoch:04d}.json": doc}
 
-    def report(
-        self,
-        manifest: dict[str, Any],
-        workers: Mapping[int, list[dict[str, Any]]],
-        coordinator: list[dict[str, Any]],
-    ) -> dict[str, Any] | None:
-        from edgetrain.ps.report import ps_report
+    def report(self, run: RunRecord) -> dict[str, Any] | None:
+        from edgetrain.ps.schedule_report import ps_report
 
-        return ps_report(manifest, workers)
+        return ps_report(run.manifest, run.workers)
 
     def report_files(self, report_dir: Path, technique_report: Mapping[str, Any]) -> list[str]:
-        from edgetrain.ps.report import report_files
+        from edgetrain.ps.schedule_report import report_files
 
         return report_files(report_dir, technique_report)
 

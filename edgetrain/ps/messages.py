@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from edgetrain.comm.wire import float32_problem, is_count
+
 PULL = "ps.pull"
 PARAMS = "ps.params"
 PUSH = "ps.push"
@@ -30,10 +32,10 @@ TO_TRAINER = (PARAMS, ACK)
 
 def request_fields(meta: Mapping[str, Any], owned: set[str], layout: str) -> str | None:
     """Why a pull or push header is unusable (a counter reason), or None."""
-    it, seg, names = meta.get("iter"), meta.get("seg"), meta.get("names")
-    if not isinstance(it, int) or isinstance(it, bool) or it < 0:
+    names = meta.get("names")
+    if not is_count(meta.get("iter")):
         return "bad_iter"
-    if not isinstance(seg, int) or isinstance(seg, bool) or seg < 0:
+    if not is_count(meta.get("seg")):
         return "bad_seg"
     if meta.get("layout") != layout:
         return "wrong_layout"
@@ -52,11 +54,7 @@ def gradients(
     if set(tensors) != set(names):
         return "bad_tensor_names"
     for name in names:
-        arr = tensors[name]
-        if arr.dtype != np.float32:
-            return "bad_tensor_dtype"
-        if tuple(arr.shape) != tuple(shapes[name]):
-            return "bad_tensor_shape"
-        if not np.isfinite(arr).all():
-            return "non_finite"
+        reason = float32_problem(tensors[name], shapes[name])
+        if reason is not None:
+            return reason
     return None

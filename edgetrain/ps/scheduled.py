@@ -4,8 +4,8 @@ from what it measures (the four techniques sequential, lbl, ibatch, dynacomm).
 Each iteration: every forward segment's pull is queued back to back from the start, forward
 waits segment by segment for its parameters, backward releases each segment's push the moment
 its gradients exist; the iteration ends with the last acknowledgement (:mod:`.hooks`,
-:mod:`.link`). The trainer has no optimiser of its own: the shards apply it. It measures every
-layer's compute and every transmission; at each epoch barrier (and every ``replan_every``
+:mod:`.transmitter`). The trainer has no optimiser of its own: the shards apply it. It measures
+every layer's compute and every transmission; at each epoch barrier (and every ``replan_every``
 iterations) it fits the link (:mod:`.livecosts`), asks its technique's planner
 (``plan.strategies.SCHEDULES``) for new cuts and predicts the iteration time with the same
 simulator the planner uses, so prediction and measurement stand side by side. Without a plan
@@ -26,6 +26,7 @@ from torch import nn
 
 from edgetrain.comm.client import Serve
 from edgetrain.comm.control import HandIn
+from edgetrain.comm.transport import Transport
 from edgetrain.plan.baselines import lbl_cuts
 from edgetrain.plan.costs import LayerCosts
 from edgetrain.plan.simulator import simulate
@@ -33,9 +34,9 @@ from edgetrain.plan.strategies import SCHEDULES, verdict
 from edgetrain.ps.config import PsSection
 from edgetrain.ps.hooks import SegmentHooks, backward_segments, segments
 from edgetrain.ps.layout import buffers, build_layout
-from edgetrain.ps.link import Link, Transmission
 from edgetrain.ps.livecosts import LinkFit, fit_link, layer_costs, mean_rows
 from edgetrain.ps.server import ShardServer
+from edgetrain.ps.transmitter import Transmission, Transmitter
 from edgetrain.runtime.base import Final, Ready, Runner, WorkerContext
 from edgetrain.runtime.epochs import run_epochs
 from edgetrain.runtime.session import Session
@@ -90,7 +91,7 @@ class ScheduledTrainer:
         self.cfg = PsSection.of(ctx.recipe)
         self.technique = ctx.recipe.train.technique
         self.schedule = SCHEDULES[self.technique]
-        self.link: Link | None = None
+        self.link: Transmitter | None = None
         self.plans: list[dict[str, Any]] = []
         self._fc: list[np.ndarray] = []
         self._bc: list[np.ndarray] = []
@@ -130,10 +131,9 @@ class ScheduledTrainer:
         self.session = session
         self.iterations = int(session.start_directive.get("iterations", 0) or 0)
         servers = {m.role.index: m.endpoints["ps"] for m in session.roster.of("server")}
-        self.link = Link(
-            ctx.zmq, servers, ctx.worker_id, ctx.run_id, self.layout, self.params,
-            ctx.traffic, ctx.keys, self.cfg.reply_timeout_s,
-        )  # fmt: skip
+        self.link = Transmitter(
+            Transport.of(ctx), servers, self.layout, self.params, self.cfg.reply_timeout_s
+        )
         self.link.start()
         self.hooks = SegmentHooks(self.trainer.model, self.layout, self.link.wait)
         self.iteration = (ctx.start_epoch - 1) * self.iterations

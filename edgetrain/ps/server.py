@@ -3,7 +3,7 @@ applies the optimiser.
 
 BSP (default): a pull for iteration i waits until each tensor it asks for has version i (all
 of iteration i-1's gradients applied); a tensor's update is applied once every live trainer
-pushed it, summed in trainer order (:mod:`edgetrain.ps.aggregate`). SSP: each push is applied
+pushed it, summed in trainer order (:mod:`edgetrain.ps.gradient_sum`). SSP: each push is applied
 as it comes (scaled by 1/K); a tensor's version is then the slowest live trainer's clock (the
 iterations every trainer has pushed), and a pull for iteration i waits while that is below
 ``i - staleness``. Pushes are acknowledged on receipt. With ``[ps] hold_ms`` every reply
@@ -27,12 +27,13 @@ import numpy as np
 import torch
 import zmq
 
-from edgetrain.comm import channel, protocol, sockets
+from edgetrain.comm import protocol
 from edgetrain.comm.control import HandIn
+from edgetrain.comm.transport import Transport
 from edgetrain.comm.wire import Message
 from edgetrain.ps import messages
-from edgetrain.ps.aggregate import Aggregator, StaleClock
 from edgetrain.ps.config import PsSection
+from edgetrain.ps.gradient_sum import Aggregator, StaleClock
 from edgetrain.ps.layout import Layout, build_layout
 from edgetrain.runtime.base import Final, Ready, WorkerContext
 from edgetrain.runtime.session import Session
@@ -60,6 +61,7 @@ class ShardServer:
 
     def __init__(self, ctx: WorkerContext) -> None:
         self.ctx = ctx
+        self.transport = Transport.of(ctx)
         self.cfg = PsSection.of(ctx.recipe)
         self.hold = self.cfg.hold_ms / 1000.0
         self.router: zmq.SyncSocket | None = None
@@ -90,9 +92,8 @@ class ShardServer:
             load_arrays(self.tensors, ctx.resume.weights, self.optimizer, what="shard checkpoint")
             start = int(ctx.resume.meta.get("version", 0))
         self.version = dict.fromkeys(self.names, start)
-        self.router = sockets.server(ctx.zmq, zmq.ROUTER, ctx.keys)
-        endpoint = channel.bind_random(
-            self.router, ctx.bind_host, ctx.announce_host, what=f"parameter server {ctx.role.index}"
+        self.router, endpoint = self.transport.bind(
+            zmq.ROUTER, what=f"parameter server {ctx.role.index}"
         )
         nbytes = sum(t.numel() * t.element_size() for t in self.tensors.values())
         log.info(
@@ -132,9 +133,7 @@ class ShardServer:
     def _serve(self) -> None:
         assert self.router is not None
         while self.router.poll(0, zmq.POLLIN):
-            got = channel.recv(
-                self.router, self.ctx.run_id, messages.TO_SERVER, self.ctx.traffic, router=True
-            )
+            got = self.transport.recv(self.router, messages.TO_SERVER, router=True)
             if got is None:
                 continue
             identity, msg = got
@@ -260,15 +259,9 @@ class ShardServer:
         self, identity: bytes, kind: str, meta: dict[str, Any], tensors: dict[str, np.ndarray]
     ) -> None:
         assert self.router is not None
-        msg = Message(
-            kind,
-            protocol.worker_name(self.ctx.worker_id),
-            self.ctx.run_id,
-            meta=meta,
-            tensors=tensors,
-        )
+        msg = self.transport.message(kind, meta, tensors)
         with contextlib.suppress(zmq.ZMQError):  # the trainer is gone: the control plane knows
-            channel.send(self.router, msg, self.ctx.traffic, identity=identity, flags=zmq.NOBLOCK)
+            self.transport.send(self.router, msg, identity=identity, flags=zmq.NOBLOCK)
 
     # ------------------------------------------------------------------ timers, checkpoints
 

@@ -221,7 +221,9 @@ def _technique_report(
     side = _launcher(family, technique)
     if side is None:
         return None
-    result = side.report(manifest, workers, coordinator)
+    from edgetrain.runtime.context import RunRecord
+
+    result = side.report(RunRecord(manifest, workers, coordinator))
     return dict(result) if result else None
 
 

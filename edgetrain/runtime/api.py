@@ -4,7 +4,8 @@ from one module, and nothing else.
 The launcher side: :class:`Family` (the family's defaults, with :class:`FamilyDefaults` for
 the optional hooks), a technique's :class:`TechniqueSide` over it, the coordinator's contracts
 (:class:`Role`, :class:`HandIn`, :class:`Decision`, :class:`Controller`,
-:class:`CoordinationPolicy`, :class:`Event`) and the run's :class:`FinalModel`. A recipe
+:class:`CoordinationPolicy`, :class:`Event`), the run's :class:`FinalModel` and the
+:class:`RunRecord` its report reads. A recipe
 section: :class:`Section` (read typed with ``Model.of(recipe)``). The cost model's data:
 :class:`Setting` (:class:`Device`, :class:`Link`, :class:`Layer`) and :class:`Prediction`.
 The worker side: :class:`Runner`, built from a :class:`WorkerContext`,
@@ -33,7 +34,7 @@ from edgetrain.runtime.base import (
     TechniqueSide,
     meta_float,
 )
-from edgetrain.runtime.context import Final, Member, Ready, Roster, WorkerContext
+from edgetrain.runtime.context import Final, Member, Ready, Roster, RunRecord, WorkerContext
 from edgetrain.runtime.epochs import EpochWork, run_epochs
 from edgetrain.runtime.predict import Device, Layer, Link, Prediction, Setting
 from edgetrain.runtime.session import Session
@@ -60,6 +61,7 @@ __all__ = [
     "Role",
     "Roster",
     "Runner",
+    "RunRecord",
     "Section",
     "Serve",
     "Session",

@@ -21,7 +21,7 @@ import numpy as np
 
 from edgetrain.comm.control import Controller, CoordinationPolicy, Event, HandIn, Role
 from edgetrain.errors import EdgetrainError
-from edgetrain.runtime.context import Final, Member, Ready, Roster, WorkerContext
+from edgetrain.runtime.context import Final, Member, Ready, Roster, RunRecord, WorkerContext
 from edgetrain.runtime.predict import Prediction, Setting
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "Ready",
     "Roster",
     "Runner",
+    "RunRecord",
     "TechniqueSide",
     "WorkerContext",
     "meta_float",
@@ -116,12 +117,7 @@ class Family(Protocol):
         """A hand-in for every worker of a resumed run, from a checkpoint's hand-ins."""
         ...
 
-    def report(
-        self,
-        manifest: dict[str, Any],
-        workers: Mapping[int, list[dict[str, Any]]],
-        coordinator: list[dict[str, Any]],
-    ) -> dict[str, Any] | None:
+    def report(self, run: RunRecord) -> dict[str, Any] | None:
         """The technique's own figures for ``report/summary.{json,md}`` (plain data, with an
         optional ``markdown`` section), from the run's metrics rows; None: nothing to add."""
         ...
@@ -148,12 +144,7 @@ class FamilyDefaults:
     def artifacts(self, event: Event) -> dict[str, Any]:
         return {}
 
-    def report(
-        self,
-        manifest: dict[str, Any],
-        workers: Mapping[int, list[dict[str, Any]]],
-        coordinator: list[dict[str, Any]],
-    ) -> dict[str, Any] | None:
+    def report(self, run: RunRecord) -> dict[str, Any] | None:
         return None
 
     def report_files(self, report_dir: Path, technique_report: Mapping[str, Any]) -> list[str]:
@@ -181,13 +172,7 @@ class TechniqueSide:
     resume: Callable[[Recipe, Mapping[int, HandIn], Sequence[Role]], dict[int, HandIn]] | None = (
         None
     )
-    report: (
-        Callable[
-            [dict[str, Any], Mapping[int, list[dict[str, Any]]], list[dict[str, Any]]],
-            dict[str, Any] | None,
-        ]
-        | None
-    ) = None
+    report: Callable[[RunRecord], dict[str, Any] | None] | None = None
     report_files: Callable[[Path, Mapping[str, Any]], list[str]] | None = None
     predict: Callable[[Recipe, Setting], Prediction | None] | None = None
 

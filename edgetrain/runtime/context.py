@@ -1,6 +1,7 @@
-"""The plain data a worker's runner lives on: who is in the run (:class:`Roster` of
-:class:`Member`), what it is built from (:class:`WorkerContext`), what it reports once set up
-(:class:`Ready`) and at its end (:class:`Final`)."""
+"""The plain data a run lives on: who is in it (:class:`Roster` of :class:`Member`), what a
+worker's runner is built from (:class:`WorkerContext`), what it reports once set up
+(:class:`Ready`) and at its end (:class:`Final`), and what the run leaves for its report
+(:class:`RunRecord`)."""
 
 from __future__ import annotations
 
@@ -106,3 +107,13 @@ class Final:
 
     handin: HandIn
     metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a run left for its report: the manifest, each worker's metrics rows (by worker
+    id) and the coordinator's."""
+
+    manifest: dict[str, Any]
+    workers: Mapping[int, list[dict[str, Any]]]
+    coordinator: list[dict[str, Any]]

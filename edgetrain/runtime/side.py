@@ -17,6 +17,7 @@ from edgetrain.comm.control import Controller, CoordinationPolicy, Event, HandIn
 from edgetrain.errors import RecipeError
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.base import Family, FinalModel, TechniqueSide
+from edgetrain.runtime.context import RunRecord
 from edgetrain.runtime.predict import Prediction, Setting
 
 __all__ = ["Launcher", "launcher_side", "side_of"]
@@ -71,13 +72,8 @@ class Launcher:
     ) -> dict[int, HandIn]:
         return (self.side.resume or self.family.resume)(recipe, handins, roles)
 
-    def report(
-        self,
-        manifest: dict[str, Any],
-        workers: Mapping[int, list[dict[str, Any]]],
-        coordinator: list[dict[str, Any]],
-    ) -> dict[str, Any] | None:
-        return (self.side.report or self.family.report)(manifest, workers, coordinator)
+    def report(self, run: RunRecord) -> dict[str, Any] | None:
+        return (self.side.report or self.family.report)(run)
 
     def report_files(self, report_dir: Path, technique_report: Mapping[str, Any]) -> list[str]:
         return (self.side.report_files or self.family.report_files)(report_dir, technique_report)

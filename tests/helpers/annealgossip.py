@@ -11,7 +11,7 @@ accounting, the averaged model and resume are the gossip family's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import torch
@@ -23,7 +23,7 @@ from edgetrain.gossip.config import GossipSection
 from edgetrain.gossip.gosgd import GoSGD
 from edgetrain.gossip.spread_report import gossip_report
 from edgetrain.recipe import Recipe
-from edgetrain.runtime.api import TechniqueSide, WorkerContext
+from edgetrain.runtime.api import RunRecord, TechniqueSide, WorkerContext
 from edgetrain.section import Section
 
 
@@ -66,16 +66,12 @@ def check(recipe: Recipe) -> None:
         )
 
 
-def report(
-    manifest: dict[str, Any],
-    workers: Mapping[int, list[dict[str, Any]]],
-    coordinator: list[dict[str, Any]],
-) -> dict[str, Any] | None:
-    out = gossip_report(manifest, workers)
+def report(run: RunRecord) -> dict[str, Any] | None:
+    out = gossip_report(run.manifest, run.workers)
     if out is None:
         return None
     by_epoch: dict[str, float] = {}
-    for rows in workers.values():
+    for rows in run.workers.values():
         for r in rows:
             if r.get("event") == "epoch" and isinstance(r.get("push_probability"), float):
                 by_epoch[str(r["epoch"])] = r["push_probability"]

@@ -32,6 +32,7 @@ from edgetrain.runtime.api import (
     HandIn,
     Ready,
     Role,
+    RunRecord,
     Serve,
     Session,
     WorkerContext,
@@ -105,14 +106,10 @@ class ToyFamily(FamilyDefaults):
     ) -> dict[int, HandIn]:
         return dict(handins)
 
-    def report(
-        self,
-        manifest: dict[str, Any],
-        workers: Mapping[int, list[dict[str, Any]]],
-        coordinator: list[dict[str, Any]],
-    ) -> dict[str, Any]:
+    def report(self, run: RunRecord) -> dict[str, Any]:
         """The epochs each trainer reported, as a family's own report section."""
-        epochs = {w: sum(r.get("event") == "epoch" for r in rows) for w, rows in workers.items()}
+        rows_of = run.workers
+        epochs = {w: sum(r.get("event") == "epoch" for r in rows) for w, rows in rows_of.items()}
         return {"epochs_reported": epochs, "markdown": f"toy epochs reported: {epochs}"}
 
 

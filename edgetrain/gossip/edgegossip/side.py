@@ -27,6 +27,7 @@ from edgetrain.gossip.spread_report import gossip_report
 from edgetrain.plan.balancer import balance, halt_reason
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.base import TechniqueSide
+from edgetrain.runtime.context import RunRecord
 
 
 def _number(value: Any) -> float | None:
@@ -127,12 +128,8 @@ def controller(recipe: Recipe, roles: Sequence[Role], run_dir: Path) -> Controll
     return controller_for(recipe, roles)
 
 
-def report(
-    manifest: dict[str, Any],
-    workers: Mapping[int, list[dict[str, Any]]],
-    coordinator: list[dict[str, Any]],
-) -> dict[str, Any] | None:
-    return gossip_report(manifest, workers, edge=True)
+def report(run: RunRecord) -> dict[str, Any] | None:
+    return gossip_report(run.manifest, run.workers, edge=True)
 
 
 SIDE = TechniqueSide(check=check_recipe, controller=controller, report=report)

@@ -11,7 +11,7 @@ report, and the report's batches, idle fractions, iterations and bytes per link 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from edgetrain.gossip.exchange.worker_report import exchange_report
 from edgetrain.gossip.spread_report import gossip_report
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.base import TechniqueSide
+from edgetrain.runtime.context import RunRecord
 
 
 def batches_file(event: Event) -> dict[str, Any]:
@@ -79,14 +80,10 @@ def exchange_side(
         dlion = DLionSection.of(recipe) if plans_batches else None
         return ExchangeController(recipe, roles, dlion)
 
-    def report(
-        manifest: dict[str, Any],
-        workers: Mapping[int, list[dict[str, Any]]],
-        coordinator: list[dict[str, Any]],
-    ) -> dict[str, Any] | None:
-        out = gossip_report(manifest, workers)
+    def report(run: RunRecord) -> dict[str, Any] | None:
+        out = gossip_report(run.manifest, run.workers)
         if out is not None:
-            own = exchange_report(manifest, workers, display)
+            own = exchange_report(run.manifest, run.workers, display)
             if own is not None:
                 out["markdown"] = f"{out['markdown']}\n\n{own.pop('markdown')}"
                 out["exchange"] = own

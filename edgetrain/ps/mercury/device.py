@@ -5,7 +5,7 @@ Each iteration t (specs/ps.md §2.1; T1 is this thread, T2 the BACC thread):
 1. boundary: received samples enter the local dataset; a resharding round starts if one is
    due (its samples chosen, :mod:`.reshard`);
 2. (sequential pipeline) a resharding piece, then the refresh of a fixed group;
-3. the minibatch is drawn from the importance cache with its weights (:mod:`.sampling`);
+3. the minibatch is drawn from the importance cache with its weights (:mod:`.group_sampling`);
 4. forward/backward of the weighted loss gives the flat gradient ``g``;
 5. ``g``'s slices go to their owners; each owner averages its slice over all devices and
    sends it back (:mod:`.net`, :mod:`.shards`); meanwhile T2 refreshes importance (BACC);
@@ -35,9 +35,10 @@ import torch
 import zmq
 from torch import nn
 
-from edgetrain.comm import channel, protocol, sockets
+from edgetrain.comm import protocol
 from edgetrain.comm.client import Serve
 from edgetrain.comm.control import HandIn
+from edgetrain.comm.transport import Transport
 from edgetrain.comm.wire import Message
 from edgetrain.errors import DataError, RunError
 from edgetrain.profile.scope import resolve_scope
@@ -45,15 +46,15 @@ from edgetrain.ps.mercury import premises, reshard, shards
 from edgetrain.ps.mercury.bacc import REFRESH, STOP, SWAP, WAIT, Handoff, Protocol
 from edgetrain.ps.mercury.codec import SampleCodec
 from edgetrain.ps.mercury.config import MercurySection, Settings, settings
-from edgetrain.ps.mercury.importance import Scorer
-from edgetrain.ps.mercury.net import Net, SwapAnswer
-from edgetrain.ps.mercury.sampling import (
+from edgetrain.ps.mercury.group_sampling import (
     ImportanceCache,
     Sampler,
     all_inclusive,
     default_beta,
     uniform_batch,
 )
+from edgetrain.ps.mercury.importance import Scorer
+from edgetrain.ps.mercury.net import Net, SwapAnswer
 from edgetrain.runtime.base import Final, Ready, Runner, WorkerContext
 from edgetrain.runtime.epochs import run_epochs
 from edgetrain.runtime.session import Session
@@ -176,10 +177,7 @@ class MercuryDevice:
         self.cache = ImportanceCache.fresh(n, cfg.initial_importance, rng)
         if ctx.resume is not None:
             self._restore(ctx.resume)
-        self.router = sockets.server(ctx.zmq, zmq.ROUTER, ctx.keys)
-        endpoint = channel.bind_random(
-            self.router, ctx.bind_host, ctx.announce_host, what=f"Mercury device {self.me}"
-        )
+        self.router, endpoint = Transport.of(ctx).bind(zmq.ROUTER, what=f"Mercury device {self.me}")
         meta = {"samples": n, "params": self.P, "weights_hash": self.weights_hash()}
         return Ready({"mc": endpoint}, meta)
 
@@ -198,9 +196,9 @@ class MercuryDevice:
         self.iteration = (ctx.start_epoch - 1) * self.iterations
         assert self.router is not None
         self.net = Net(
-            zctx=ctx.zmq, router=self.router, me=self.me, names=names, endpoints=endpoints,
-            bounds=self.bounds, weights=shards.device_weights([int(s) for s in sizes]),
-            run_id=ctx.run_id, traffic=ctx.traffic, keys=ctx.keys,
+            transport=Transport.of(ctx), router=self.router, me=self.me, names=names,
+            endpoints=endpoints, bounds=self.bounds,
+            weights=shards.device_weights([int(s) for s in sizes]),
             timeout_s=cfg.reply_timeout_s, codec=self.codec.digest,
             swap_check=lambda t: self.codec.check(t, self.codec.per_chunk(cfg.chunk_bytes)),
             swap_server=self._serve_swap, first_iteration=self.iteration,

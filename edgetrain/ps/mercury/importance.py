@@ -35,17 +35,11 @@ class Scorer:
         model = self.model
         if self.mode == "as-is":
             out = model(x)
-        elif self.mode == "eval":
+        else:  # eval or train mode; in train mode the BatchNorm buffers are restored
+            training = self.mode != "eval"
+            saved = {k: v.clone() for k, v in model.named_buffers()} if training else {}
             was = model.training
-            model.eval()
-            try:
-                out = model(x)
-            finally:
-                model.train(was)
-        else:  # train mode, BatchNorm buffers restored
-            saved = {k: v.clone() for k, v in model.named_buffers()}
-            was = model.training
-            model.train()
+            model.train(training)
             try:
                 out = model(x)
             finally:

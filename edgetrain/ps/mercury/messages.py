@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from edgetrain.comm.wire import float32_problem, is_count
+
 GRAD = "mc.grad"
 AVG = "mc.avg"
 SWAP = "mc.swap"
@@ -28,16 +30,12 @@ TO_OWNER = (GRAD, SWAP)
 TO_DEVICE = (AVG, SWAP_OK)
 
 
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def slice_fields(
     meta: Mapping[str, Any], tensors: Mapping[str, np.ndarray], bounds: tuple[int, int]
 ) -> str | None:
     """Why an ``mc.grad``/``mc.avg`` is unusable (a counter reason), or None: the slice it
     names must be ``bounds``, its one tensor ``g`` float32 of that width and finite."""
-    if not _count(meta.get("iter")):
+    if not is_count(meta.get("iter")):
         return "bad_iter"
     if meta.get("lo") != bounds[0] or meta.get("hi") != bounds[1]:
         return "wrong_slice"
@@ -46,19 +44,12 @@ def slice_fields(
         return "bad_hash"
     if set(tensors) != {"g"}:
         return "bad_tensor_names"
-    g = tensors["g"]
-    if g.dtype != np.float32:
-        return "bad_tensor_dtype"
-    if g.shape != (bounds[1] - bounds[0],):
-        return "bad_tensor_shape"
-    if not np.isfinite(g).all():
-        return "non_finite"
-    return None
+    return float32_problem(tensors["g"], (bounds[1] - bounds[0],))
 
 
 def swap_fields(meta: Mapping[str, Any], codec: str) -> str | None:
     """Why an ``mc.swap``/``mc.swap_ok`` header is unusable, or None."""
-    if not _count(meta.get("round")) or not _count(meta.get("seq")):
+    if not is_count(meta.get("round")) or not is_count(meta.get("seq")):
         return "bad_round"
     if meta.get("codec") != codec:
         return "wrong_codec"

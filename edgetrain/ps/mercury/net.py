@@ -30,9 +30,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from edgetrain.comm import channel, sockets
-from edgetrain.comm.channel import Traffic
-from edgetrain.comm.security import CurveKeys
+from edgetrain.comm.transport import Transport
 from edgetrain.comm.wire import Message
 from edgetrain.errors import RunError
 from edgetrain.ps.mercury import messages
@@ -83,16 +81,13 @@ class Net(threading.Thread):
     def __init__(
         self,
         *,
-        zctx: zmq.SyncContext,
+        transport: Transport,
         router: zmq.SyncSocket,
         me: int,
         names: Mapping[int, str],
         endpoints: Mapping[int, str],
         bounds: list[tuple[int, int]],
         weights: np.ndarray,
-        run_id: str,
-        traffic: Traffic,
-        keys: CurveKeys | None,
         timeout_s: float,
         codec: str,
         swap_check: SwapCheck,
@@ -100,7 +95,8 @@ class Net(threading.Thread):
         first_iteration: int = 0,
     ) -> None:
         super().__init__(daemon=True, name="mercury-net")
-        self.zctx = zctx
+        self.transport = transport
+        self.traffic = transport.traffic
         self.router = router
         self.me = me
         self.names = dict(names)  # device -> worker name (its socket identity)
@@ -108,9 +104,6 @@ class Net(threading.Thread):
         self.endpoints = dict(endpoints)
         self.bounds = bounds
         self.width = bounds[-1][1]
-        self.run_id = run_id
-        self.traffic = traffic
-        self.keys = keys
         self.timeout_s = timeout_s
         self.codec = codec
         self.swap_check = swap_check
@@ -213,9 +206,7 @@ class Net(threading.Thread):
         for k, endpoint in self.endpoints.items():
             if k == self.me:
                 continue
-            sock = sockets.client(self.zctx, zmq.DEALER, self.keys, identity=name.encode())
-            sock.connect(endpoint)
-            self.dealers[k] = sock
+            self.dealers[k] = self.transport.connect(zmq.DEALER, endpoint, identity=name)
         poller = zmq.Poller()
         poller.register(self.router, zmq.POLLIN)
         for sock in self.dealers.values():
@@ -253,10 +244,10 @@ class Net(threading.Thread):
                     self._answer_swap(identity, peer, msg)
 
     def _send(self, sock: zmq.SyncSocket, msg: Message, peer: int, identity: bytes | None) -> int:
-        return channel.send(sock, msg, self.traffic, identity=identity, peer=self.names[peer])
+        return self.transport.send(sock, msg, identity=identity, peer=self.names[peer])
 
     def _msg(self, kind: str, meta: dict[str, Any], tensors: dict[str, np.ndarray]) -> Message:
-        return Message(kind, self.names[self.me], self.run_id, meta=meta, tensors=tensors)
+        return self.transport.message(kind, meta, tensors)
 
     def _push(self, t: int, grad: np.ndarray, weights_hash: str | None) -> None:
         for k, (lo, hi) in enumerate(self.bounds):
@@ -317,9 +308,7 @@ class Net(threading.Thread):
 
     def _serve_router(self) -> None:
         while self.router.poll(0, zmq.POLLIN):
-            got = channel.recv(
-                self.router, self.run_id, messages.TO_OWNER, self.traffic, router=True
-            )
+            got = self.transport.recv(self.router, messages.TO_OWNER, router=True)
             if got is None:
                 continue
             identity, msg = got
@@ -367,7 +356,7 @@ class Net(threading.Thread):
 
     def _serve_dealer(self, sock: zmq.SyncSocket, peer: int) -> None:
         while sock.poll(0, zmq.POLLIN):
-            got = channel.recv(sock, self.run_id, messages.TO_DEVICE, self.traffic)
+            got = self.transport.recv(sock, messages.TO_DEVICE)
             if got is None:
                 continue
             msg = got[1]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgetrain.ps.mercury.sampling import groups, within_probs
+from edgetrain.ps.mercury.group_sampling import groups, within_probs
 
 
 def initiator(a: int, b: int) -> int:

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from edgetrain.ps.gradient_sum import keep
+
 
 def bounds(params: int, devices: int) -> list[tuple[int, int]]:
     """``[(lo, hi)]`` of every device's slice of ``params`` elements."""
@@ -51,15 +53,8 @@ class Averager:
             return "unknown_device"
         if grad.shape != (self.width,):
             return "bad_slice_shape"
-        if iteration < self.next:
-            return "stale_slice"
-        if iteration > self.next + 1:  # a device is at most one iteration ahead of an owner
-            return "early_slice"
-        got = self._pending.setdefault(iteration, {})
-        if device in got:
-            return "duplicate_slice"
-        got[device] = grad
-        return None
+        # a device is at most one iteration ahead of an owner
+        return keep(self._pending, self.next, iteration, device, grad, "slice")
 
     def ready(self) -> np.ndarray | None:
         """The weighted average of the next iteration once all K slices are in (the iteration

@@ -18,12 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from edgetrain.comm.control import CoordinationPolicy, Decision, HandIn, Role
+from edgetrain.comm.control import CoordinationPolicy, Decision, HandIn, NoDirectives, Role
 from edgetrain.errors import RecipeError
 from edgetrain.ps.mercury.config import MercurySection, Settings, conflicts, settings
 from edgetrain.ps.mercury.shards import diverged, naming
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.base import FinalModel, HandInError, TechniqueSide
+from edgetrain.runtime.context import RunRecord
 from edgetrain.runtime.predict import Prediction, Setting
 from edgetrain.runtime.weights import OPTIM_PREFIX
 
@@ -71,7 +72,7 @@ def _hash_halt(when: str, hashes: Mapping[int, Any]) -> str | None:
     return f"replicas diverged {when}: {naming(bad)} other weights than device {min(got)}"
 
 
-class MercuryController:
+class MercuryController(NoDirectives):
     """Iterations, sizes and rounds at start; the hash check and the stop at each barrier."""
 
     def __init__(self, recipe: Recipe, roles: Sequence[Role]) -> None:
@@ -104,9 +105,6 @@ class MercuryController:
         stop = self.cfg.stop_accuracy
         if stop is not None and isinstance(acc, (int, float)) and acc >= stop:
             return Decision({i: {"stop": True} for i in reports})
-        return Decision()
-
-    def on_drain(self, done: Mapping[int, Mapping[str, Any]]) -> Decision:
         return Decision()
 
 
@@ -154,14 +152,10 @@ def _resume(
     return resume(handins, roles)
 
 
-def _report(
-    manifest: dict[str, Any],
-    workers: Mapping[int, list[dict[str, Any]]],
-    coordinator: list[dict[str, Any]],
-) -> dict[str, Any] | None:
-    from edgetrain.ps.mercury.report import mercury_report
+def _report(run: RunRecord) -> dict[str, Any] | None:
+    from edgetrain.ps.mercury.mercury_report import mercury_report
 
-    return mercury_report(manifest, workers)
+    return mercury_report(run.manifest, run.workers)
 
 
 def _predict(recipe: Recipe, setting: Setting) -> Prediction | None:

@@ -1,4 +1,5 @@
-"""Join measurements into the profile JSON: compute part, links, contention predictor."""
+"""The compute part of the profile JSON (:mod:`.schema`), from a measured
+:class:`ComputeProfile`; :mod:`.run` joins the links in."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""A stage's sockets: activations in from the stage before, errors in from the stage after,
+"""A stage's channels: activations in from the stage before, errors in from the stage after,
 one connection per direction per link (ZeroMQ keeps order on one connection).
 
-Every socket comes from the project's factory; inboxes bind to random ports announced in
-``ready``. High-water marks are m_s + 1: a send blocks only when the design says it should.
-Waiting for a message serves the coordinator meanwhile (a stop or a failed peer ends the wait)
-and names what it waited on when it gives up."""
+Every socket comes from the worker's :class:`~edgetrain.comm.transport.Transport`; inboxes
+bind to random ports announced in ``ready``. High-water marks are m_s + 1: a send blocks only
+when the design says it should. Waiting for a message serves the coordinator meanwhile (a stop
+or a failed peer ends the wait) and names what it waited on when it gives up."""
 
 from __future__ import annotations
 
@@ -18,9 +18,8 @@ import numpy as np
 import torch
 import zmq
 
-from edgetrain.comm import channel, protocol, sockets
-from edgetrain.comm.channel import Traffic
-from edgetrain.comm.security import CurveKeys
+from edgetrain.comm import protocol, sockets
+from edgetrain.comm.transport import Transport
 from edgetrain.comm.wire import Message
 from edgetrain.errors import RunError
 from edgetrain.pipeline.accounting import Timers
@@ -34,31 +33,16 @@ class PeerLost(RunError):
     """A stage this one needs failed or stopped answering."""
 
 
-def bind_inbox(
-    ctx: zmq.SyncContext,
-    keys: CurveKeys | None,
-    host: str,
-    announce: str | None,
-    hwm: int,
-    what: str,
-) -> tuple[zmq.SyncSocket, str]:
+def bind_inbox(transport: Transport, hwm: int, what: str) -> tuple[zmq.SyncSocket, str]:
     """A PULL socket bound to a random port, and the endpoint peers connect to."""
-    sock = sockets.server(ctx, zmq.PULL, keys, replace(INBOX, recv_hwm=hwm))
-    try:
-        endpoint = channel.bind_random(sock, host, announce, what=what)
-    except BaseException:
-        sock.close(linger=0)
-        raise
-    return sock, endpoint
+    return transport.bind(zmq.PULL, replace(INBOX, recv_hwm=hwm), what=what)
 
 
 def connect_outbox(
-    ctx: zmq.SyncContext, keys: CurveKeys | None, endpoint: str, hwm: int, timeout_s: float
+    transport: Transport, endpoint: str, hwm: int, timeout_s: float
 ) -> zmq.SyncSocket:
     opts = replace(OUTBOX, send_hwm=hwm, send_timeout_ms=int(timeout_s * 1000))
-    sock = sockets.client(ctx, zmq.PUSH, keys, opts)
-    sock.connect(endpoint)
-    return sock
+    return transport.connect(zmq.PUSH, endpoint, opts)
 
 
 def to_tensor(arr: np.ndarray) -> torch.Tensor:
@@ -133,21 +117,11 @@ class Links:
     """The sockets of one stage (or replica) and the waits on them."""
 
     def __init__(
-        self,
-        ctx: zmq.SyncContext,
-        run_id: str,
-        worker_id: int,
-        traffic: Traffic,
-        keys: CurveKeys | None,
-        timers: Timers,
-        timeout_s: float,
-        serve: Callable[[], None],
+        self, transport: Transport, timers: Timers, timeout_s: float, serve: Callable[[], None]
     ) -> None:
-        self.ctx = ctx
-        self.run_id = run_id
-        self.name = protocol.worker_name(worker_id)
-        self.traffic = traffic
-        self.keys = keys
+        self.transport = transport
+        self.name = transport.name
+        self.traffic = transport.traffic
         self.timers = timers
         self.timeout_s = timeout_s
         self.serve = serve  # handles the coordinator (raises on stop)
@@ -156,13 +130,13 @@ class Links:
         self.peers: dict[str, str] = {}  # outbox name -> peer worker name
         self.arrivals: dict[str, Arrivals] = {}  # inbox name -> what arrived on it
 
-    def bind(self, name: str, host: str, announce: str | None, hwm: int, what: str) -> str:
-        sock, endpoint = bind_inbox(self.ctx, self.keys, host, announce, hwm, what)
+    def bind(self, name: str, hwm: int, what: str) -> str:
+        sock, endpoint = bind_inbox(self.transport, hwm, what)
         self.inboxes[name] = sock
         return endpoint
 
     def connect(self, name: str, endpoint: str, peer: int, hwm: int) -> None:
-        self.outboxes[name] = connect_outbox(self.ctx, self.keys, endpoint, hwm, self.timeout_s)
+        self.outboxes[name] = connect_outbox(self.transport, endpoint, hwm, self.timeout_s)
         self.peers[name] = protocol.worker_name(peer)
 
     def send(
@@ -175,10 +149,10 @@ class Links:
         step: int = 0,
     ) -> None:
         stamped = {**meta, "sent_at": time.time()}  # when it was handed to the link
-        msg = Message(kind, self.name, self.run_id, step, epoch, stamped, tensors)
+        msg = self.transport.message(kind, stamped, tensors, step=step, epoch=epoch)
         t0 = time.perf_counter()
         try:
-            channel.send(self.outboxes[name], msg, self.traffic, peer=self.peers[name])
+            self.transport.send(self.outboxes[name], msg, peer=self.peers[name])
         except zmq.Again:
             raise PeerLost(
                 f"{self.name}: {self.peers[name]} took no {kind} for {self.timeout_s:.0f} s"
@@ -202,7 +176,7 @@ class Links:
             while True:
                 if sock.poll(POLL_MS, zmq.POLLIN):
                     before = self.traffic.bytes_received
-                    got = channel.recv(sock, self.run_id, kinds, self.traffic, flags=zmq.NOBLOCK)
+                    got = self.transport.recv(sock, kinds, flags=zmq.NOBLOCK)
                     if got is None:
                         continue
                     msg = got[1]

@@ -13,6 +13,28 @@ from collections.abc import Iterable
 import numpy as np
 
 
+def keep(
+    pending: dict[int, dict[int, np.ndarray]],
+    next_iteration: int,
+    iteration: int,
+    sender: int,
+    grad: np.ndarray,
+    what: str,
+) -> str | None:
+    """Keep ``sender``'s ``grad`` of ``iteration`` in ``pending`` (by iteration, then sender)
+    when it is the next iteration or the one after and the first from ``sender``; else why not
+    (``stale_``, ``early_`` or ``duplicate_`` ``what``, a counter reason)."""
+    if iteration < next_iteration:
+        return f"stale_{what}"
+    if iteration > next_iteration + 1:
+        return f"early_{what}"
+    got = pending.setdefault(iteration, {})
+    if sender in got:
+        return f"duplicate_{what}"
+    got[sender] = grad
+    return None
+
+
 class Aggregator:
     """Pending pushes of one tensor, by iteration and trainer."""
 
@@ -25,15 +47,8 @@ class Aggregator:
         """Take a push; returns why it is refused (a counter reason), or None."""
         if trainer not in self.trainers:
             return "unknown_trainer"
-        if iteration < self.next:
-            return "stale_push"
-        if iteration > self.next + 1:
-            return "early_push"  # BSP: a trainer cannot be two iterations ahead
-        got = self._pending.setdefault(iteration, {})
-        if trainer in got:
-            return "duplicate_push"
-        got[trainer] = grad
-        return None
+        # BSP: a trainer cannot be two iterations ahead
+        return keep(self._pending, self.next, iteration, trainer, grad, "push")
 
     def ready(self) -> np.ndarray | None:
         """The mean gradient of the next iteration once every live trainer pushed it (and

@@ -1,4 +1,5 @@
-"""A trainer's link to the shards: one thread that runs transmissions one at a time, in order.
+"""A trainer's transmitter: one thread that runs its transmissions to the shards one at a time,
+in order.
 
 The cost model assumes a trainer's transmissions never overlap, so every pull and push of an
 iteration is a job in one FIFO, run by one thread that owns every socket to the shards (ZeroMQ
@@ -21,9 +22,7 @@ import numpy as np
 import torch
 import zmq
 
-from edgetrain.comm import channel, protocol, sockets
-from edgetrain.comm.channel import Traffic
-from edgetrain.comm.security import CurveKeys
+from edgetrain.comm.transport import Transport
 from edgetrain.comm.wire import Message
 from edgetrain.errors import RunError
 from edgetrain.ps import messages
@@ -56,30 +55,22 @@ class Job:
     done: threading.Event  # pull: the segment's parameters are in; push: its gradients went
 
 
-class Link(threading.Thread):
+class Transmitter(threading.Thread):
     """The comm thread of one trainer."""
 
     def __init__(
         self,
-        ctx: zmq.SyncContext,
+        transport: Transport,
         endpoints: Mapping[int, str],
-        worker_id: int,
-        run_id: str,
         layout: Layout,
         params: Mapping[str, torch.Tensor],
-        traffic: Traffic,
-        keys: CurveKeys | None,
         reply_timeout_s: float,
     ) -> None:
         super().__init__(daemon=True, name="ps-link")
-        self.ctx = ctx
+        self.transport = transport
         self.endpoints = dict(endpoints)
-        self.name_ = protocol.worker_name(worker_id)
-        self.run_id = run_id
         self.layout = layout
         self.params = params
-        self.traffic = traffic
-        self.keys = keys
         self.reply_timeout_s = reply_timeout_s
         self.jobs: queue.Queue[Job | None] = queue.Queue()
         self.log: list[Transmission] = []
@@ -125,9 +116,9 @@ class Link(threading.Thread):
         socks = {}
         try:
             for k, endpoint in self.endpoints.items():
-                sock = sockets.client(self.ctx, zmq.DEALER, self.keys, identity=self.name_.encode())
-                sock.connect(endpoint)
-                socks[k] = sock
+                socks[k] = self.transport.connect(
+                    zmq.DEALER, endpoint, identity=self.transport.name
+                )
             while (job := self.jobs.get()) is not None:
                 if self.error is None:
                     self._run(job, socks)
@@ -159,12 +150,8 @@ class Link(threading.Thread):
             if job.direction == "push":
                 tensors = {n: _grad(self.params[n]) for n in names}
             kind = messages.PULL if job.direction == "pull" else messages.PUSH
-            nbytes += channel.send(
-                socks[k],
-                Message(kind, self.name_, self.run_id, meta=meta, tensors=tensors),
-                self.traffic,
-                peer=f"ps{k}",
-            )
+            msg = self.transport.message(kind, meta, tensors)
+            nbytes += self.transport.send(socks[k], msg, peer=f"ps{k}")
         held = 0.0
         want = messages.PARAMS if job.direction == "pull" else messages.ACK
         for k, names in groups.items():
@@ -192,7 +179,7 @@ class Link(threading.Thread):
                     )
                     return None
                 continue
-            got = channel.recv(sock, self.run_id, messages.TO_TRAINER, self.traffic)
+            got = self.transport.recv(sock, messages.TO_TRAINER)
             if got is None:
                 continue
             msg = got[1]
@@ -201,7 +188,7 @@ class Link(threading.Thread):
                 or msg.meta.get("iter") != job.iteration
                 or msg.meta.get("seg") != job.segment
             ):
-                self.traffic.drop("unexpected_reply", msg.sender)
+                self.transport.traffic.drop("unexpected_reply", msg.sender)
                 continue
             return msg
 
