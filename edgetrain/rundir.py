@@ -228,3 +228,18 @@ class JsonlWriter:
 
     def close(self) -> None:
         self._fh.close()
+
+
+def read_run_json(run_dir: Path, rel: str, what: str, fix: str) -> dict[str, Any]:
+    """A JSON object another command left in the run directory (a plan file), or
+    :class:`~edgetrain.errors.RecipeError` naming ``what`` (``[ps] plan``) and the ``fix``."""
+    from edgetrain.errors import RecipeError
+
+    path = run_dir / rel
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RecipeError(f"{what}: cannot read {path}: {exc}", fix) from None
+    if not isinstance(doc, dict):
+        raise RecipeError(f"{what}: {path} holds no JSON object", fix)
+    return doc

@@ -8,14 +8,15 @@ import zmq
 
 from edgetrain.comm import channel
 from edgetrain.comm.channel import Traffic
+from edgetrain.comm.transport import Transport
 from edgetrain.comm.wire import Message, arrays_from_state
 from edgetrain.gossip.node import GOSSIP, GossipNode
 
 
 def test_sent_weights_are_a_snapshot_and_counted() -> None:
     ctx = zmq.Context()
-    a = GossipNode(ctx, 0, "run", Traffic())
-    b = GossipNode(ctx, 1, "run", Traffic())
+    a = GossipNode(Transport(ctx, "run", 0, Traffic()))
+    b = GossipNode(Transport(ctx, "run", 1, Traffic()))
     try:
         a.connect({0: a.endpoint, 1: b.endpoint})
         b.connect({0: a.endpoint, 1: b.endpoint})

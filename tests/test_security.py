@@ -29,6 +29,7 @@ from edgetrain.comm.security import (
     load_keys,
     security_config,
 )
+from edgetrain.comm.transport import Transport
 from edgetrain.comm.wire import MAX_FRAME_BYTES, Message
 from edgetrain.gossip.family import FAMILY
 from edgetrain.gossip.node import GOSSIP, GossipNode
@@ -126,8 +127,8 @@ def test_worker_refuses_to_start_without_readable_keys(tmp_path: Path) -> None:
 def test_a_gossip_inbox_takes_only_messages_from_key_holders(
     ctx: zmq.Context, keys: CurveKeys
 ) -> None:
-    node = GossipNode(ctx, 1, RUN, Traffic(), keys=keys)
-    honest = GossipNode(ctx, 0, RUN, Traffic(), keys=keys)
+    node = GossipNode(Transport(ctx, RUN, 1, Traffic(), keys))
+    honest = GossipNode(Transport(ctx, RUN, 0, Traffic(), keys))
     plain = sockets.client(ctx, zmq.PUSH)  # no CURVE at all
     stranger = zmq.curve_keypair()  # CURVE with the server's public key but a foreign client key
     forger = sockets.client(ctx, zmq.PUSH, CurveKeys(keys.server_public, b"", *stranger))

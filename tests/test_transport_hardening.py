@@ -13,6 +13,7 @@ import zmq
 
 from edgetrain.comm import channel, sockets
 from edgetrain.comm.channel import MAX_TRACKED_PEERS, Traffic
+from edgetrain.comm.transport import Transport
 from edgetrain.comm.wire import MAX_FRAME_BYTES, Message, encode
 from edgetrain.gossip.node import GOSSIP, PEER_TYPES, GossipNode
 from tests.helpers.skips import skip_or_fail
@@ -88,7 +89,7 @@ def test_send_to_a_missing_peer_times_out_and_is_counted(ctx: zmq.Context) -> No
 def test_gossip_send_to_a_dead_peer_returns_false_once_its_queue_is_full(
     ctx: zmq.Context,
 ) -> None:
-    node = GossipNode(ctx, 0, RUN, Traffic(), send_hwm=2)
+    node = GossipNode(Transport(ctx, RUN, 0, Traffic()), send_hwm=2)
     # The peer is gone but its endpoint stays in our peer list. A plain socket that is
     # bound and never listens holds the port, so every connect is refused. (Closing a
     # zmq listener instead races: zmq closes it later, on its I/O thread, and a connect
@@ -107,7 +108,7 @@ def test_gossip_send_to_a_dead_peer_returns_false_once_its_queue_is_full(
 
 
 def test_a_restarted_peer_on_the_same_endpoint_receives_again(ctx: zmq.Context) -> None:
-    sender = GossipNode(ctx, 0, RUN, Traffic())
+    sender = GossipNode(Transport(ctx, RUN, 0, Traffic()))
     peer_ctx = zmq.Context()  # the peer "process": destroying it closes its listener at once
     inbox = sockets.server(peer_ctx, zmq.PULL)
     endpoint = channel.bind_random(inbox)
@@ -174,9 +175,9 @@ def test_freed_buffers_are_kept_only_when_the_recipe_asks(
     # keep_buffers), since a 2-4 GiB edge device may not afford it
     calls: list[bool] = []
     monkeypatch.setattr(sockets, "keep_freed_buffers", lambda: calls.append(True) or True)
-    node = GossipNode(ctx, 0, RUN, Traffic())
+    node = GossipNode(Transport(ctx, RUN, 0, Traffic()))
     node.close()
     assert calls == []
-    node = GossipNode(ctx, 1, RUN, Traffic(), keep_buffers=True)
+    node = GossipNode(Transport(ctx, RUN, 1, Traffic()), keep_buffers=True)
     node.close()
     assert calls == [True]

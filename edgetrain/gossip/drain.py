@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from edgetrain.comm.control import Decision
+from edgetrain.comm.control import Decision, NoDirectives
 
 
 def drain_expectations(
@@ -31,14 +31,8 @@ def _sent_counts(report: Mapping[str, Any]) -> dict[int, int]:
     }
 
 
-class GossipController:
+class GossipController(NoDirectives):
     """Drain accounting: the gossip family's only per-worker decision."""
-
-    def on_start(self, ready: Mapping[int, Mapping[str, Any]]) -> Decision:
-        return Decision()
-
-    def on_barrier(self, epoch: int, reports: Mapping[int, Mapping[str, Any]]) -> Decision:
-        return Decision()
 
     def on_drain(self, done: Mapping[int, Mapping[str, Any]]) -> Decision:
         alive = sorted(done)

@@ -20,6 +20,7 @@ import zmq
 from edgetrain.comm import protocol
 from edgetrain.comm.client import Serve
 from edgetrain.comm.control import HandIn
+from edgetrain.comm.transport import Transport
 from edgetrain.comm.wire import Message, arrays_from_state
 from edgetrain.gossip.config import GossipSection
 from edgetrain.gossip.mixing import check_compatible, merge_into
@@ -85,14 +86,8 @@ class GoSGD(NodeHolder):
             group.slowdown,
         )
         self.node = GossipNode(
-            ctx.zmq,
-            ctx.worker_id,
-            ctx.run_id,
-            ctx.traffic,
-            ctx.bind_host,
-            ctx.announce_host,
+            Transport.of(ctx),
             send_hwm=self.cfg.outbox,
-            keys=ctx.keys,
             keep_buffers=self.cfg.keep_buffers,
         )
         meta = {

@@ -17,9 +17,8 @@ from dataclasses import replace
 
 import zmq
 
-from edgetrain.comm import channel, protocol, sockets
-from edgetrain.comm.channel import Traffic
-from edgetrain.comm.security import CurveKeys
+from edgetrain.comm import protocol, sockets
+from edgetrain.comm.transport import Transport
 from edgetrain.comm.wire import Message
 
 GOSSIP = "gossip"
@@ -37,35 +36,22 @@ class GossipNode:
 
     def __init__(
         self,
-        ctx: zmq.SyncContext,
-        worker_id: int,
-        run_id: str,
-        traffic: Traffic,
-        bind_host: str = "127.0.0.1",
-        announce_host: str | None = None,
+        transport: Transport,
         send_hwm: int = 2,
-        keys: CurveKeys | None = None,
         types: tuple[str, ...] = PEER_TYPES,
         keep_buffers: bool = False,
     ) -> None:
-        self.ctx = ctx
-        self.worker_id = worker_id
-        self.name = protocol.worker_name(worker_id)
-        self.run_id = run_id
-        self.traffic = traffic
+        self.transport = transport
+        self.worker_id = transport.worker_id
+        self.name = transport.name
+        self.run_id = transport.run_id
+        self.traffic = transport.traffic
         self.send_hwm = send_hwm
-        self.keys = keys
         self.types = types
         if keep_buffers:  # [gossip] keep_buffers: received weights land in warm memory
             sockets.keep_freed_buffers()
-        self.inbox = sockets.server(ctx, zmq.PULL, keys, INBOX)
-        try:
-            self.endpoint = channel.bind_random(
-                self.inbox, bind_host, announce_host, what=f"gossip inbox of worker {worker_id}"
-            )
-        except BaseException:
-            self.inbox.close(linger=0)
-            raise
+        what = f"gossip inbox of worker {transport.worker_id}"
+        self.inbox, self.endpoint = transport.bind(zmq.PULL, INBOX, what=what)
         log.info("gossip inbox listening on %s", self.endpoint)
         self.outboxes: dict[int, zmq.SyncSocket] = {}
         self.peer_names: set[str] = set()
@@ -79,9 +65,7 @@ class GossipNode:
             if peer_id == self.worker_id or peer_id in self.outboxes:
                 continue
             opts = replace(OUTBOX, send_hwm=self.send_hwm)
-            sock = sockets.client(self.ctx, zmq.PUSH, self.keys, opts)
-            sock.connect(endpoint)
-            self.outboxes[peer_id] = sock
+            self.outboxes[peer_id] = self.transport.connect(zmq.PUSH, endpoint, opts)
             self.peer_names.add(protocol.worker_name(peer_id))
             self.peer_ids[protocol.worker_name(peer_id)] = peer_id
 
@@ -110,12 +94,8 @@ class GossipNode:
         endpoint and delivers what waits there, up to ``send_hwm`` messages.
         """
         try:
-            channel.send(
-                self.outboxes[peer_id],
-                msg,
-                self.traffic,
-                flags=zmq.NOBLOCK,
-                peer=protocol.worker_name(peer_id),
+            self.transport.send(
+                self.outboxes[peer_id], msg, flags=zmq.NOBLOCK, peer=protocol.worker_name(peer_id)
             )
         except zmq.Again:  # counted by channel.send as send_queue_full
             return False
@@ -127,13 +107,7 @@ class GossipNode:
         out: list[Message] = []
         while True:
             try:
-                got = channel.recv(
-                    self.inbox,
-                    self.run_id,
-                    self.types,
-                    self.traffic,
-                    flags=zmq.NOBLOCK,
-                )
+                got = self.transport.recv(self.inbox, self.types, flags=zmq.NOBLOCK)
             except zmq.Again:
                 return out
             if got is None:

@@ -17,7 +17,6 @@ budget_s``) the barrier after the epoch that passes it tells every process to st
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from edgetrain.errors import RecipeError
 from edgetrain.pipeline import feed
 from edgetrain.pipeline.config import PipelineSection
 from edgetrain.recipe import Recipe
+from edgetrain.rundir import read_run_json
 from edgetrain.runtime.base import FamilyDefaults, FinalModel, HandInError
 from edgetrain.runtime.context import RunRecord
 from edgetrain.runtime.weights import model_arrays
@@ -195,14 +195,10 @@ def choose_bounds(recipe: Recipe, run_dir: Path) -> tuple[list[tuple[int, int]],
     infos, _, _ = model_table(recipe)
     if cfg.plan is not None:
         path = run_dir / cfg.plan
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise RecipeError(
-                f"[pipeline] plan: cannot read {path}: {exc}",
-                "write it with `edgetrain plan --pipeline ... --run-dir RUN`, launch with "
-                "--run-dir RUN",
-            ) from None
+        fix = (
+            "write it with `edgetrain plan --pipeline ... --run-dir RUN`, launch with --run-dir RUN"
+        )
+        doc = read_run_json(run_dir, cfg.plan, "[pipeline] plan", fix)
         bounds = bounds_from_plan(doc, [u.name for u in infos], n, str(path))
         return bounds, {"source": "plan", "plan": cfg.plan, "objective": doc.get("objective")}
     if cfg.split is not None:

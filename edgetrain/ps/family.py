@@ -12,7 +12,6 @@ BatchNorm statistics stay on the trainers and the run's model takes trainer 0's.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from edgetrain.comm.control import Controller, CoordinationPolicy, Decision, Eve
 from edgetrain.errors import RecipeError
 from edgetrain.ps.config import PsSection
 from edgetrain.recipe import Recipe
+from edgetrain.rundir import read_run_json
 from edgetrain.runtime.base import FamilyDefaults, FinalModel, HandInError
 from edgetrain.runtime.context import RunRecord
 from edgetrain.runtime.predict import Prediction, Setting
@@ -99,13 +99,8 @@ class PsFamily(FamilyDefaults):
         cuts = None
         if cfg.plan is not None:
             path = run_dir / cfg.plan
-            try:
-                doc = json.loads(path.read_text())
-            except (OSError, ValueError) as exc:
-                raise RecipeError(
-                    f"[ps] plan: cannot read {path}: {exc}",
-                    "write it with `edgetrain plan ... --run-dir RUN`, launch with --run-dir RUN",
-                ) from None
+            fix = "write it with `edgetrain plan ... --run-dir RUN`, launch with --run-dir RUN"
+            doc = read_run_json(run_dir, cfg.plan, "[ps] plan", fix)
             cuts = plan_cuts(doc, recipe.train.technique)
             if cuts is None:
                 raise RecipeError(f"[ps] plan: {path} has no '{recipe.train.technique}' strategy")

@@ -40,6 +40,7 @@ from torch import nn
 from edgetrain.comm import protocol
 from edgetrain.comm.client import Serve
 from edgetrain.comm.control import HandIn
+from edgetrain.comm.transport import Transport
 from edgetrain.comm.wire import Message, arrays_from_state
 from edgetrain.gossip.config import ExchangeSection, GossipSection
 from edgetrain.gossip.exchange import capacity
@@ -151,14 +152,8 @@ class Decentral(NodeHolder):
         self.samples = (ctx.start_epoch - 1) * self.n_train
         outbox = max(self.gossip.outbox, 16 + 4 * self.xcfg.staleness)
         self.node = GossipNode(
-            ctx.zmq,
-            self.me,
-            ctx.run_id,
-            ctx.traffic,
-            ctx.bind_host,
-            ctx.announce_host,
+            Transport.of(ctx),
             send_hwm=outbox,
-            keys=ctx.keys,
             types=TYPES,
             keep_buffers=self.gossip.keep_buffers,
         )
