@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.launching import Launch
+from tests.helpers.launching import completed
 from tests.helpers.paths import REPO
 
 PLUGIN = "tests.helpers.annealgossip"
@@ -75,13 +75,7 @@ def test_a_plugin_techniques_check_refuses_in_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(180)
 def test_a_plugin_technique_trains_on_the_gossip_family(tmp_path: Path) -> None:
-    launch = Launch(_recipe(tmp_path, 0.5), tmp_path / "runs", env=_env())
-    try:
-        code, summary = launch.finish(timeout=150)
-    finally:
-        launch.kill()
-    assert code == 0, launch.stderr
-    assert summary is not None and summary["status"] == "completed"
+    launch, summary = completed(_recipe(tmp_path, 0.5), tmp_path / "runs", env=_env())
     assert (summary["family"], summary["technique"]) == ("gossip", "anneal")
     # the family's averaged model (its final_model hook) and a sane accuracy on digits
     assert summary["averaged_test_accuracy"] is not None

@@ -123,3 +123,16 @@ class Launch:
             except (ProcessLookupError, PermissionError):
                 self.proc.kill()
             self.proc.wait(timeout=30)
+
+
+def completed(recipe: Path, runs: Path, timeout: float = 150, **popen: Any) -> tuple[Launch, Row]:
+    """Launch ``recipe`` and wait for it: the launch and its summary, once it exited 0 with a
+    completed run (the launcher is killed whatever happens)."""
+    launch = Launch(recipe, runs, **popen)
+    try:
+        code, summary = launch.finish(timeout=timeout)
+    finally:
+        launch.kill()
+    assert code == 0, launch.stderr
+    assert summary is not None and summary["status"] == "completed", summary
+    return launch, summary
