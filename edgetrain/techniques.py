@@ -188,28 +188,33 @@ FAMILIES["pipeline"] = FamilySpec(
             roles,
             ("pipeline",),
             summary,
-            side=f"edgetrain.pipeline.{name}:SIDE" if name in ("local", "dataparallel") else None,
+            side=f"edgetrain.pipeline.{name}:SIDE" if own_side else None,
         )
-        for name, roles, summary in (
-            ("local", ("stage", "evaluator"), "the whole model on one process (baseline)"),
+        # name, roles, whether its module declares a side, summary
+        for name, roles, own_side, summary in (
+            ("local", ("stage", "evaluator"), True, "the whole model on one process (baseline)"),
             (
                 "dataparallel",
                 ("replica", "evaluator"),
+                True,
                 "replicas on slices of each microbatch, gradients summed over ZeroMQ",
             ),
             (
                 "pipedream",
                 ("stage", "evaluator"),
+                False,
                 "1F1B pipeline stages with weight stashing (a version per microbatch in flight)",
             ),
             (
                 "greedy",
                 ("stage", "evaluator"),
+                False,
                 "1F1B pipeline stages with one weight copy, updated as soon as possible",
             ),
             (
                 "mcpipe",
                 ("stage", "evaluator"),
+                False,
                 "1F1B pipeline stages keeping one version plus (input, error) pairs",
             ),
         )
