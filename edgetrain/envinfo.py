@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import sys
+from importlib import metadata, util
+from pathlib import Path
 from typing import Any
 
 import edgetrain
@@ -51,10 +54,29 @@ def versions() -> dict[str, str]:
     }
 
 
+def torchvision_version() -> str | None:
+    """torchvision's ``__version__`` (local part included, e.g. ``0.29.1+cu130``) read from its
+    ``version.py`` without importing it: ``import torchvision`` pulls in ``torch._dynamo`` and
+    takes longer than torch itself. Falls back to the installed distribution's version; None
+    when torchvision is not installed."""
+    spec = util.find_spec("torchvision")
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        try:
+            text = (Path(folder) / "version.py").read_text(encoding="utf-8")
+        except OSError:
+            continue
+        found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+        if found:
+            return found.group(1)
+    try:
+        return metadata.version("torchvision")
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def environment_report() -> dict[str, Any]:
     """Collect versions of python, torch, torchvision, pyzmq/libzmq, numpy and edgetrain."""
     import torch
-    import torchvision
     import zmq
 
     cuda = torch.cuda.is_available()
@@ -62,7 +84,7 @@ def environment_report() -> dict[str, Any]:
         **versions(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "torchvision": torchvision.__version__,
+        "torchvision": torchvision_version(),
         "curve_available": bool(zmq.has("curve")),
         "cpu_model": cpu_model(),
         "cores": os.cpu_count(),

@@ -161,6 +161,15 @@ def test_count_parameters_matches_a_real_build() -> None:
         assert count_parameters(name, (3, 32, 32), 10) == sum(p.numel() for p in model.parameters())
 
 
+def test_listed_parameter_counts_match_the_builds() -> None:
+    """`edgetrain models list` reads a static table: every row is what a build counts."""
+    from edgetrain.models.catalog import LISTED_CLASSES, LISTED_INPUT, LISTED_PARAMS
+
+    assert list(LISTED_PARAMS) == list(MODEL_NAMES)
+    for name in MODEL_NAMES:
+        assert count_parameters(name, LISTED_INPUT, LISTED_CLASSES) == LISTED_PARAMS[name], name
+
+
 def test_layer_specs_of_a_meta_model_need_no_memory() -> None:
     with torch.device("meta"):
         model = build_model("vgg19", (3, 32, 32), 10)

@@ -99,3 +99,36 @@ def test_errors_are_edgetrain_errors(tmp_path: Path) -> None:
     assert "does not exist" in str(result.exception)
     result = _invoke("show", "mlp", "--classes", "1")
     assert result.exit_code == 2  # Typer's own usage error
+
+
+def test_list_and_env_import_what_they_need_only() -> None:
+    """Issue 30: `models list` builds no model and imports no torch (a static table); `env`
+    reads torchvision's version without importing it (that import pulls in torch._dynamo)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from edgetrain.cli.app import main\n"
+        "for argv in (['models', 'list'], ['env']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit as exc:\n"
+        "        assert not exc.code, exc.code\n"
+        "    if argv[0] == 'models':\n"
+        "        assert 'torch' not in sys.modules, 'models list imported torch'\n"
+        "assert 'torchvision' not in sys.modules, 'env imported torchvision'\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr
+
+
+def test_env_reports_torchvisions_own_version() -> None:
+    import torchvision
+
+    from edgetrain.envinfo import torchvision_version
+
+    assert torchvision_version() == torchvision.__version__

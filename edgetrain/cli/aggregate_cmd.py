@@ -16,6 +16,7 @@ from edgetrain.cli.data_options import (
     RootOption,
     build_recipe,
     data_flags,
+    run_partitions,
 )
 from edgetrain.errors import EdgetrainError
 
@@ -164,7 +165,7 @@ def aggregate(
       edgetrain aggregate recipes/quickstart.toml --reduce isvd --divide lsh --format json
     """
     from edgetrain.aggregate.stage import aggregate_stage, partitions_of
-    from edgetrain.data import load_dataset, partition_indices
+    from edgetrain.data import load_dataset
 
     data = data_flags(dataset, root, partition, alpha, fractions)
     recipe, partitioned = resolve_recipe(recipe_path, data, workers, seed)
@@ -178,13 +179,9 @@ def aggregate(
     cfg = aggregate_config(recipe, flags)
     if run_dir is None and recipe_path is None:
         raise EdgetrainError("no run directory given", "pass --run-dir RUN")
-    d = recipe.data
-    ds = load_dataset(d, recipe.run.seed)
-    parts = None
-    if partitioned:  # the same call the workers make
-        parts = partition_indices(
-            ds.y_train, recipe.num_data_workers, d.partition, recipe.run.seed, d.alpha, d.fractions
-        )
+    ds = load_dataset(recipe.data, recipe.run.seed)
+    # the same call the workers make; the whole split when the family shards nothing (pipeline)
+    parts = run_partitions(recipe, ds.y_train) if partitioned else None
     partitions = partitions_of(parts, len(ds.y_train))
     out_dir = _run_dir(run_dir, recipe)
     report = _with_progress(

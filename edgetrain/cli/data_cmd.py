@@ -15,6 +15,8 @@ from edgetrain.cli.data_options import (
     RootOption,
     build_recipe,
     data_flags,
+    run_partitions,
+    whole_split_feed,
 )
 
 app = typer.Typer(help="Inspect datasets and their partitions.", no_args_is_help=True)
@@ -38,14 +40,19 @@ def _render(report: dict[str, Any]) -> None:
         soft_wrap=True,
     )
     console.print(f"samples: {report['train']} train / {report['test']} test", soft_wrap=True)
-    console.print(
-        f"partition: {report['partition']}{alpha} across {len(report['parts'])} workers, "
-        f"seed {report['seed']}",
-        soft_wrap=True,
-    )
+    whole = report["feed"] is not None
+    if whole:
+        console.print(f"partition: none, {report['feed']} (seed {report['seed']})", soft_wrap=True)
+    else:
+        console.print(
+            f"partition: {report['partition']}{alpha} across {len(report['parts'])} workers, "
+            f"seed {report['seed']}",
+            soft_wrap=True,
+        )
     per_class = report["classes"] <= _MAX_CLASS_COLUMNS
+    title = "training samples the run draws from" if whole else "training samples per worker"
     table = Table(
-        title="training samples per worker" + (" and class" if per_class else ""),
+        title=title + ((", by class" if whole else " and class") if per_class else ""),
         box=box.SIMPLE_HEAD,
         pad_edge=False,
         collapse_padding=True,
@@ -62,7 +69,7 @@ def _render(report: dict[str, Any]) -> None:
     for p in report["parts"]:
         balance = map(str, p["class_counts"]) if per_class else [str(p["classes_present"])]
         table.add_row(
-            str(p["part"]),
+            "all" if whole else str(p["part"]),
             str(p["size"]),
             *balance,
             f"{p['label_entropy_bits']:.2f}",
@@ -108,21 +115,20 @@ def inspect(
 
       edgetrain data inspect --dataset mnist --root ~/data/mnist --format json
     """
-    from edgetrain.data import load_dataset, partition_indices, partition_stats
+    import numpy as np
+
+    from edgetrain.data import load_dataset, partition_stats
 
     overrides = data_flags(dataset, root, partition, alpha, fractions)
     recipe = build_recipe(recipe_path, overrides, workers, seed)
     cfg = recipe.data
     ds = load_dataset(cfg, recipe.run.seed)
-    # the same call the workers make, so this shows exactly what each worker trains on
-    parts = partition_indices(
-        ds.y_train,
-        recipe.num_data_workers,
-        cfg.partition,
-        recipe.run.seed,
-        alpha=cfg.alpha,
-        fractions=cfg.fractions,
-    )
+    # the same call the workers make, so this shows exactly what each worker trains on; a
+    # family with no data roles (the pipeline) feeds the whole split instead
+    parts = run_partitions(recipe, ds.y_train)
+    feed = None if parts is not None else whole_split_feed(recipe)
+    if parts is None:
+        parts = [np.arange(len(ds.y_train), dtype=np.int64)]
     report: dict[str, Any] = {
         "dataset": ds.name,
         "root": cfg.root,
@@ -130,9 +136,10 @@ def inspect(
         "classes": ds.classes,
         "train": len(ds.y_train),
         "test": len(ds.y_test),
-        "partition": cfg.partition,
-        "alpha": cfg.alpha if cfg.partition == "dirichlet" else None,
-        "fractions": cfg.fractions if cfg.partition == "fractions" else None,
+        "partition": cfg.partition if feed is None else None,
+        "alpha": cfg.alpha if feed is None and cfg.partition == "dirichlet" else None,
+        "fractions": cfg.fractions if feed is None and cfg.partition == "fractions" else None,
+        "feed": feed,
         "seed": recipe.run.seed,
         "workers": recipe.num_data_workers,
         **partition_stats(ds.y_train, parts, ds.classes),

@@ -12,6 +12,8 @@ import typer
 from edgetrain.errors import DataError
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from edgetrain.recipe import Recipe
 
 
@@ -87,3 +89,35 @@ def build_recipe(
     if seed is not None:
         base["run"] = {**base.get("run", {}), "seed": seed}
     return parse_recipe({**base, "data": data}, str(recipe_path or "command line"))
+
+
+def run_partitions(recipe: Recipe, labels: np.ndarray) -> list[np.ndarray] | None:
+    """Each data worker's indices into the training split, by the same call the workers make
+    (:func:`edgetrain.data.partition_indices`); None when the recipe's family has no role that
+    trains on a shard (the pipeline: the whole split feeds the run)."""
+    from edgetrain.data import partition_indices
+
+    if recipe.num_data_workers == 0:
+        return None
+    return partition_indices(
+        labels,
+        recipe.num_data_workers,
+        recipe.data.partition,
+        recipe.run.seed,
+        alpha=recipe.data.alpha,
+        fractions=recipe.data.fractions,
+    )
+
+
+def whole_split_feed(recipe: Recipe) -> str:
+    """Who draws from the whole training split in a run whose family shards nothing."""
+    roles = recipe.role_names()
+    replicas = roles.count("replica")
+    if replicas:
+        return (
+            f"each of the {replicas} replicas trains on its 1/{replicas} slice of every "
+            "microbatch, drawn from the whole training split"
+        )
+    if recipe.train.family == "pipeline":
+        return "stage 0 draws every microbatch from the whole training split"
+    return "every worker draws from the whole training split"

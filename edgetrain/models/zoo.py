@@ -10,46 +10,7 @@ from torch import Tensor, nn
 
 from edgetrain.errors import ModelError
 from edgetrain.models import small
-
-# Smallest input side (height and width, each) each torchvision architecture is built for;
-# smaller inputs are resized up to it by a parameter-free ``nn.Upsample`` placed first.
-# Found by trying every side from 1 up (forward in train mode with a batch of 2, in eval mode
-# with a batch of 1, and ONNX export):
-# - ResNets and MobileNetV2 run on any side (padded convolutions keep 1x1 maps alive), but they
-#   downsample by 32: below 32 the last stages convolve padding only, so 32 is the floor.
-# - VGG needs 32 (five unpadded 2x2 max-pools).
-# - AlexNet needs 63 (11x11 stride-4 convolution and three 3x3 stride-2 max-pools).
-# - SqueezeNet 1.1 needs 17 and GoogLeNet 15 (ceil-mode pools keep them alive below that
-#   only down to those sides).
-MIN_SIDE: dict[str, int] = {
-    "resnet18": 32,
-    "resnet50": 32,
-    "resnet152": 32,
-    "mobilenet_v2": 32,
-    "vgg11": 32,
-    "vgg16": 32,
-    "vgg19": 32,
-    "squeezenet1_1": 17,
-    "alexnet": 63,
-    "googlenet": 15,
-}
-
-DESCRIPTIONS: dict[str, str] = {
-    "mlp": "multi-layer perceptron (options: hidden, dropout)",
-    "lenet5": "LeNet-5, 2 conv + 3 FC (inputs below 28x28 resized up)",
-    "cnn2": "DLion's 2 conv + 2 FC CNN (option: width)",
-    "resnet18": "torchvision ResNet-18",
-    "resnet50": "torchvision ResNet-50",
-    "resnet152": "torchvision ResNet-152",
-    "mobilenet_v2": "torchvision MobileNetV2",
-    "vgg11": "torchvision VGG-11",
-    "vgg16": "torchvision VGG-16",
-    "vgg19": "torchvision VGG-19",
-    "squeezenet1_1": "torchvision SqueezeNet 1.1",
-    "alexnet": "torchvision AlexNet",
-    "googlenet": "torchvision GoogLeNet (no auxiliary heads)",
-}
-MODEL_NAMES: tuple[str, ...] = tuple(DESCRIPTIONS)
+from edgetrain.models.catalog import DESCRIPTIONS, MIN_SIDE, MODEL_NAMES
 
 _SMALL: dict[str, Callable[..., nn.Module]] = {
     "mlp": small.mlp,
