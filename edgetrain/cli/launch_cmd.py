@@ -39,7 +39,19 @@ def launch(
         typer.Option(
             "--resume",
             metavar="RUN",
-            help="Continue a stopped run from its last checkpoint (no RECIPE needed).",
+            help="Continue a stopped run from its last checkpoint (no RECIPE needed). A "
+            "completed run is resumed only with --epochs.",
+        ),
+    ] = None,
+    epochs: Annotated[
+        int | None,
+        typer.Option(
+            "--epochs",
+            metavar="N",
+            help="With --resume: train the run up to N epochs in all, from its last checkpoint "
+            "(N above the epochs it completed). A completed run's result is kept first in "
+            "RUN/attempts/<n>/.",
+            show_default=False,
         ),
     ] = None,
     hosts: Annotated[
@@ -83,6 +95,7 @@ def launch(
     edgetrain launch recipes/quickstart.toml
     edgetrain launch recipes/quickstart.toml --run-dir runs/exp1
     edgetrain launch --resume runs/quickstart-20261122-101500
+    edgetrain launch --resume runs/quickstart-20261122-101500 --epochs 40
     edgetrain launch recipes/quickstart.toml --hosts hosts.toml
     edgetrain launch recipes/quickstart.toml -H jetson-a:2,jetson-b:1
     edgetrain launch recipes/quickstart.toml --events - --format json
@@ -109,10 +122,17 @@ def launch(
         remote_python,
         stream_logs,
         sink,
+        epochs,
     )
     _check_events_path(events)
     setup = prepare(request)  # bad input: one line, exit 2, nothing written
     say.print(f"run directory: [bold]{setup.run_dir.path}[/]")
+    if setup.kept is not None:
+        say.print(f"kept the completed result (report/, manifest.json) in [bold]{setup.kept}[/]")
+    if setup.resume is not None:
+        say.print(
+            f"resuming after epoch {setup.resume.epoch}, up to epoch {setup.recipe.train.epochs}"
+        )
     stream = _events_stream(events)
     lines = JsonLines(stream) if stream is not None else None
     if lines is not None:

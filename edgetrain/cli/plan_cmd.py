@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from edgetrain.cli.common import FormatOption, OutputFormat, console, emit, err_console
+from edgetrain.cli.plan_files import free_stem, renamed_note, unit_error
 from edgetrain.errors import EdgetrainError
 
 if TYPE_CHECKING:
@@ -33,7 +34,11 @@ def plan(
     ] = None,
     bandwidth: Annotated[
         str | None,
-        typer.Option(help="Link bandwidth, e.g. 100mbit or 12.5MBps; a list is a what-if."),
+        typer.Option(
+            help="Link rate with its unit: 100mbit, 1gbit, 100Mbps (bits/s) or 12.5MBps, "
+            "12.5MB/s (bytes/s); a number without a unit, or 10mb, is refused. A comma "
+            "list is a what-if."
+        ),
     ] = None,
     rtt: Annotated[
         str | None, typer.Option(help="Round-trip time, e.g. 10ms (dt when nothing better).")
@@ -43,7 +48,11 @@ def plan(
     ] = "auto",
     run_dir: Annotated[
         Path | None,
-        typer.Option("--run-dir", help="Write RUN/plans/NAME.json (default: the profile's RUN)."),
+        typer.Option(
+            "--run-dir",
+            help="Write RUN/plans/NAME.json (default: the profile's RUN); an existing one is "
+            "kept and the new plan goes to NAME-2.json.",
+        ),
     ] = None,
     name: Annotated[str | None, typer.Option(help="Plan name (default: the input's stem).")] = None,
     plot: Annotated[bool, typer.Option("--plot", help="Also write a Gantt chart PNG.")] = False,
@@ -113,7 +122,7 @@ def plan(
         rtt_s = parse_duration(rtt) if rtt else None
         dt_s = None if dt == "auto" else parse_duration(dt)
     except ValueError as exc:
-        raise EdgetrainError(str(exc)) from None
+        raise unit_error(exc) from None
     source = profile if profile is not None else costs
     assert source is not None
     stem = _name_ok(name or source.stem)
@@ -140,9 +149,11 @@ def plan(
             results_list.append(results)
     out: dict[str, Any] = docs[0] if len(docs) == 1 else {"bandwidths": docs}
     out["input"] = str(source)
-    written = _write(out, results_list, run_dir, stem, plot)
-    emit(out, fmt, lambda: _render(docs, written))
+    written, existing = _write(out, results_list, run_dir, stem, plot)
+    emit(out, fmt, lambda: _render(docs, written, existing))
     if fmt == OutputFormat.json and written:
+        if existing is not None:
+            err_console.print(renamed_note(existing, written[0]), markup=False)
         err_console.print(f"wrote {', '.join(str(p) for p in written)}")
 
 
@@ -152,7 +163,8 @@ def _write(
     run_dir: Path | None,
     stem: str,
     plot: bool,
-) -> list[Path]:
+) -> tuple[list[Path], Path | None]:
+    """Write the plan (and charts); also the existing plan file kept when one was in the way."""
     from edgetrain.plan.gantt import plot_gantt
     from edgetrain.rundir import atomic_write_json
 
@@ -160,22 +172,27 @@ def _write(
     if folder is None:
         if plot:
             raise EdgetrainError("--plot needs a place to write: give --run-dir RUN")
-        return []
+        return [], None
     if not run_dir.is_dir():  # type: ignore[union-attr]
         raise EdgetrainError(f"run directory {run_dir} does not exist")
     folder.mkdir(exist_ok=True)
-    written = [folder / f"{stem}.json"]
+    suffixes = [f"-{d['bandwidth']}" for d in out["bandwidths"]] if "bandwidths" in out else [""]
+    new = free_stem(folder, stem, lambda s: [f"{s}{x}.png" for x in suffixes] if plot else [])
+    existing = folder / f"{stem}.json" if new != stem else None
+    written = [folder / f"{new}.json"]
     atomic_write_json(written[0], out)
     if plot:
-        for i, results in enumerate(results_list):
-            suffix = f"-{out['bandwidths'][i]['bandwidth']}" if "bandwidths" in out else ""
-            written.append(plot_gantt(results, folder / f"{stem}{suffix}.png", f"{stem}{suffix}"))
-    return written
+        for results, suffix in zip(results_list, suffixes, strict=True):
+            written.append(plot_gantt(results, folder / f"{new}{suffix}.png", f"{new}{suffix}"))
+    return written, existing
 
 
-def _render(docs: list[dict[str, Any]], written: list[Path]) -> None:
+def _render(docs: list[dict[str, Any]], written: list[Path], existing: Path | None) -> None:
+    from edgetrain.plan.units import describe_bandwidth
+
     for doc in docs:
-        title = f"plan at {doc['bandwidth']}" if "bandwidth" in doc else "plan"
+        rate = doc.get("bandwidth_Bps")
+        title = f"plan at {describe_bandwidth(rate)}" if rate is not None else "plan"
         table = Table(title=f"{title} · {doc['layers']} layers · dt {doc['dt_s'] * 1e3:.3g} ms")
         for col in ("strategy", "forward s", "backward s", "iteration s", "speed-up", "segments"):
             table.add_column(col, justify="left" if col == "strategy" else "right")
@@ -194,5 +211,7 @@ def _render(docs: list[dict[str, Any]], written: list[Path]) -> None:
         console.print(table)
         colour = "green" if doc["verdict"]["scheduling_helps"] else "yellow"
         console.print(f"[{colour}]{doc['verdict']['text']}[/]")
+    if existing is not None and written:
+        console.print(renamed_note(existing, written[0]), markup=False)
     for path in written:
         console.print(f"wrote {path}")

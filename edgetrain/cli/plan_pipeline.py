@@ -14,6 +14,7 @@ from typing import Any
 from rich.table import Table
 
 from edgetrain.cli.common import OutputFormat, console, emit, err_console
+from edgetrain.cli.plan_files import free_stem, renamed_note, unit_error
 from edgetrain.errors import EdgetrainError
 
 MiB = 2**20
@@ -172,7 +173,7 @@ def plan_pipeline(
     try:
         rate = parse_bandwidth(bandwidth) if bandwidth else None
     except ValueError as exc:
-        raise EdgetrainError(str(exc)) from None
+        raise unit_error(exc) from None
     setting = Setting(
         technique=tech, stages=n, microbatch=b, extra=extra, uniform=uniform, momentum=momentum,
         store=store, speeds=speed, caps=caps, bandwidth=rate, times=times,
@@ -188,17 +189,22 @@ def plan_pipeline(
         "hosts": str(hosts) if hosts else None,
     }
     doc = plan_document(infos, part, objective, setting, model_name, inputs)
-    written = None
+    written, existing = None, None
     if run_dir is None and profile is not None and profile.parent.name == "profiles":
         run_dir = profile.parent.parent
     if run_dir is not None:
         if not run_dir.is_dir():
             raise EdgetrainError(f"run directory {run_dir} does not exist")
-        (run_dir / "plans").mkdir(exist_ok=True)
-        written = run_dir / "plans" / f"{name}.json"
+        folder = run_dir / "plans"
+        folder.mkdir(exist_ok=True)
+        new = free_stem(folder, name)  # never overwrite a plan a run may have read
+        existing = folder / f"{name}.json" if new != name else None
+        written = folder / f"{new}.json"
         atomic_write_json(written, doc)
-    emit(doc, fmt, lambda: _render(doc, written))
+    emit(doc, fmt, lambda: _render(doc, written, existing, rate))
     if fmt == OutputFormat.json and written:
+        if existing is not None:
+            err_console.print(renamed_note(existing, written), markup=False)
         err_console.print(f"wrote {written}")
 
 
@@ -217,7 +223,11 @@ def _cap_hint(infos: list[Any], setting: Any, caps: list[int | None]) -> str:
     )
 
 
-def _render(doc: dict[str, Any], written: Path | None) -> None:
+def _render(
+    doc: dict[str, Any], written: Path | None, existing: Path | None, rate: float | None
+) -> None:
+    from edgetrain.plan.units import describe_bandwidth
+
     table = Table(
         title=f"pipeline plan · {doc['model']} · {doc['technique']} · objective {doc['objective']}"
         f" · b {doc['microbatch']}"
@@ -236,5 +246,9 @@ def _render(doc: dict[str, Any], written: Path | None) -> None:
             f"{cap / MiB:.0f}" if cap else "-",
         )  # fmt: skip
     console.print(table)
+    if rate is not None:
+        console.print(f"link bandwidth: {describe_bandwidth(rate)}")
     if written is not None:
+        if existing is not None:
+            console.print(renamed_note(existing, written), markup=False)
         console.print(f"wrote {written}")

@@ -10,6 +10,8 @@ turning SIGTERM into an interrupt, and returns the outcome with the summary.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -17,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edgetrain.comm.control import Role, assign_roles
 from edgetrain.comm.coordinator import Resume
@@ -25,7 +27,7 @@ from edgetrain.errors import EdgetrainError, RecipeError
 from edgetrain.launch.driver import LaunchOptions, Observer, RunOutcome, RunSetup, preflight, run
 from edgetrain.launch.placement import Need, place
 from edgetrain.recipe import Recipe, load_recipe
-from edgetrain.rundir import RunDir
+from edgetrain.rundir import MANIFEST, RunDir
 from edgetrain.runtime.side import launcher_side
 
 if TYPE_CHECKING:
@@ -51,6 +53,7 @@ class LaunchRequest:
     remote_python: str | None = None
     stream_logs: bool | None = None  # worker lines over ssh (None: on)
     log_sink: LineSink | None = None  # where streamed worker lines go
+    epochs: int | None = None  # --resume: train the run up to this many epochs (extend it)
 
 
 def load_checked_recipe(path: Path) -> tuple[Recipe, str]:
@@ -93,6 +96,11 @@ def _recipe(req: LaunchRequest) -> tuple[Recipe, str, RunDir | None]:
         rd = RunDir.open(req.resume)
         recipe, text = load_checked_recipe(rd.recipe)
         return recipe, text, rd
+    if req.epochs is not None:
+        raise EdgetrainError(
+            "--epochs N extends a run and needs --resume RUN",
+            "for a new run set [train] epochs in the recipe",
+        )
     if req.recipe is None:
         raise EdgetrainError("give a RECIPE to launch, or --resume RUN to continue a run")
     if req.run_dir is not None and req.runs_root is not None:
@@ -101,6 +109,81 @@ def _recipe(req: LaunchRequest) -> tuple[Recipe, str, RunDir | None]:
     if req.name is not None:
         recipe = recipe.with_run(name=req.name)
     return recipe, text, None
+
+
+@dataclass(frozen=True)
+class _Extension:
+    """How many epochs a resumed run trains to, and whether its completed result is kept."""
+
+    recipe: Recipe  # the run's recipe with [train] epochs set to the target
+    extended_epochs: int | None  # the target, when it is not the recipe file's epochs
+    keep: bool  # the run completed: keep its result before it is overwritten
+    manifest: dict[str, Any]
+
+
+def _epochs_done(recipe: Recipe, manifest: dict[str, Any]) -> int:
+    """The epochs a run was set to train: its recipe's, or those an earlier --epochs set."""
+    extended = manifest.get("extended_epochs")
+    if isinstance(extended, int) and not isinstance(extended, bool) and extended > 0:
+        return extended
+    return recipe.train.epochs
+
+
+def _extension(req: LaunchRequest, recipe: Recipe, rd: RunDir) -> _Extension:
+    """A completed run is resumed only with ``--epochs N`` above the epochs it completed."""
+    manifest = rd.read_manifest()
+    done = _epochs_done(recipe, manifest)
+    completed = manifest.get("status") == "completed"
+    if req.epochs is not None and req.epochs < 1:
+        raise EdgetrainError(f"--epochs {req.epochs} must be at least 1", "pass --epochs N > 0")
+    if completed and req.epochs is None:
+        raise EdgetrainError(
+            f"run '{rd.path}' already completed its {done} epochs; resuming it would train "
+            "its last epochs again and overwrite its result",
+            f"to train it further add --epochs N with N > {done} (the result so far is kept "
+            f"under {rd.path / 'attempts'}/)",
+        )
+    if completed and req.epochs is not None and req.epochs <= done:
+        raise EdgetrainError(
+            f"--epochs {req.epochs} is not more than the {done} epochs run '{rd.path}' completed",
+            f"pass --epochs N with N > {done}",
+        )
+    target = req.epochs if req.epochs is not None else done
+    if target == recipe.train.epochs:  # the recipe file's
+        return _Extension(recipe, None, completed, manifest)
+    train = recipe.train.model_copy(update={"epochs": target})
+    return _Extension(recipe.model_copy(update={"train": train}), target, completed, manifest)
+
+
+def keep_result(rd: RunDir, manifest: dict[str, Any]) -> Path:
+    """Copy what an extended run overwrites (``manifest.json``, ``report/``, the families'
+    ``metrics/*.json`` and ``plans/epoch-*.json``, ``hosts.toml``) to ``RUN/attempts/<n>/``,
+    ``n`` the attempt's number; the folder appears whole or not at all."""
+    root = rd.path / "attempts"
+    n = len(manifest.get("attempts") or []) + 1
+    while (root / str(n)).exists():
+        n += 1
+    dest, tmp = root / str(n), root / f".{n}.tmp"
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        shutil.copy2(rd.manifest, tmp / MANIFEST)
+        if rd.report.is_dir():
+            shutil.copytree(rd.report, tmp / "report")
+        for sub, pattern in (("metrics", "*.json"), ("plans", "epoch-*.json")):
+            for f in sorted((rd.path / sub).glob(pattern)):
+                (tmp / sub).mkdir(exist_ok=True)
+                shutil.copy2(f, tmp / sub / f.name)
+        if (rd.path / "hosts.toml").is_file():
+            shutil.copy2(rd.path / "hosts.toml", tmp / "hosts.toml")
+        os.rename(tmp, dest)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise EdgetrainError(
+            f"cannot keep the earlier result of '{rd.path}' in {dest}: {exc.strerror or exc}",
+            "free some disk space or make the run directory writable",
+        ) from None
+    return dest
 
 
 def _roles_and_slots(
@@ -159,10 +242,19 @@ def prepare(req: LaunchRequest) -> RunSetup:
 
     hosts = _hosts(req)
     recipe, text, resumed = _recipe(req)
+    ext = _extension(req, recipe, resumed) if resumed is not None else None
+    if ext is not None:
+        recipe = ext.recipe
     family: Family = launcher_side(recipe.train.family, recipe.train.technique)
     family.check(recipe)
     roles, slots = _roles_and_slots(recipe, hosts[0] if hosts else None, hosts[2] if hosts else "")
     resume = _resume_point(recipe, family, roles, resumed) if resumed is not None else None
+    if resume is not None and req.epochs is not None and req.epochs <= resume.epoch:
+        raise EdgetrainError(
+            f"--epochs {req.epochs} is not more than the {resume.epoch} epochs of the run's "
+            "last checkpoint",
+            f"pass --epochs N with N > {resume.epoch}",
+        )
     data = preflight(recipe)  # bad data or model: exit 2, nothing started or written
     # what the run reads from its directory
     family.check_run_dir(recipe, resumed.path if resumed is not None else req.run_dir)
@@ -178,14 +270,20 @@ def prepare(req: LaunchRequest) -> RunSetup:
         check_hosts(cfg)
         opts = replace(opts, bind_host=cfg.bind_address(), announce_host=cfg.coordinator_address())
     fresh = resumed is None and (req.run_dir is None or not req.run_dir.exists())
+    kept: Path | None = None
     if resumed is not None:
         rd = resumed
+        if ext is not None and ext.keep:  # everything checked: keep the result, then extend
+            kept = keep_result(rd, ext.manifest)
     elif req.run_dir is not None:
         rd = RunDir.adopt(req.run_dir)
     else:
         root = req.runs_root if req.runs_root is not None else recipe.run.runs_root
         rd = RunDir.create(root, recipe.run.name)
-    return RunSetup(recipe, text, rd, launcher, data, family, roles, slots, opts, resume, fresh)
+    extended = ext.extended_epochs if ext is not None else None
+    return RunSetup(
+        recipe, text, rd, launcher, data, family, roles, slots, opts, resume, fresh, extended, kept
+    )
 
 
 def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:

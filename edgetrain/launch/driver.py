@@ -95,6 +95,8 @@ class RunSetup:
     opts: LaunchOptions = LaunchOptions()
     resume: Resume | None = None
     fresh: bool = False  # the run directory was made for this launch (nothing else in it)
+    extended_epochs: int | None = None  # launch --resume --epochs N: the run's epochs now
+    kept: Path | None = None  # where the completed result an extension overwrites was kept
 
 
 def initial_manifest(recipe: Recipe, run_id: str, roles: Sequence[Role]) -> dict[str, Any]:
@@ -541,10 +543,14 @@ def _start_manifest(setup: RunSetup, run_id: str) -> dict[str, Any]:
         return fresh
     old = setup.run_dir.read_manifest()
     attempts = list(old.get("attempts", []))
-    attempts.append(
-        {k: old.get(k) for k in ("run_id", "status", "error", "start_time", "end_time")}
-    )
-    return {**fresh, "attempts": attempts, "resumed_from_epoch": setup.resume.epoch}
+    attempt = {k: old.get(k) for k in ("run_id", "status", "error", "start_time", "end_time")}
+    if setup.kept is not None:
+        attempt["kept_in"] = str(setup.kept.relative_to(setup.run_dir.path))
+    attempts.append(attempt)
+    out = {**fresh, "attempts": attempts, "resumed_from_epoch": setup.resume.epoch}
+    if setup.extended_epochs is not None:
+        out["extended_epochs"] = setup.extended_epochs
+    return out
 
 
 def _write_artifacts(setup: RunSetup, event: Event) -> None:
