@@ -10,9 +10,12 @@ the technique) still loads, with a one-line deprecation notice.
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
+import re
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -292,10 +295,13 @@ def parse_recipe(data: dict[str, Any], source: str = "recipe") -> Recipe:
     return tomlconfig.validate(recipe_model(), data, source, RecipeError)
 
 
-def load_recipe(path: str | os.PathLike[str], check_paths: bool = True) -> tuple[Recipe, str]:
-    """Read and validate a TOML recipe file. Returns the recipe and its original text."""
-    data, text = tomlconfig.read_toml(path, "recipe file", RecipeError, "check the path")
-    recipe = parse_recipe(data, str(path))
+def load_recipe(
+    path: str | os.PathLike[str], check_paths: bool = True, overrides: Sequence[str] = ()
+) -> tuple[Recipe, str]:
+    """Read and validate a TOML recipe file. Returns the recipe and its text: the file's own,
+    or with ``overrides`` (``launch --set KEY=VALUE``) the overridden document's."""
+    data, text, source = read_recipe(path, overrides)
+    recipe = parse_recipe(data, source)
     if check_paths:
         check_recipe_paths(recipe, str(path))
     return recipe, text
@@ -311,3 +317,91 @@ def check_recipe_paths(recipe: Recipe, source: str) -> None:
                 f"{source}: [data] root: directory '{root}' does not exist",
                 "point root at the dataset's directory",
             )
+
+
+# --------------------------------------------------------------------------- --set KEY=VALUE
+
+_KEY_PART = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def read_recipe(
+    path: str | os.PathLike[str], overrides: Sequence[str] = ()
+) -> tuple[dict[str, Any], str, str]:
+    """A recipe file's mapping with ``overrides`` applied, its text, and the source its
+    messages name (the path, and the ``--set`` options when there are any). Not validated."""
+    data, text = tomlconfig.read_toml(path, "recipe file", RecipeError, "check the path")
+    if not overrides:
+        return data, text, str(path)
+    data = apply_overrides(data, overrides)
+    sets = " ".join(f"--set {item}" for item in overrides)
+    header = f"# {path} with {sets} (edgetrain launch --set): the recipe that ran\n"
+    return data, header + tomlconfig.dumps(data), f"{path} with {sets}"
+
+
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """A copy of a recipe mapping with each ``KEY=VALUE`` applied in order (see
+    :func:`apply_override`)."""
+    out = copy.deepcopy(data)
+    for item in overrides:
+        apply_override(out, item)
+    return out
+
+
+def apply_override(data: dict[str, Any], item: str) -> None:
+    """Set one ``KEY=VALUE`` in a recipe mapping, in place.
+
+    KEY is a dotted path into the TOML document (``train.epochs``; missing tables are made;
+    ``workers.2.count`` is the second ``[[workers]]``, numbered from 1 as error lines number
+    them). VALUE is read as a TOML value (``2``, ``0.5``, ``true``, ``"text"``, ``[1, 2]``);
+    anything that is not one is taken as a string (``--set run.name=exp2``). Whether the key
+    and value are right is the recipe's validation's business, as for the file."""
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise RecipeError(f"--set '{item}': expected KEY=VALUE", "e.g. --set train.epochs=2")
+    parts = key.split(".")
+    if not all(_KEY_PART.fullmatch(p) for p in parts):
+        raise RecipeError(
+            f"--set '{item}': '{key}' is not a dotted key",
+            "write the TOML path with dots, e.g. --set train.epochs=2",
+        )
+    value = _override_value(raw.strip())
+    current: Any = data
+    for n, part in enumerate(parts):
+        where = ".".join(parts[:n]) or "the top level"
+        last = n == len(parts) - 1
+        if isinstance(current, list):
+            if not part.isdigit():
+                raise RecipeError(
+                    f"--set '{item}': '{where}' is an array of {len(current)} entries",
+                    f"name one by its number from 1: --set {where}.1.{'.'.join(parts[n:])}=...",
+                )
+            if not 1 <= int(part) <= len(current):
+                raise RecipeError(
+                    f"--set '{item}': '{where}' has no entry {part}",
+                    f"number its {len(current)} entries from 1 to {len(current)}",
+                )
+            if last:
+                current[int(part) - 1] = value
+                return
+            current = current[int(part) - 1]
+            continue
+        if not isinstance(current, dict):
+            raise RecipeError(
+                f"--set '{item}': '{where}' is a value, not a table",
+                f"set {where} itself, e.g. --set {where}=VALUE",
+            )
+        if last:
+            current[part] = value
+            return
+        if part not in current:
+            current[part] = {}
+        current = current[part]
+
+
+def _override_value(raw: str) -> Any:
+    try:
+        doc = tomlconfig.loads(f"value = {raw}")
+    except tomlconfig.TOMLDecodeError:
+        return raw
+    return doc["value"] if list(doc) == ["value"] else raw

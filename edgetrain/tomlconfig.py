@@ -47,6 +47,7 @@ __all__ = [
     "loads",
     "locate",
     "model_at",
+    "problems",
     "read_toml",
     "recipe_toml",
     "validate",
@@ -94,10 +95,26 @@ def validate(
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
-        first = describe_error(dict(errors[0]), model, prefix)
-        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-        raise error(f"{source}: {first}{more}") from None
+        lines = _described(exc, model, prefix)
+        more = f" (and {len(lines) - 1} more problem(s))" if len(lines) > 1 else ""
+        raise error(f"{source}: {lines[0]}{more}") from None
+
+
+def problems(
+    model: type[BaseModel], data: dict[str, Any], source: str, prefix: tuple[Any, ...] = ()
+) -> list[str]:
+    """Every problem :func:`validate` would find in ``data``, one line each naming ``source``
+    (unknown keys first, as :func:`validate` picks its first); empty when ``data`` is valid."""
+    try:
+        model.model_validate(data)
+    except ValidationError as exc:
+        return [f"{source}: {line}" for line in _described(exc, model, prefix)]
+    return []
+
+
+def _described(exc: ValidationError, model: type[BaseModel], prefix: tuple[Any, ...]) -> list[str]:
+    errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    return [describe_error(dict(e), model, prefix) for e in errors]
 
 
 def load_toml(

@@ -12,6 +12,7 @@ import typer
 import edgetrain
 from edgetrain.cli import (
     aggregate_cmd,
+    check_cmd,
     compare_cmd,
     data_cmd,
     emulate_cmd,
@@ -23,6 +24,7 @@ from edgetrain.cli import (
     plan_cmd,
     profile_cmd,
     report_cmd,
+    runs_cmd,
     techniques_cmd,
     worker_cmd,
 )
@@ -62,7 +64,6 @@ app = typer.Typer(
     ),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
     rich_markup_mode="rich",
 )
 
@@ -85,9 +86,13 @@ def _root(
 
 app.command("env")(env_cmd.env)
 app.command("launch")(launch_cmd.launch)
+app.command("check")(check_cmd.check)
 app.command("worker", hidden=True)(worker_cmd.worker)
 app.command("report")(report_cmd.report)
 app.command("compare")(compare_cmd.compare)
+app.command("runs")(runs_cmd.runs)
+app.command("status")(runs_cmd.status)
+app.command("logs")(runs_cmd.logs)
 app.command("techniques")(techniques_cmd.techniques)
 app.add_typer(profile_cmd.app, name="profile")
 app.command("plan")(plan_cmd.plan)

@@ -9,6 +9,7 @@ from typing import IO, Annotated, Any
 
 import typer
 
+from edgetrain.cli.check_cmd import SetOption
 from edgetrain.cli.common import FormatOption, OutputFormat, console, emit, err_console
 
 
@@ -84,12 +85,22 @@ def launch(
             "(then stdout carries only JSON lines; --format json adds the summary as the last).",
         ),
     ] = None,
+    sets: SetOption = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Check everything, list every problem and print the placement; start and "
+            "write nothing (as edgetrain check).",
+        ),
+    ] = False,
     fmt: FormatOption = OutputFormat.text,
 ) -> None:
     """Start the coordinator and the recipe's workers, stream progress, and report.
 
     Writes runs/<name>-<timestamp>/ (or --run-dir RUN) with manifest.json, metrics/, logs/
-    and report/. Ctrl-C (or SIGTERM) stops every worker and marks the run interrupted.
+    and report/, and recipe.toml: the recipe that ran (with --set, the overridden one).
+    Ctrl-C (or SIGTERM) stops every worker and marks the run interrupted.
 
     Examples:
     edgetrain launch recipes/quickstart.toml
@@ -99,6 +110,8 @@ def launch(
     edgetrain launch recipes/quickstart.toml --hosts hosts.toml
     edgetrain launch recipes/quickstart.toml -H jetson-a:2,jetson-b:1
     edgetrain launch recipes/quickstart.toml --events - --format json
+    edgetrain launch recipes/quickstart.toml --set train.epochs=2 --set run.seed=3
+    edgetrain launch recipes/quickstart.toml --dry-run
     """
     from edgetrain.cli.live import LiveProgress, summary_table
     from edgetrain.launch.api import LaunchRequest, execute, prepare
@@ -123,7 +136,13 @@ def launch(
         stream_logs,
         sink,
         epochs,
+        overrides=tuple(sets or ()),
     )
+    if dry_run:
+        from edgetrain.cli.check_cmd import run_check
+
+        run_check(request, fmt)
+        return
     _check_events_path(events)
     setup = prepare(request)  # bad input: one line, exit 2, nothing written
     say.print(f"run directory: [bold]{setup.run_dir.path}[/]")

@@ -3,8 +3,10 @@
 :func:`prepare` checks every input before anything is written or started (recipe, family,
 data and model, keys, hosts over ssh, placement) and turns a bad one into one
 :class:`~edgetrain.errors.EdgetrainError` (exit code 2); only then does it create or adopt the
-run directory. :func:`execute` runs it, logging to the run's own ``logs/launcher.log`` and
-turning SIGTERM into an interrupt, and returns the outcome with the summary.
+run directory. :func:`check` is its checking part alone and :func:`check_all` the same checks
+collecting every problem (``edgetrain check``); neither starts nor writes anything.
+:func:`execute` runs it, logging to the run's own ``logs/launcher.log`` and turning SIGTERM
+into an interrupt, and returns the outcome with the summary.
 """
 
 from __future__ import annotations
@@ -19,24 +21,26 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from edgetrain.comm.control import Role, assign_roles
 from edgetrain.comm.coordinator import Resume
 from edgetrain.errors import EdgetrainError, RecipeError
 from edgetrain.launch.driver import LaunchOptions, Observer, RunOutcome, RunSetup, preflight, run
 from edgetrain.launch.placement import Need, place
-from edgetrain.recipe import Recipe, load_recipe
+from edgetrain.recipe import Recipe, load_recipe, read_recipe, recipe_model
 from edgetrain.rundir import MANIFEST, RunDir
 from edgetrain.runtime.side import launcher_side
 
 if TYPE_CHECKING:
     from edgetrain.comm.security import CurveKeys
+    from edgetrain.data import Dataset
     from edgetrain.launch.base import Launcher
     from edgetrain.launch.hosts import HostsFile
     from edgetrain.runtime.base import Family
 
 LineSink = Callable[[str], None]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -54,14 +58,16 @@ class LaunchRequest:
     stream_logs: bool | None = None  # worker lines over ssh (None: on)
     log_sink: LineSink | None = None  # where streamed worker lines go
     epochs: int | None = None  # --resume: train the run up to this many epochs (extend it)
+    overrides: tuple[str, ...] = ()  # --set KEY=VALUE, applied to the recipe before validation
 
 
-def load_checked_recipe(path: Path) -> tuple[Recipe, str]:
-    """A recipe whose paths exist and whose model builds its name and options."""
+def load_checked_recipe(path: Path, overrides: tuple[str, ...] = ()) -> tuple[Recipe, str]:
+    """A recipe (with ``--set`` overrides) whose paths exist and whose model builds its name
+    and options."""
     from edgetrain.errors import ModelError
     from edgetrain.models.zoo import check_model_config
 
-    recipe, text = load_recipe(path)
+    recipe, text = load_recipe(path, overrides=overrides)
     try:
         check_model_config(recipe.model.name, recipe.model.options)
     except ModelError as exc:
@@ -93,6 +99,11 @@ def _recipe(req: LaunchRequest) -> tuple[Recipe, str, RunDir | None]:
             raise EdgetrainError(
                 "--resume RUN takes its recipe and name from RUN; drop RECIPE, --run-dir and --name"
             )
+        if req.overrides:
+            raise EdgetrainError(
+                "--set changes a new run's recipe; a resumed run keeps the recipe it ran with",
+                "drop --set (--epochs N trains a resumed run further)",
+            )
         rd = RunDir.open(req.resume)
         recipe, text = load_checked_recipe(rd.recipe)
         return recipe, text, rd
@@ -105,7 +116,7 @@ def _recipe(req: LaunchRequest) -> tuple[Recipe, str, RunDir | None]:
         raise EdgetrainError("give a RECIPE to launch, or --resume RUN to continue a run")
     if req.run_dir is not None and req.runs_root is not None:
         raise EdgetrainError("give --run-dir RUN (this run's directory) or --runs-root, not both")
-    recipe, text = load_checked_recipe(req.recipe)
+    recipe, text = load_checked_recipe(req.recipe, req.overrides)
     if req.name is not None:
         recipe = recipe.with_run(name=req.name)
     return recipe, text, None
@@ -234,33 +245,151 @@ def _check_cpu_quotas(recipe: Recipe, with_hosts: bool) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Checked:
+    """A launch whose every input was checked (:func:`check`): nothing written or started."""
+
+    recipe: Recipe
+    text: str  # the recipe's text as the run stores it (with --set: the overridden document)
+    family: Family
+    roles: list[Role]
+    slots: list[int] | None  # each worker's host slot (with hosts)
+    data: Dataset
+    opts: LaunchOptions
+    hosts: tuple[HostsFile, str, str] | None  # (hosts, their TOML text, where they came from)
+    resumed: RunDir | None = None
+    resume: Resume | None = None
+    ext: _Extension | None = None
+
+
+class _Failed:
+    """A check that found a problem (collected): what depends on it is not checked."""
+
+
+_FAILED = _Failed()
+
+
+def _checks(req: LaunchRequest, problems: list[EdgetrainError] | None) -> Checked | None:
+    """Every check of a launch, in launch's order. ``problems`` None: the first problem raises
+    (launch); else each is appended there, checks that need a failed one are skipped, and the
+    result is None when anything failed (``edgetrain check``)."""
+
+    def attempt(fn: Callable[[], T]) -> T | _Failed:
+        if problems is None:
+            return fn()
+        try:
+            return fn()
+        except EdgetrainError as exc:
+            problems.append(exc)
+            return _FAILED
+
+    hosts = attempt(lambda: _hosts(req))
+    path = req.recipe
+    if problems is not None and path is not None and req.resume is None:
+        found = attempt(lambda: _schema_problems(path, req.overrides))  # every one, not the first
+        if isinstance(found, _Failed) or found:
+            problems.extend([] if isinstance(found, _Failed) else found)
+            return None
+    loaded = attempt(lambda: _recipe(req))
+    if isinstance(loaded, _Failed):
+        return None
+    recipe, text, resumed = loaded
+    ext = attempt(lambda: _extension(req, recipe, resumed)) if resumed is not None else None
+    if isinstance(ext, _Failed):
+        return None
+    if ext is not None:
+        recipe = ext.recipe
+    family = attempt(lambda: launcher_side(recipe.train.family, recipe.train.technique))
+    if isinstance(family, _Failed):
+        return None
+    fam: Family = family
+    attempt(lambda: fam.check(recipe))
+    placed = (
+        _FAILED
+        if isinstance(hosts, _Failed)
+        else attempt(
+            lambda: _roles_and_slots(recipe, hosts[0] if hosts else None, hosts[2] if hosts else "")
+        )
+    )
+    resume: Resume | None | _Failed = None
+    if resumed is not None and not isinstance(placed, _Failed):
+        roles = placed[0]
+        resume = attempt(lambda: _resume_point(recipe, fam, roles, resumed))
+        point, epochs = resume, req.epochs
+        if isinstance(point, Resume) and epochs is not None and epochs <= point.epoch:
+            attempt(lambda: _more_epochs(epochs, point.epoch))
+    data = attempt(lambda: preflight(recipe))  # bad data or model: exit 2, nothing started
+    # what the run reads from its directory
+    attempt(lambda: fam.check_run_dir(recipe, resumed.path if resumed is not None else req.run_dir))
+    keys = attempt(lambda: _keys(recipe))
+    attempt(lambda: _check_cpu_quotas(recipe, hosts is not None))
+    if problems:
+        return None
+    assert not isinstance(hosts, _Failed) and not isinstance(placed, _Failed)
+    assert not isinstance(data, _Failed) and not isinstance(keys, _Failed)
+    assert not isinstance(resume, _Failed) and not isinstance(ext, _Failed)
+    roles, slots = placed
+    opts = LaunchOptions(keys=keys[0], keys_dir=keys[1])
+    return Checked(recipe, text, fam, roles, slots, data, opts, hosts, resumed, resume, ext)
+
+
+def _more_epochs(epochs: int, done: int) -> None:
+    raise EdgetrainError(
+        f"--epochs {epochs} is not more than the {done} epochs of the run's last checkpoint",
+        f"pass --epochs N with N > {done}",
+    )
+
+
+def _schema_problems(path: Path, overrides: tuple[str, ...]) -> list[EdgetrainError]:
+    """Every schema problem of a recipe file (with ``--set``), one error each."""
+    from edgetrain import tomlconfig
+
+    data, _, source = read_recipe(path, overrides)
+    return [RecipeError(line) for line in tomlconfig.problems(recipe_model(), data, source)]
+
+
+def check(req: LaunchRequest) -> Checked:
+    """Everything :func:`prepare` checks, raising the first problem; nothing is written or
+    started (hosts are not contacted: :func:`prepare` runs the ssh preflight)."""
+    checked = _checks(req, None)
+    assert checked is not None
+    return checked
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """What ``edgetrain check`` found: every problem, or the checked launch."""
+
+    problems: list[EdgetrainError]
+    checked: Checked | None
+
+
+def check_all(req: LaunchRequest) -> CheckReport:
+    """:func:`check`, listing every problem it finds instead of raising the first."""
+    problems: list[EdgetrainError] = []
+    checked = _checks(req, problems)
+    return CheckReport(problems, checked if not problems else None)
+
+
 def prepare(req: LaunchRequest) -> RunSetup:
     """Check everything, then create (or adopt) the run directory: a run ready to start."""
+    return create(req, check(req))
+
+
+def create(req: LaunchRequest, checked: Checked) -> RunSetup:
+    """The creating part of :func:`prepare`: the launcher (with the ssh preflight of the
+    hosts), then the run directory, made or adopted (a completed run's result kept first)."""
     from edgetrain.launch.local import LocalLauncher
     from edgetrain.launch.ssh import SshLauncher, resolve_hosts
     from edgetrain.launch.ssh_preflight import check_hosts
 
-    hosts = _hosts(req)
-    recipe, text, resumed = _recipe(req)
-    ext = _extension(req, recipe, resumed) if resumed is not None else None
-    if ext is not None:
-        recipe = ext.recipe
-    family: Family = launcher_side(recipe.train.family, recipe.train.technique)
-    family.check(recipe)
-    roles, slots = _roles_and_slots(recipe, hosts[0] if hosts else None, hosts[2] if hosts else "")
-    resume = _resume_point(recipe, family, roles, resumed) if resumed is not None else None
-    if resume is not None and req.epochs is not None and req.epochs <= resume.epoch:
-        raise EdgetrainError(
-            f"--epochs {req.epochs} is not more than the {resume.epoch} epochs of the run's "
-            "last checkpoint",
-            f"pass --epochs N with N > {resume.epoch}",
-        )
-    data = preflight(recipe)  # bad data or model: exit 2, nothing started or written
-    # what the run reads from its directory
-    family.check_run_dir(recipe, resumed.path if resumed is not None else req.run_dir)
-    keys, keys_dir = _keys(recipe)
-    opts = LaunchOptions(keys=keys, keys_dir=keys_dir)
-    _check_cpu_quotas(recipe, hosts is not None)
+    recipe, hosts, resumed, ext, opts = (
+        checked.recipe,
+        checked.hosts,
+        checked.resumed,
+        checked.ext,
+        checked.opts,
+    )
     launcher: Launcher = LocalLauncher()
     if hosts is not None:
         cfg, hosts_text, source = hosts
@@ -282,7 +411,19 @@ def prepare(req: LaunchRequest) -> RunSetup:
         rd = RunDir.create(root, recipe.run.name)
     extended = ext.extended_epochs if ext is not None else None
     return RunSetup(
-        recipe, text, rd, launcher, data, family, roles, slots, opts, resume, fresh, extended, kept
+        recipe,
+        checked.text,
+        rd,
+        launcher,
+        checked.data,
+        checked.family,
+        checked.roles,
+        checked.slots,
+        opts,
+        checked.resume,
+        fresh,
+        extended,
+        kept,
     )
 
 

@@ -11,6 +11,7 @@ SIGTERM, twice), the manifest records the status, and every worker process is go
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import signal
 import socket
@@ -112,6 +113,7 @@ def initial_manifest(recipe: Recipe, run_id: str, roles: Sequence[Role]) -> dict
         "end_time": None,
         "wall_s": None,
         "launcher_host": socket.gethostname(),
+        "launcher_pid": os.getpid(),  # edgetrain runs/status: a live run or a dead launcher
         "hosts": sorted({g.host for g in recipe.workers}),
         "command": sys.argv,
         "git_revision": git_revision(),
