@@ -10,7 +10,15 @@ import typer
 from rich import box
 from rich.table import Table
 
-from edgetrain.cli.common import FormatOption, OutputFormat, console, emit, error_line
+from edgetrain.cli.common import (
+    FormatOption,
+    HostListOption,
+    OutputFormat,
+    RemotePythonOption,
+    console,
+    emit,
+    error_line,
+)
 
 if TYPE_CHECKING:
     from edgetrain.launch.api import Checked, LaunchRequest
@@ -36,16 +44,8 @@ def check(
         Path | None,
         typer.Option("--hosts", metavar="FILE", help="hosts.toml: place the workers on it."),
     ] = None,
-    host_list: Annotated[
-        str | None,
-        typer.Option(
-            "-H", "--host-list", metavar="HOST:N,...", help="ssh hosts and worker slots: a:2,b:1."
-        ),
-    ] = None,
-    remote_python: Annotated[
-        str | None,
-        typer.Option(help="Python on the hosts of -H (default: this interpreter's path)."),
-    ] = None,
+    host_list: HostListOption = None,
+    remote_python: RemotePythonOption = None,
     run_dir: Annotated[
         Path | None,
         typer.Option(

@@ -37,6 +37,16 @@ FormatOption = Annotated[
     OutputFormat,
     typer.Option("--format", "-f", help="Output format: text (rich tables) or json."),
 ]
+HostListOption = Annotated[
+    str | None,
+    typer.Option(
+        "-H", "--host-list", metavar="HOST:N,...", help="ssh hosts and worker slots: a:2,b:1."
+    ),
+]
+RemotePythonOption = Annotated[
+    str | None,
+    typer.Option(help="Python on the hosts of -H (default: this interpreter's path)."),
+]
 
 
 def error_line(problem: str, fix: str | None = None, as_json: bool = False) -> str:

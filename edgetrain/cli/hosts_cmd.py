@@ -9,7 +9,14 @@ import typer
 from rich import box
 from rich.table import Table
 
-from edgetrain.cli.common import FormatOption, OutputFormat, console, emit, err_console
+from edgetrain.cli.common import (
+    FormatOption,
+    OutputFormat,
+    RemotePythonOption,
+    console,
+    emit,
+    err_console,
+)
 
 app = typer.Typer(no_args_is_help=True, help="Check the hosts of a run; install edgetrain there.")
 
@@ -19,10 +26,6 @@ HostsOpt = Annotated[
 HostListOpt = Annotated[
     str | None,
     typer.Option("-H", "--host-list", metavar="HOST:N,...", help="ssh hosts: a:2,b:1."),
-]
-PythonOpt = Annotated[
-    str | None,
-    typer.Option(help="Python on the hosts of -H (default: this interpreter's path)."),
 ]
 
 
@@ -78,7 +81,7 @@ def _report(found: list[Any], fmt: OutputFormat, title: str) -> None:
 def check(
     hosts: HostsOpt = None,
     host_list: HostListOpt = None,
-    remote_python: PythonOpt = None,
+    remote_python: RemotePythonOption = None,
     fmt: FormatOption = OutputFormat.text,
 ) -> None:
     """Check every host over ssh: reachable, python, edgetrain and torch versions, cores,
@@ -98,7 +101,7 @@ def check(
 def install(
     hosts: HostsOpt = None,
     host_list: HostListOpt = None,
-    remote_python: PythonOpt = None,
+    remote_python: RemotePythonOption = None,
     fmt: FormatOption = OutputFormat.text,
 ) -> None:
     """Build a wheel of this edgetrain, copy it to every host over ssh and install it into the

@@ -10,7 +10,15 @@ from typing import IO, Annotated, Any
 import typer
 
 from edgetrain.cli.check_cmd import SetOption
-from edgetrain.cli.common import FormatOption, OutputFormat, console, emit, err_console
+from edgetrain.cli.common import (
+    FormatOption,
+    HostListOption,
+    OutputFormat,
+    RemotePythonOption,
+    console,
+    emit,
+    err_console,
+)
 
 
 def launch(
@@ -59,16 +67,8 @@ def launch(
         Path | None,
         typer.Option("--hosts", metavar="FILE", help="hosts.toml: run the workers over ssh."),
     ] = None,
-    host_list: Annotated[
-        str | None,
-        typer.Option(
-            "-H", "--host-list", metavar="HOST:N,...", help="ssh hosts and worker slots: a:2,b:1."
-        ),
-    ] = None,
-    remote_python: Annotated[
-        str | None,
-        typer.Option(help="Python on the hosts of -H (default: this interpreter's path)."),
-    ] = None,
+    host_list: HostListOption = None,
+    remote_python: RemotePythonOption = None,
     stream_logs: Annotated[
         bool | None,
         typer.Option(
