@@ -9,24 +9,9 @@ import pytest
 
 from edgetrain.plan.units import describe_bandwidth, parse_bandwidth
 from tests.helpers.cli import run_cli
+from tests.helpers.plan_profile import write_profile
 
-
-def _profile(tmp_path: Path) -> Path:
-    run = tmp_path / "run"
-    (run / "profiles").mkdir(parents=True)
-    layers = [
-        {
-            "name": f"conv{i}",
-            "param_bytes": 400_000 * (i + 1),
-            "activation_bytes": 1000,
-            "fwd_s": 0.01,
-            "bwd_s": 0.02,
-        }
-        for i in range(5)
-    ]
-    path = run / "profiles" / "h.json"
-    path.write_text(json.dumps({"schema_version": 1, "host": "h", "layers": layers, "links": []}))
-    return path
+_profile = write_profile
 
 
 @pytest.mark.parametrize(

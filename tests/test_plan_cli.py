@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cli import run_cli
+from tests.helpers.plan_profile import write_profile
 
 CONTRACT_KEYS = {
     "forward_cuts",
@@ -29,23 +30,7 @@ def _costs_file(tmp_path: Path, layers: int = 6) -> Path:
     return path
 
 
-def _profile(tmp_path: Path, links: list | None = None) -> Path:
-    run = tmp_path / "run"
-    (run / "profiles").mkdir(parents=True)
-    layers = [
-        {
-            "name": f"conv{i}",
-            "param_bytes": 400_000 * (i + 1),
-            "activation_bytes": 1000,
-            "fwd_s": 0.01,
-            "bwd_s": 0.02,
-        }
-        for i in range(5)
-    ]
-    prof = {"schema_version": 1, "host": "h", "layers": layers, "links": links or []}
-    path = run / "profiles" / "h.json"
-    path.write_text(json.dumps(prof))
-    return path
+_profile = write_profile
 
 
 def test_costs_file_json_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

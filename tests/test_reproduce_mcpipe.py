@@ -124,8 +124,8 @@ def test_fits_and_link_claims() -> None:
 
 
 def test_recipes_parse_and_hosts_files_place_the_evaluator_away_from_stage_0() -> None:
-    from edgetrain.pipeline.family import check_recipe
     from edgetrain.recipe import parse_recipe
+    from edgetrain.runtime.side import launcher_side
 
     w = Workload("digits", "mlp", MLP_WIDE)
     for spec in (
@@ -136,7 +136,7 @@ def test_recipes_parse_and_hosts_files_place_the_evaluator_away_from_stage_0() -
         RunSpec("pipedream", 2, 2, (3, 1), evaluator=False, heartbeat_s=10.0),
     ):
         parsed = parse_recipe(loads(recipe(w, spec, "arm").format(seed=4)))
-        check_recipe(parsed)
+        launcher_side("pipeline", parsed.train.technique).check(parsed)
         assert parsed.run.seed == 4 and parsed.train.technique == spec.technique
         assert parsed.model.options == MLP_WIDE and parsed.train.momentum == 0
         assert parsed.run.heartbeat_s == (spec.heartbeat_s or 1.0)

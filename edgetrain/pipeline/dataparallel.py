@@ -13,8 +13,7 @@ from edgetrain.pipeline.family import (
     REPLICA,
     STAGE,
     PipelineController,
-    check_device_and_evaluator,
-    check_training,
+    check_pipelined,
     microbatch_of,
 )
 from edgetrain.pipeline.roles import runner_for
@@ -26,9 +25,8 @@ STORE = "latest"  # how its stages keep their weights (:mod:`edgetrain.pipeline.
 make_runner = runner_for
 
 
-def check(recipe: Recipe) -> None:
-    """The family's checks, with replicas instead of stages and a microbatch they split."""
-    check_device_and_evaluator(recipe)
+def replicas_split_the_microbatch(recipe: Recipe) -> None:
+    """Data-parallel's roles: replicas, not stages, and a microbatch they split evenly."""
     stages, replicas = recipe.role_names().count(STAGE), recipe.role_names().count(REPLICA)
     if stages or not replicas:
         raise RecipeError(
@@ -41,7 +39,11 @@ def check(recipe: Recipe) -> None:
             f"the microbatch of {b} does not split evenly over {replicas} replicas",
             "make [pipeline] microbatch (or [train] batch_size) a multiple of the replicas",
         )
-    check_training(recipe)
+
+
+def check(recipe: Recipe) -> None:
+    """The family's check, with replicas instead of stages."""
+    check_pipelined(recipe, replicas_split_the_microbatch)
 
 
 def check_run_dir(recipe: Recipe, run_dir: Path | None) -> None:

@@ -17,7 +17,7 @@ budget_s``) the barrier after the epoch that passes it tells every process to st
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +43,6 @@ def microbatch_of(recipe: Recipe) -> int:
 
 def _count(recipe: Recipe, role: str) -> int:
     return recipe.role_names().count(role)
-
-
-def check_recipe(recipe: Recipe) -> None:
-    """The recipe's technique's whole check (its side's where it has one, else the family's)."""
-    from edgetrain.runtime.side import launcher_side
-
-    launcher_side(recipe.train.family, recipe.train.technique).check(recipe)
 
 
 def check_device_and_evaluator(recipe: Recipe) -> None:
@@ -102,10 +95,11 @@ def check_training(recipe: Recipe) -> None:
     _check_model(recipe)
 
 
-def check_pipelined(recipe: Recipe) -> None:
-    """What the schema cannot see, for a technique that trains stages (the family's check)."""
+def check_pipelined(recipe: Recipe, roles: Callable[[Recipe], None] | None = None) -> None:
+    """What the schema cannot see: the device and evaluator, then ``roles`` (the family's
+    default: stages), then the optimiser, the split, snapshots and the model."""
     check_device_and_evaluator(recipe)
-    check_stage_roles(recipe)
+    (roles or check_stage_roles)(recipe)
     check_training(recipe)
 
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 from edgetrain.errors import RecipeError
 from edgetrain.pipeline.family import (
     STAGE,
-    check_device_and_evaluator,
+    check_pipelined,
     check_stage_roles,
-    check_training,
 )
 from edgetrain.pipeline.roles import runner_for
 from edgetrain.recipe import Recipe
@@ -19,9 +18,8 @@ STORE = "latest"  # how its stages keep their weights (:mod:`edgetrain.pipeline.
 make_runner = runner_for
 
 
-def check(recipe: Recipe) -> None:
-    """The family's check, with one stage."""
-    check_device_and_evaluator(recipe)
+def one_stage(recipe: Recipe) -> None:
+    """Local's roles: one stage."""
     check_stage_roles(recipe)
     stages = recipe.role_names().count(STAGE)
     if stages != 1:
@@ -29,7 +27,11 @@ def check(recipe: Recipe) -> None:
             f"local trains on one process; the recipe has {stages} stages",
             "give one stage worker, or use pipedream, greedy or mcpipe to pipeline",
         )
-    check_training(recipe)
+
+
+def check(recipe: Recipe) -> None:
+    """The family's check, with one stage."""
+    check_pipelined(recipe, one_stage)
 
 
 SIDE = TechniqueSide(check=check)

@@ -43,17 +43,6 @@ def dynacomm_cuts(costs: LayerCosts) -> tuple[list[int], list[int]]:
     return dynacomm.forward(costs)[1], dynacomm.backward(costs)[1]
 
 
-CUTTERS: dict[str, Callable[[LayerCosts], tuple[list[int], list[int]]]] = {
-    "sequential": sequential_cuts,
-    "lbl": lbl_cuts,
-    "ibatch": ibatch_cuts,
-    "dynacomm": dynacomm_cuts,
-    # not one of the four planned strategies: the greedy edgetrain had before the faithful
-    # iBatch (first segment fixed to layer 1, two-sided slack), for comparison only
-    "ibatch-variant": ibatch_variant_cuts,
-}
-
-
 @dataclass(frozen=True)
 class Schedule:
     """How a parameter-server technique cuts an iteration: its cutter, and whether its cuts
@@ -71,6 +60,12 @@ SCHEDULES: dict[str, Schedule] = {
     "dynacomm": Schedule(dynacomm_cuts, cost_aware=True),
 }
 STRATEGIES = tuple(SCHEDULES)  # the strategies `edgetrain plan` compares
+CUTTERS: dict[str, Callable[[LayerCosts], tuple[list[int], list[int]]]] = {
+    **{name: schedule.cutter for name, schedule in SCHEDULES.items()},
+    # not one of the four planned strategies: the greedy edgetrain had before the faithful
+    # iBatch (first segment fixed to layer 1, two-sided slack), for comparison only
+    "ibatch-variant": ibatch_variant_cuts,
+}
 
 
 def plan_all(costs: LayerCosts) -> dict[str, StrategyResult]:
