@@ -1,17 +1,18 @@
 """Recipe schema: TOML files validated into frozen config objects, with errors naming file and key.
 
-A recipe has the core sections ``[run]``, ``[data]``, ``[model]``, ``[train]``, ``[aggregate]``
-and a list ``[[workers]]``, plus one section per family or technique (``[gossip]``, ``[ps]``,
-...), which the technique registry (:mod:`edgetrain.techniques`) contributes. Every section is
-optional except ``[[workers]]``; unknown keys and sections are errors. ``[train] family`` and
-``technique`` pick what trains; the older spelling (``technique`` = the family, ``algorithm`` =
-the technique) still loads, with a one-line deprecation notice.
+A recipe has the core sections ``[run]``, ``[data]``, ``[model]``, ``[train]``, ``[aggregate]``,
+``[report]`` and a list ``[[workers]]``, plus one section per family or technique (``[gossip]``,
+``[ps]``, ...), which the technique registry (:mod:`edgetrain.techniques`) contributes. Every
+section is optional except ``[[workers]]``; unknown keys and sections are errors. ``[train]
+family`` and ``technique`` pick what trains; the older spelling (``technique`` = the family,
+``algorithm`` = the technique) still loads, with a one-line deprecation notice.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import math
 import os
 import re
 import warnings
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic import BaseModel, Field, create_model, model_validator
 
 from edgetrain import techniques, tomlconfig
 from edgetrain.errors import DeprecatedSpelling, RecipeError
@@ -27,8 +28,21 @@ from edgetrain.errors import DeprecatedSpelling, RecipeError
 S = TypeVar("S", bound=BaseModel)
 
 
+#: The largest ``[run] seed`` (and ``[aggregate] seed``): seeds are 32-bit, as numpy's and
+#: torch's generators take them everywhere a worker seeds one.
+MAX_SEED = 2**32 - 1
+#: The most workers a recipe may list (all ``[[workers]]`` counts together), and the most
+#: threads one worker may ask for.
+MAX_WORKERS = 10_000
+MAX_THREADS = 1024
+#: A synthetic dataset's size: at most this many values (samples and class prototypes, each
+#: of ``shape``), 4 GiB of float32, and no side of ``shape`` over MAX_SIDE.
+MAX_SYNTHETIC_VALUES = 2**30
+MAX_SIDE = 4096
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = tomlconfig.SECTION_CONFIG
 
 
 class RunSection(_Section):
@@ -40,7 +54,7 @@ class RunSection(_Section):
         pattern=r"^[A-Za-z0-9._-]+$",
         description="use letters, digits and . _ -",
     )
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     # The parent directory of fresh run directories (``launch --runs-root`` overrides it).
     runs_root: str = "runs"
     # Failure handling (EdgeGossip's f_threshold): the run goes on without failed trainers while
@@ -78,8 +92,8 @@ class DataSection(_Section):
     max_samples: int | None = Field(None, gt=0)
     # synthetic only
     shape: list[int] = Field(default_factory=lambda: [1, 28, 28], min_length=1, max_length=3)
-    classes: int = Field(10, ge=2)
-    count: int = Field(2000, ge=10)
+    classes: int = Field(10, ge=2, le=MAX_SYNTHETIC_VALUES)
+    count: int = Field(2000, ge=10, le=MAX_SYNTHETIC_VALUES)
 
     @model_validator(mode="after")
     def _check(self) -> DataSection:
@@ -92,6 +106,16 @@ class DataSection(_Section):
                 raise ValueError("fractions must be positive and sum to 1")
         if any(s <= 0 for s in self.shape):
             raise ValueError("shape entries must be positive")
+        if any(s > MAX_SIDE for s in self.shape):
+            raise ValueError(f"shape entries must be at most {MAX_SIDE}")
+        if self.dataset == "synthetic":
+            values = (self.count + self.classes) * math.prod(self.shape)
+            if values > MAX_SYNTHETIC_VALUES:
+                raise ValueError(
+                    f"synthetic data of {self.count} samples and {self.classes} classes of "
+                    f"shape {self.shape} is {values * 4 / 2**30:,.1f} GiB; lower count or "
+                    f"shape (at most {MAX_SYNTHETIC_VALUES:,} values, 4 GiB of float32)"
+                )
         return self
 
 
@@ -123,7 +147,9 @@ class TrainSection(_Section):
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        old_family = data.get("technique") in techniques.families() and "family" not in data
+        technique = data.get("technique")  # any TOML value: a wrong type is the model's to name
+        known = isinstance(technique, str) and technique in techniques.families()
+        old_family = known and "family" not in data
         if "algorithm" in data or old_family:
             family = data.pop("technique", None) if old_family else data.get("family")
             algorithm = data.pop("algorithm", None)
@@ -131,7 +157,7 @@ class TrainSection(_Section):
             data["family"] = family
             if algorithm is not None:
                 data["technique"] = algorithm
-            elif family in techniques.families():
+            elif isinstance(family, str) and family in techniques.families():
                 data["technique"] = techniques.families()[family].default_technique
             _notice(
                 f'[train] technique = "{family}" with algorithm = "{data.get("technique")}" '
@@ -171,20 +197,28 @@ class AggregateSection(_Section):
     # per-class centroids above which k-means goes two-level (None: always flat k-means)
     kmeans_flat_limit: int | None = Field(256, ge=1)
     chunk_size: int = Field(128, ge=1)  # isvd: samples per streamed chunk
-    seed: int | None = None  # None: the recipe's [run] seed
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)  # None: the recipe's [run] seed
+
+
+class ReportSection(_Section):
+    """``[report]``: what the launcher writes for the tools users watch training with."""
+
+    # TensorBoard event files under RUN/tensorboard/, written as the run goes (needs the
+    # tensorboard package: pip install 'edgetrain[tensorboard]').
+    tensorboard: bool = False
 
 
 class WorkerGroup(_Section):
     """``[[workers]]``: ``count`` workers of one role on ``host``, slowed down by ``slowdown``."""
 
     host: str = "localhost"
-    count: int = Field(1, ge=1)
+    count: int = Field(1, ge=1, le=MAX_WORKERS)
     # The role these workers run (trainer, server, stage, ...); default: the family's default.
     role: str | None = Field(None, min_length=1)
     # Host labels these workers need: with a hosts file they go only to hosts carrying them.
     labels: list[str] = Field(default_factory=list)
     slowdown: float = Field(1.0, ge=1.0)
-    threads: int = Field(1, ge=1)
+    threads: int = Field(1, ge=1, le=MAX_THREADS)
     # Local workers only: run each in a cgroup v1 CPU group with this many cores of quota
     # (root, cgroup v1); unlike slowdown, a resource monitor sees it as a real small device.
     cpu: float | None = Field(None, gt=0, le=1024)
@@ -199,10 +233,16 @@ class Recipe(_Section):
     model: ModelSection = Field(default_factory=ModelSection)
     train: TrainSection = Field(default_factory=TrainSection)
     aggregate: AggregateSection = Field(default_factory=AggregateSection)
+    report: ReportSection = Field(default_factory=ReportSection)
     workers: list[WorkerGroup] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _check(self) -> Recipe:
+        if self.num_workers > MAX_WORKERS:
+            raise ValueError(
+                f"[[workers]] counts add up to {self.num_workers} workers; a run has at most "
+                f"{MAX_WORKERS}"
+            )
         fam = techniques.families()[self.train.family]
         tech = fam.techniques[self.train.technique]
         for n, group in enumerate(self.workers, start=1):
@@ -256,9 +296,13 @@ class Recipe(_Section):
             raise RecipeError(f"the recipe has no [{name}] section model {model.__name__}")
         return value
 
-    def with_run(self, **changes: Any) -> Recipe:
-        """A copy with ``[run]`` fields changed (``launch --name``)."""
-        return self.model_copy(update={"run": self.run.model_copy(update=changes)})
+    def with_run(self, source: str = "recipe", **changes: Any) -> Recipe:
+        """A copy with ``[run]`` fields changed (``launch --name``), validated as the recipe's
+        own: a bad value raises :class:`RecipeError` naming ``source`` and the key."""
+        run = tomlconfig.validate(
+            type(self.run), {**self.run.model_dump(), **changes}, source, RecipeError, ("run",)
+        )
+        return self.model_copy(update={"run": run})
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -334,6 +378,7 @@ def read_recipe(
         return data, text, str(path)
     data = apply_overrides(data, overrides)
     sets = " ".join(f"--set {item}" for item in overrides)
+    tomlconfig.check_values(data, f"{path} with {sets}", RecipeError)
     header = f"# {path} with {sets} (edgetrain launch --set): the recipe that ran\n"
     return data, header + tomlconfig.dumps(data), f"{path} with {sets}"
 
@@ -402,6 +447,6 @@ def apply_override(data: dict[str, Any], item: str) -> None:
 def _override_value(raw: str) -> Any:
     try:
         doc = tomlconfig.loads(f"value = {raw}")
-    except tomlconfig.TOMLDecodeError:
+    except (tomlconfig.TOMLDecodeError, RecursionError):  # too deep to parse: as a string
         return raw
     return doc["value"] if list(doc) == ["value"] else raw

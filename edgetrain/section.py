@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from pydantic import BaseModel
 
+from edgetrain.tomlconfig import SECTION_CONFIG
+
 if TYPE_CHECKING:
     from edgetrain.recipe import Recipe
 
@@ -16,6 +18,8 @@ S = TypeVar("S", bound="Section")
 class Section(BaseModel):
     """Base of every family's and technique's section model; ``NAME`` is its TOML table, the
     name its registry entry gives it (a test checks the two agree)."""
+
+    model_config = SECTION_CONFIG
 
     NAME: ClassVar[str] = ""
 

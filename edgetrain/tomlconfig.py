@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from edgetrain.errors import EdgetrainError
 
@@ -39,7 +39,10 @@ else:  # Python 3.10 (Ubuntu 22.04, JetPack 6): the same parser, as a package
     import tomli as tomllib
 
 __all__ = [
+    "MAX_DEPTH",
+    "SECTION_CONFIG",
     "TOMLDecodeError",
+    "check_values",
     "describe_error",
     "dumps",
     "inline",
@@ -54,12 +57,55 @@ __all__ = [
 ]
 
 M = TypeVar("M", bound=BaseModel)
+
+#: What every recipe section's model shares (the core sections' and each family's): unknown
+#: keys are errors; values are taken as TOML types them (strict: ``lr = true`` or
+#: ``lr = "0.1"`` is a wrong type, not 1.0 or 0.1, while an integer stands for a float); and
+#: numbers are finite (``inf`` and ``nan`` are refused).
+SECTION_CONFIG = ConfigDict(
+    extra="forbid", frozen=True, validate_default=True, strict=True, allow_inf_nan=False
+)
 TOMLDecodeError = tomllib.TOMLDecodeError
 
 
+#: How deep tables and arrays may nest in a configuration file (``[[workers]]`` is 2 deep, a
+#: model's ``options = { hidden = [128, 64] }`` 3): deeper is a mistake, and nesting thousands
+#: deep would exhaust the parser's recursion.
+MAX_DEPTH = 32
+_INT64 = 2**63
+
+
 def loads(text: str) -> dict[str, Any]:
-    """Parse TOML text (``tomllib``, or ``tomli`` on Python 3.10)."""
+    """Parse TOML text (``tomllib``, or ``tomli`` on Python 3.10). Text nested too deeply for
+    the parser raises :class:`RecursionError`; :func:`read_toml` turns it into one line."""
     return tomllib.loads(text)
+
+
+def check_values(data: Any, source: str, error: type[EdgetrainError]) -> None:
+    """Refuse what the TOML grammar lets through but no configuration means: tables or arrays
+    nested more than :data:`MAX_DEPTH` deep, and integers outside TOML's 64 bits (``tomllib``
+    reads any size; ``seed = 99999999999999999999999`` would overflow later, far from its
+    key). Walks without recursion, so a deep document cannot exhaust the stack here."""
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), data)]
+    while stack:
+        loc, value = stack.pop()
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int) and not -_INT64 <= value < _INT64:
+            raise error(
+                f"{source}: {locate(loc)}: {value} does not fit a 64-bit integer",
+                f"use a value from {-_INT64} to {_INT64 - 1}",
+            )
+        if isinstance(value, (dict, list)):
+            if len(loc) >= MAX_DEPTH:
+                keys = loc[: next((i for i, k in enumerate(loc) if not isinstance(k, str)), 3)]
+                raise error(
+                    f"{source}: {locate(keys[:3])}: tables and arrays nested more than "
+                    f"{MAX_DEPTH} deep",
+                    "flatten the value; no configuration key nests that deep",
+                )
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            stack.extend(((*loc, k), v) for k, v in items)
 
 
 def read_toml(
@@ -80,6 +126,12 @@ def read_toml(
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise error(f"{p}: not valid TOML: {exc}", "fix the syntax") from None
+    except RecursionError:
+        raise error(
+            f"{p}: tables and arrays nested more than {MAX_DEPTH} deep",
+            "flatten the value; no configuration key nests that deep",
+        ) from None
+    check_values(data, str(p), error)
     return data, text
 
 
@@ -227,8 +279,16 @@ def describe_error(err: dict[str, Any], root: type[BaseModel], prefix: tuple[Any
     if kind == "string_pattern_mismatch" and hint:
         msg = hint
     given = err.get("input")
-    shown = "" if isinstance(given, (dict, list)) or given is None else f" (got {given!r})"
+    shown = "" if isinstance(given, (dict, list)) or given is None else f" (got {_shown(given)})"
     return f"{where}: {msg}{shown}" if full else f"{msg}{shown}"
+
+
+def _shown(value: Any) -> str:
+    """A value given in a file, as the file spells it where Python's ``repr`` would not
+    (``true``, ``inf``, ``nan``)."""
+    if isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
+        return _value(value, ())
+    return repr(value)
 
 
 # --------------------------------------------------------------------------- writing
@@ -243,7 +303,6 @@ _ESCAPES = {
     '"': '\\"',
     "\\": "\\\\",
 }
-_INT64 = 2**63
 
 
 def dumps(doc: Mapping[str, Any]) -> str:

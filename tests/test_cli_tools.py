@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from tests.helpers.cli import run_cli
+from tests.helpers.vision import needs_torchvision
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -71,6 +72,10 @@ def test_models_list_show_export(capsys, tmp_path: Path) -> None:
     code, out, _ = run_cli(capsys, "models", "show", str(onnx_path), "-f", "json")
     back = json.loads(out)
     assert [x["param_bytes"] for x in back["layers"]] == [x["param_bytes"] for x in shown["layers"]]
+
+
+@needs_torchvision
+def test_models_show_torchvision_model(capsys) -> None:
     code, out, _ = run_cli(capsys, "models", "show", "resnet18")
     assert code == 0 and "layer4.1.bn2" in out
 

@@ -16,6 +16,7 @@ import pytest
 
 from edgetrain.rundir import read_jsonl
 from tests.helpers.cli import last_error
+from tests.helpers.final_model import assert_final_model
 from tests.helpers.launching import Launch
 from tests.helpers.procs import edgetrain_processes
 from tests.helpers.waiting import wait_until
@@ -108,6 +109,7 @@ def test_three_workers_gossip_on_digits(tmp_path: Path) -> None:
         assert key in on_disk["workers"][0]
     assert (run / "report" / "summary.md").is_file()
     assert (run / "report" / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
+    assert_final_model(run, summary)  # model/final.safetensors loads in plain PyTorch
     assert edgetrain_processes(manifest["run_id"]) == {}
     # `edgetrain report` rebuilds the same summary from the run directory alone
     (run / "report" / "summary.json").unlink()
@@ -121,6 +123,11 @@ def test_three_workers_gossip_on_digits(tmp_path: Path) -> None:
     assert json.loads(rep.stdout)["workers"] == summary["workers"]
     assert json.loads(rep.stdout)["model_sha256"] == summary["model_sha256"]
     assert (run / "report" / "summary.json").is_file()
+    # ... with the loss plot and the loss in every point of its curve (issue 30)
+    assert (run / "report" / "loss.png").read_bytes()[:4] == b"\x89PNG"
+    curve = json.loads(rep.stdout)["curve"]
+    assert [p["epoch"] for p in curve] == list(range(1, 13))
+    assert all(isinstance(p["loss"], float) and p["loss"] > 0 for p in curve)
 
 
 def _wait_gone(run_id: str, timeout: float = 30) -> None:

@@ -49,6 +49,12 @@ def test_launch_into_a_run_directory_then_compare(
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["run"] == str(first) and (first / "profiles" / "host.json").is_file()
+    # gosgd reads nothing of RUN: launch says the profile was ignored, in its output and manifest
+    assert "ignores from the run directory: profiles/host.json (gossip/gosgd reads none" in (
+        done.stderr
+    )
+    manifest = json.loads((first / "manifest.json").read_text())
+    assert manifest["inputs"] == {"used": [], "ignored": ["profiles/host.json"]}
     assert (summary["family"], summary["technique"]) == ("gossip", "gosgd")
     assert [w["role"] for w in summary["workers"]] == ["trainer", "trainer"]
     assert 0 < summary["train_s"] < summary["wall_s"] and len(summary["model_sha256"]) == 64

@@ -20,6 +20,7 @@ from edgetrain.models import (
     model_summary,
 )
 from edgetrain.models.zoo import SlicedAdaptiveAvgPool2d
+from tests.helpers.vision import model_params, needs_torchvision
 
 SMALL = ("mlp", "lenet5", "cnn2")
 SHAPES = [(1, 8, 8), (1, 28, 28), (3, 32, 32)]  # digits, MNIST, CIFAR
@@ -42,7 +43,7 @@ def _check_covers_every_parameter(model: nn.Module, specs: list[LayerSpec]) -> N
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("name", MODEL_NAMES)
+@pytest.mark.parametrize("name", model_params(MODEL_NAMES))
 def test_every_model_trains_and_its_specs_cover_every_parameter(name: str, shape) -> None:
     torch.manual_seed(0)
     model = build_model(name, shape, 7)
@@ -56,6 +57,7 @@ def test_every_model_trains_and_its_specs_cover_every_parameter(name: str, shape
     assert all(p.grad is not None for p in model.parameters())
 
 
+@needs_torchvision
 @pytest.mark.parametrize("name", [n for n in MODEL_NAMES if n not in SMALL])
 def test_torchvision_models_adapt_channels_and_size(name: str) -> None:
     with torch.device("meta"):  # structure only: no memory, no initialisation cost
@@ -74,6 +76,7 @@ def test_torchvision_models_adapt_channels_and_size(name: str) -> None:
     assert not isinstance(native, nn.Sequential) or not isinstance(native[0], nn.Upsample)
 
 
+@needs_torchvision
 def test_min_side_is_just_enough() -> None:
     """Below its minimum side an architecture fails (or degenerates, for ResNet/MobileNet)."""
     import torchvision.models as tvm
@@ -88,6 +91,7 @@ def test_min_side_is_just_enough() -> None:
                 model(torch.zeros(1, 3, side - 1, side - 1))
 
 
+@needs_torchvision
 def test_non_square_inputs_resize_each_side() -> None:
     model = build_model("googlenet", (3, 10, 40), 4)
     assert model[0].size == (15, 40)
@@ -96,6 +100,7 @@ def test_non_square_inputs_resize_each_side() -> None:
     assert lenet(torch.randn(2, 1, 20, 40)).shape == (2, 4)
 
 
+@needs_torchvision
 def test_vgg_and_alexnet_pooling_is_replaced_by_exact_exportable_forms() -> None:
     with torch.device("meta"):
         vgg32 = build_model("vgg11", (3, 32, 32), 10)  # 1x1 feature map
@@ -155,12 +160,14 @@ def test_unknown_model_option_and_bad_values() -> None:
         build_model("cnn2", (1, 2, 2), 10)
 
 
+@needs_torchvision
 def test_count_parameters_matches_a_real_build() -> None:
     for name in ("mlp", "cnn2", "resnet18", "googlenet"):
         model = build_model(name, (3, 32, 32), 10)
         assert count_parameters(name, (3, 32, 32), 10) == sum(p.numel() for p in model.parameters())
 
 
+@needs_torchvision
 def test_listed_parameter_counts_match_the_builds() -> None:
     """`edgetrain models list` reads a static table: every row is what a build counts."""
     from edgetrain.models.catalog import LISTED_CLASSES, LISTED_INPUT, LISTED_PARAMS
@@ -170,6 +177,7 @@ def test_listed_parameter_counts_match_the_builds() -> None:
         assert count_parameters(name, LISTED_INPUT, LISTED_CLASSES) == LISTED_PARAMS[name], name
 
 
+@needs_torchvision
 def test_layer_specs_of_a_meta_model_need_no_memory() -> None:
     with torch.device("meta"):
         model = build_model("vgg19", (3, 32, 32), 10)
@@ -178,6 +186,7 @@ def test_layer_specs_of_a_meta_model_need_no_memory() -> None:
     assert sum(s.param_bytes for s in specs) == 4 * count_parameters("vgg19", (3, 32, 32), 10)
 
 
+@needs_torchvision
 def test_layer_specs_known_structure() -> None:
     specs = layer_specs(build_model("resnet18", (3, 32, 32), 10), (3, 32, 32))
     assert len(specs) == 41  # 20 convolutions (3 of them downsampling), 20 batch norms, fc

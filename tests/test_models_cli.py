@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from edgetrain.cli import models_cmd
 from edgetrain.errors import EdgetrainError, ModelError
 from edgetrain.models import MODEL_NAMES
+from tests.helpers.vision import needs_torchvision
 
 runner = CliRunner()
 
@@ -57,6 +58,10 @@ def test_show_zoo_model() -> None:
     assert data["layers"][0]["param_shapes"] == [[128, 64], [128]]
     assert data["total_params"] == 64 * 128 + 128 + 128 * 64 + 64 + 64 * 3 + 3
     assert data["total_bytes"] == 4 * data["total_params"]
+
+
+@needs_torchvision
+def test_show_torchvision_model() -> None:
     result = _invoke("show", "resnet18")
     assert result.exit_code == 0
     assert "41 layers" in result.stdout and "layer4.1.bn2" in result.stdout
@@ -126,9 +131,60 @@ def test_list_and_env_import_what_they_need_only() -> None:
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr
 
 
+@needs_torchvision
 def test_env_reports_torchvisions_own_version() -> None:
     import torchvision
 
     from edgetrain.envinfo import torchvision_version
 
     assert torchvision_version() == torchvision.__version__
+
+
+VISION_LINE = (
+    "model 'resnet18' needs torchvision, which is not installed; pip install 'edgetrain[vision]'"
+    " (or scripts/setup with a torch spec that includes torchvision)"
+)
+
+
+def test_without_torchvision_its_models_are_listed_marked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 30: torchvision is optional. Without it `models list` still lists its models,
+    marked as needing it, and says how to install it; asking for one is one line."""
+    from edgetrain.models import catalog, zoo
+
+    monkeypatch.setattr(catalog, "torchvision_installed", lambda: False)
+    monkeypatch.setattr(zoo, "torchvision_installed", lambda: False)
+    data = _json("list")
+    assert data["torchvision_installed"] is False
+    by_name = {m["name"]: m for m in data["models"]}
+    assert by_name["resnet18"]["needs_torchvision"] and not by_name["resnet18"]["available"]
+    assert not by_name["lenet5"]["needs_torchvision"] and by_name["lenet5"]["available"]
+    assert [m["name"] for m in data["models"] if m["needs_torchvision"]] == list(MODEL_NAMES[3:])
+    text = _invoke("list")
+    assert text.exit_code == 0
+    assert "its models cannot be built: pip install 'edgetrain[vision]'" in text.stdout
+    result = _invoke("show", "resnet18")
+    assert isinstance(result.exception, ModelError) and str(result.exception) == VISION_LINE
+    assert _json("show", "lenet5", "--input", "1x28x28")["total_params"] == 61706
+
+
+def test_a_torchvision_model_without_torchvision_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """The same through the real entry point, with torchvision made unimportable (as where it
+    is not installed): `models show` and a recipe's check each give one line, exit 2."""
+    import subprocess
+    import sys
+
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("[model]\nname = 'resnet18'\n[[workers]]\n")
+    code = (
+        "import sys\n"
+        "sys.modules['torchvision'] = None  # as if not installed\n"
+        "from edgetrain.cli.app import main\n"
+        "main(sys.argv[1:])\n"
+    )
+    for argv in (["models", "show", "resnet18"], ["check", str(recipe)]):
+        done = subprocess.run(
+            [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+        assert VISION_LINE in done.stderr, done.stderr

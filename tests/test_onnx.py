@@ -14,6 +14,7 @@ from torch import nn
 from edgetrain.errors import ModelError
 from edgetrain.models import build_model, export_onnx, layer_specs, onnx_layer_specs
 from edgetrain.models.zoo import SlicedAdaptiveAvgPool2d
+from tests.helpers.vision import model_params, needs_torchvision
 
 # torch module class -> ONNX op the legacy exporter emits for it
 _ONNX_KIND = {"Conv2d": "Conv", "BatchNorm2d": "BatchNormalization", "Linear": "Gemm"}
@@ -21,15 +22,17 @@ _ONNX_KIND = {"Conv2d": "Conv", "BatchNorm2d": "BatchNormalization", "Linear": "
 
 @pytest.mark.parametrize(
     "name, shape",
-    [
-        ("mlp", (1, 8, 8)),
-        ("lenet5", (1, 8, 8)),
-        ("cnn2", (3, 32, 32)),
-        ("resnet18", (3, 32, 32)),
-        ("mobilenet_v2", (1, 8, 8)),
-        ("squeezenet1_1", (3, 32, 32)),
-        ("googlenet", (1, 8, 8)),
-    ],
+    model_params(
+        [
+            ("mlp", (1, 8, 8)),
+            ("lenet5", (1, 8, 8)),
+            ("cnn2", (3, 32, 32)),
+            ("resnet18", (3, 32, 32)),
+            ("mobilenet_v2", (1, 8, 8)),
+            ("squeezenet1_1", (3, 32, 32)),
+            ("googlenet", (1, 8, 8)),
+        ]
+    ),
 )
 def test_round_trip_gives_the_same_layers(name: str, shape, tmp_path: Path) -> None:
     torch.manual_seed(0)
@@ -51,6 +54,7 @@ def test_round_trip_gives_the_same_layers(name: str, shape, tmp_path: Path) -> N
         assert o.kind == _ONNX_KIND.get(t.kind, o.kind)
 
 
+@needs_torchvision
 def test_batchnorm_is_not_folded_into_the_convolution(tmp_path: Path) -> None:
     model = build_model("resnet18", (3, 32, 32), 10)
     path = tmp_path / "r.onnx"

@@ -13,6 +13,7 @@ import pytest
 
 from tests.helpers.cli import last_error, run_cli
 from tests.helpers.launching import Launch
+from tests.helpers.vision import model_params
 
 RECIPE = """
 [run]
@@ -83,6 +84,13 @@ def test_plan_writes_the_partition_and_launch_trains_with_it(
     # the default partitioner would cut [1 | 3, 5]; the plan's cuts ran
     stages = summary["technique_report"]["stages"]
     assert [s["units"] for s in stages] == [["1", "3"], ["5"]]
+    # launch says what it read of RUN and what it left
+    inputs = json.loads((run / "manifest.json").read_text())["inputs"]
+    assert inputs == {
+        "used": [{"path": "plans/pipeline.json", "key": "[pipeline] plan"}],
+        "ignored": ["profiles/h.json"],
+    }
+    assert "uses from the run directory: plans/pipeline.json ([pipeline] plan)" in launch.stderr
 
 
 @pytest.mark.timeout(120)
@@ -117,7 +125,7 @@ def test_plans_that_cannot_be_used_are_refused_before_anything_is_written(
     assert not (run / "manifest.json").exists()
 
 
-@pytest.mark.parametrize("model", ["googlenet", "mobilenet_v2"])
+@pytest.mark.parametrize("model", model_params(["googlenet", "mobilenet_v2"]))
 def test_a_model_that_is_not_a_chain_is_refused_in_one_line(tmp_path: Path, model: str) -> None:
     code, err = _launch(
         str(_recipe(tmp_path, model, plan=None)), "--runs-root", str(tmp_path / "runs"),

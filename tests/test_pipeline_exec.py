@@ -21,6 +21,7 @@ from edgetrain.pipeline.kernels import generic_weight_grad, linear_in_params, we
 from edgetrain.pipeline.stage_build import PipelineSetupError, choose_modes, linear_units
 from edgetrain.pipeline.stores import Hyper
 from edgetrain.pipeline.table import unit_table
+from tests.helpers.vision import needs_torchvision
 
 
 @pytest.fixture(autouse=True)
@@ -368,6 +369,7 @@ def test_the_accountant_measures_the_closed_forms_to_the_byte(extra: int) -> Non
     assert pd > mc
 
 
+@needs_torchvision
 def test_resnet_runs_at_block_granularity_and_mcpipe_still_equals_pipedream() -> None:
     """A residual block is one cut item, with one pair per inner layer call (specification
     §5.5): mcPipe replays every convolution and BatchNorm of a block exactly."""

@@ -20,6 +20,7 @@ from edgetrain.pipeline.partition_file import bounds_from_plan
 from edgetrain.pipeline.stage_report import pipeline_report
 from edgetrain.report.clock import Point
 from edgetrain.report.summary import family_accuracy
+from tests.helpers.vision import needs_torchvision
 
 # ------------------------------------------------------------------ T1: orders and versions
 
@@ -155,6 +156,7 @@ def test_an_infeasible_partition_says_so() -> None:
         )
 
 
+@needs_torchvision
 def test_vgg16_by_parameters_reproduces_the_specifications_cuts() -> None:
     """§7.5: N = 2 by params cuts after fc1, N = 3 puts every conv, fc1, fc2-fc3 apart."""
     import torch

@@ -19,8 +19,10 @@ import pytest
 from edgetrain.rundir import read_jsonl
 from reproductions.mcpipe_sim import simulated_sha
 from tests.helpers.cli import last_error
+from tests.helpers.final_model import assert_final_model
 from tests.helpers.launching import Launch
 from tests.helpers.procs import edgetrain_processes
+from tests.helpers.report_checks import report_again
 
 RECIPE = """
 [run]
@@ -64,7 +66,9 @@ def _run(recipe: Path, runs: Path, timeout: float = 150) -> tuple[dict, Launch]:
 
 
 @pytest.mark.timeout(400)
-def test_mcpipe_trains_pipedreams_weights_across_processes(tmp_path: Path) -> None:
+def test_mcpipe_trains_pipedreams_weights_across_processes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     shas = {}
     for technique in ("pipedream", "mcpipe", "greedy"):
         launch = Launch(_recipe(tmp_path, technique), tmp_path / "runs")
@@ -77,6 +81,7 @@ def test_mcpipe_trains_pipedreams_weights_across_processes(tmp_path: Path) -> No
         roles = [w["role"] for w in summary["workers"]]
         assert roles == ["stage", "stage", "stage", "evaluator"]
         assert summary["test_accuracy"] > 0.5
+        assert_final_model(launch.run_dir, summary)  # model/final.safetensors, from the stages
         shas[technique] = summary["model_sha256"]
         text = (launch.run_dir / "report" / "summary.md").read_text()
         assert "## Pipeline stages" in text and "resident" in text
@@ -85,6 +90,9 @@ def test_mcpipe_trains_pipedreams_weights_across_processes(tmp_path: Path) -> No
         stages = summary["technique_report"]["stages"]
         assert stages[0]["link_sent"]["act"] > 0 and stages[1]["link_sent"]["grad"] > 0
         assert stages[1]["link_arrived"]["act"]["messages"] == 2 * 89  # 2 epochs of digits
+        if technique == "mcpipe":  # the report again: its plots and the loss (issue 30)
+            again = report_again(capsys, launch.run_dir)["technique_report"]
+            assert again["snapshots"] == summary["technique_report"]["snapshots"]
     assert shas["mcpipe"] == shas["pipedream"]
     assert shas["greedy"] != shas["pipedream"]
     # T14: three processes over ZeroMQ train the in-process simulator's weights

@@ -13,6 +13,7 @@ import torch
 from edgetrain.models import build_model, layer_specs
 from edgetrain.profile.compute import ComputeConfig, _estimate, _faster_half, profile_compute
 from edgetrain.profile.timeline import LayerTimeline, _charge
+from tests.helpers.vision import model_params
 
 
 def test_forward_intervals_open_at_events() -> None:
@@ -35,7 +36,9 @@ def test_faster_half() -> None:
     assert _estimate([1.0, 2.0, 9.0, 10.0]) == 1.5
 
 
-@pytest.mark.parametrize(("name", "shape"), [("lenet5", (1, 28, 28)), ("resnet18", (3, 8, 8))])
+@pytest.mark.parametrize(
+    ("name", "shape"), model_params([("lenet5", (1, 28, 28)), ("resnet18", (3, 8, 8))])
+)
 def test_hooked_step_is_split_without_loss(name: str, shape: tuple[int, int, int]) -> None:
     torch.manual_seed(0)
     model = build_model(name, shape, 10)

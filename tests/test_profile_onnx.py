@@ -11,8 +11,10 @@ from edgetrain.models import build_model, export_onnx, layer_specs
 from edgetrain.profile.compute import ComputeConfig
 from edgetrain.profile.onnx_costs import graph_input_shape, layer_costs, profile_onnx
 from tests.helpers.profile_cli import run_profile
+from tests.helpers.vision import needs_torchvision
 
 SHAPE = (3, 32, 32)
+pytestmark = needs_torchvision  # every test reads an exported resnet18
 
 
 @pytest.fixture(scope="module")

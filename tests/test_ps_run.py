@@ -15,8 +15,10 @@ import pytest
 
 from edgetrain.rundir import read_jsonl
 from tests.helpers.cli import last_error
+from tests.helpers.final_model import assert_final_model
 from tests.helpers.launching import Launch
 from tests.helpers.procs import edgetrain_processes
+from tests.helpers.report_checks import report_again
 
 RECIPE = """
 [run]
@@ -63,7 +65,9 @@ def _recipe(
 
 
 @pytest.mark.timeout(400)
-def test_every_schedule_trains_the_same_weights(tmp_path: Path) -> None:
+def test_every_schedule_trains_the_same_weights(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     shas = {}
     for technique, hold in (("sequential", 0), ("lbl", 0), ("ibatch", 0), ("dynacomm", 4)):
         launch = Launch(_recipe(tmp_path, technique, hold_ms=hold), tmp_path / "runs")
@@ -75,6 +79,7 @@ def test_every_schedule_trains_the_same_weights(tmp_path: Path) -> None:
         assert summary is not None and summary["status"] == "completed"
         assert [w["role"] for w in summary["workers"]] == ["server", "server", "trainer", "trainer"]
         assert summary["test_accuracy"] > 0.5
+        assert_final_model(launch.run_dir, summary)  # model/final.safetensors, from the shards
         shas[technique] = summary["model_sha256"]
         epochs = [r for r in launch.rows if r.get("event") == "epoch"]
         assert {r["worker"] for r in epochs} == {2, 3}  # trainers report epochs, shards do not
@@ -94,6 +99,8 @@ def test_every_schedule_trains_the_same_weights(tmp_path: Path) -> None:
             assert (launch.run_dir / "report" / "gantt.png").read_bytes()[:4] == b"\x89PNG"
             report = summary["technique_report"]
             assert len(report["epochs"]) == 4 and "emulated" in report["markdown"]
+            # the report again: accuracy and loss plots, the loss in the curve (issue 30)
+            assert report_again(capsys, launch.run_dir)["model_sha256"] == summary["model_sha256"]
     assert len(set(shas.values())) == 1, shas  # scheduling changes time, not the model
 
 

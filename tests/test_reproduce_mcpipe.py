@@ -19,6 +19,7 @@ from reproductions.mcpipe_recipes import (
     recipe,
     slots,
 )
+from tests.helpers.vision import needs_torchvision
 
 
 @pytest.mark.timeout(400)
@@ -150,6 +151,7 @@ def test_recipes_parse_and_hosts_files_place_the_evaluator_away_from_stage_0() -
     assert [(h["name"], h["workers"]) for h in hosts] == [("laptop-1", 1), ("laptop-2", 2)]
 
 
+@needs_torchvision
 def test_the_full_plan_cuts_vgg16_as_the_specification_does(tmp_path: Path) -> None:
     args = type("A", (), {"seeds": 3, "smoke": False, "quick": False})()
     p = mcpipe.plan_for(args, tmp_path)

@@ -101,6 +101,7 @@ def test_epochs_extends_a_completed_run_and_keeps_its_result(tmp_path: Path) -> 
     assert first.returncode == 0, first.stderr
     old_summary = (run / "report" / "summary.json").read_bytes()
     old_manifest = (run / "manifest.json").read_bytes()
+    old_model = (run / "model" / "final.safetensors").read_bytes()
     assert json.loads(old_manifest)["status"] == "completed"
 
     refused = _launch("--resume", str(run))
@@ -115,6 +116,8 @@ def test_epochs_extends_a_completed_run_and_keeps_its_result(tmp_path: Path) -> 
     kept = run / "attempts" / "1"
     assert (kept / "report" / "summary.json").read_bytes() == old_summary
     assert (kept / "manifest.json").read_bytes() == old_manifest
+    assert (kept / "model" / "final.safetensors").read_bytes() == old_model
+    assert (run / "model" / "final.safetensors").read_bytes() != old_model  # the extended run's
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["extended_epochs"] == 3 and manifest["recipe"]["train"]["epochs"] == 3
     assert manifest["attempts"][0]["status"] == "completed"

@@ -292,8 +292,11 @@ def aggregate_eval(
     from edgetrain.data import load_dataset
     from edgetrain.models.zoo import check_model_config
     from edgetrain.recipe import DataSection
-    from edgetrain.rundir import atomic_write_text
+    from edgetrain.rundir import atomic_write_text, check_writable
 
+    if not 0 < lr < float("inf"):  # what [train] lr allows: the trainer's TrainSection checks it
+        raise EdgetrainError(f"--lr {lr:g} must be a positive, finite number", "e.g. --lr 0.01")
+    check_writable(out, "--out", "pass a writable --out directory")  # before the training
     name = model or ("lenet5" if dataset == EvalDataset.mnist else "mlp")
     check_model_config(name)
     if dataset == EvalDataset.mnist and not root:

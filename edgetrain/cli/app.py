@@ -17,6 +17,7 @@ from edgetrain.cli import (
     data_cmd,
     emulate_cmd,
     env_cmd,
+    export_cmd,
     hosts_cmd,
     keys_cmd,
     launch_cmd,
@@ -90,6 +91,7 @@ app.command("check")(check_cmd.check)
 app.command("worker", hidden=True)(worker_cmd.worker)
 app.command("report")(report_cmd.report)
 app.command("compare")(compare_cmd.compare)
+app.command("export")(export_cmd.export)
 app.command("runs")(runs_cmd.runs)
 app.command("status")(runs_cmd.status)
 app.command("logs")(runs_cmd.logs)

@@ -42,25 +42,27 @@ def compare(
     """
     from edgetrain.errors import EdgetrainError
     from edgetrain.report.compare import compare as compare_runs
+    from edgetrain.report.compare import legend_labels
     from edgetrain.report.plot import plot_curves
-    from edgetrain.rundir import RunDir
+    from edgetrain.rundir import RunDir, check_writable
 
     if target is not None and not 0 < target <= 1:
         raise EdgetrainError(f"--target-accuracy {target:g} is not in (0, 1]", "e.g. 0.95")
     if plot is not None and not plot.expanduser().parent.is_dir():
         raise EdgetrainError(f"--plot: directory '{plot.parent}' does not exist", "create it first")
+    if plot is not None and plot.expanduser().is_dir():
+        raise EdgetrainError(f"--plot '{plot}' is a directory", "name a file, e.g. compare.png")
+    if plot is not None:  # before reading the runs: nothing is computed to be thrown away
+        check_writable(plot.expanduser().parent, "--plot", "name a file in a writable directory")
     dirs = [RunDir.open(r) for r in runs]
     result = compare_runs(dirs, target)
     if plot is not None:
-        curves = [(_label(r), r["curve"]) for r in result["runs"]]
+        labels = legend_labels(result["runs"])
+        curves = [(label, r["curve"]) for label, r in zip(labels, result["runs"], strict=True)]
         result["plot"] = plot_curves(curves, plot.expanduser(), target)
     emit(result, fmt, lambda: _render(result))
     if plot is not None and result.get("plot") is None:
         err_console.print("no run has an evaluated epoch: no plot written")
-
-
-def _label(row: dict[str, Any]) -> str:
-    return f"{row.get('name')} ({row.get('family')}/{row.get('technique')}, seed {row.get('seed')})"
 
 
 def _s(x: Any) -> str:

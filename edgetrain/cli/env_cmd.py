@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
 from edgetrain.cli.common import FormatOption, OutputFormat, console, emit
@@ -24,6 +25,8 @@ def env(fmt: FormatOption = OutputFormat.text) -> None:
                 value = f"{value / 2**30:.1f} GiB"
             if isinstance(value, list):
                 value = ", ".join(value) or "-"
+            if key == "torchvision" and value is None:
+                value = escape("not installed (its models: pip install 'edgetrain[vision]')")
             table.add_row(key, str(value))
         console.print(table)
 

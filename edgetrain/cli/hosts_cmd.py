@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 
 from edgetrain.cli.common import (
@@ -40,7 +41,24 @@ def _hosts(path: Path | None, host_list: str | None, python: str | None) -> Any:
     return resolve_hosts(found[0])
 
 
+def _cuda(f: Any) -> str:
+    """torch's CUDA as the host has it: the version it was built with, and the device it sees."""
+    if f.torch is None:
+        return "-"
+    if f.torch_cuda is None:
+        return "CPU-only build"
+    return f"{f.torch_cuda}: {f.cuda}" if f.cuda_available else f"{f.torch_cuda}, no device"
+
+
+def _verdict(f: Any) -> str:
+    if f.problem:
+        return f"[red]{escape(f.problem)}[/]"
+    return f"[yellow]{escape(f.note)}[/]" if f.note else "[green]ok[/]"
+
+
 def _table(found: list[Any], title: str) -> Table:
+    from edgetrain.launch.jetson import describe_board
+
     table = Table(title=title, box=box.SIMPLE_HEAD)
     for col in (
         "host",
@@ -48,9 +66,10 @@ def _table(found: list[Any], title: str) -> Table:
         "python",
         "edgetrain",
         "torch",
+        "torch CUDA: device",
+        "board",
         "cores",
         "memory",
-        "CUDA",
         "problem",
     ):
         table.add_column(col, overflow="fold")
@@ -62,10 +81,11 @@ def _table(found: list[Any], title: str) -> Table:
             f.python_version or "-",
             f.edgetrain or "-",
             f.torch or "-",
+            _cuda(f),
+            describe_board(f.board, f.l4t) or "-",
             str(f.cores) if f.cores else "-",
             mem,
-            f.cuda or "-",
-            f"[red]{f.problem}[/]" if f.problem else "[green]ok[/]",
+            _verdict(f),
         )
     return table
 
@@ -84,8 +104,10 @@ def check(
     remote_python: RemotePythonOption = None,
     fmt: FormatOption = OutputFormat.text,
 ) -> None:
-    """Check every host over ssh: reachable, python, edgetrain and torch versions, cores,
-    memory, CUDA. Exit 2 with one line per host that cannot run workers.
+    """Check every host over ssh: reachable, python, edgetrain and torch versions, the CUDA
+    torch was built with and the device it sees, a Jetson's board and L4T/JetPack release,
+    cores, memory. Exit 2 with one line per host that cannot run workers (a Python older than
+    3.10 among them: docs/jetson.md).
 
     Examples:
     edgetrain hosts check --hosts hosts.toml

@@ -146,6 +146,10 @@ def launch(
     _check_events_path(events)
     setup = prepare(request)  # bad input: one line, exit 2, nothing written
     say.print(f"run directory: [bold]{setup.run_dir.path}[/]")
+    if setup.inputs is not None:
+        label = f"{setup.recipe.train.family}/{setup.recipe.train.technique}"
+        for line in setup.inputs.lines(label):
+            say.print(line, markup=False, highlight=False)
     if setup.kept is not None:
         say.print(f"kept the completed result (report/, manifest.json) in [bold]{setup.kept}[/]")
     if setup.resume is not None:
@@ -175,13 +179,29 @@ def launch(
 
 
 def _check_events_path(events: str | None) -> None:
+    """``--events FILE`` must be a file launch can append to, checked before the run
+    directory is made: a directory, a missing or read-only parent is one line, nothing left."""
     from edgetrain.errors import EdgetrainError
+    from edgetrain.rundir import check_writable
 
     if events is None or events == "-":
         return
-    parent = Path(events).expanduser().parent
+    path = Path(events).expanduser()
+    parent = path.parent
     if not parent.is_dir():
         raise EdgetrainError(f"--events: directory '{parent}' does not exist", "create it first")
+    if path.is_dir():
+        raise EdgetrainError(f"--events '{events}' is a directory", "name a file, or - for stdout")
+    if path.is_file():
+        try:  # appending nothing: the file is left as it was
+            path.open("a", encoding="utf-8").close()
+        except OSError as exc:
+            raise EdgetrainError(
+                f"--events: cannot write '{events}': {exc.strerror or exc}",
+                "name a file you can write, or - for stdout",
+            ) from None
+    elif not path.exists():  # a pipe or a device (/dev/null) is opened as it is
+        check_writable(parent, "--events", "name a file in a writable directory, or - for stdout")
 
 
 def _events_stream(events: str | None) -> IO[str] | None:

@@ -2,138 +2,115 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.progress import BarColumn, Progress, ProgressColumn, Task, TaskID, TimeElapsedColumn
+from rich.table import Column, Table
+from rich.text import Text
 
+from edgetrain.cli import live_rows
 from edgetrain.comm.control import Event, Role
 from edgetrain.recipe import Recipe
 from edgetrain.report.summary import human_bytes
 
 
-class LiveProgress:
-    """One progress bar per worker: epoch, loss, test accuracy and status.
+class _RowColumn(ProgressColumn):
+    """One of a row's cells (:mod:`edgetrain.cli.live_rows`), worked out when it is drawn, so
+    that the start-up time and the ETA tick between events."""
 
-    A bar counts steps from the run's first epoch, ``(epoch - 1) x steps per epoch`` plus the
-    steps of the current one, and never moves back (a resumed run starts its bar where the
-    checkpoint was). Workers of roles without epochs (parameter servers) show their status."""
+    def __init__(self, live: LiveProgress, cell: str, style: str = "") -> None:
+        super().__init__(table_column=Column(no_wrap=True))
+        self.live, self.cell, self.style = live, cell, style
+
+    def render(self, task: Task) -> Text:
+        cells = self.live.cells(int(task.fields["worker"]))
+        text = str(getattr(cells, self.cell))
+        failed = self.cell == "status" and text.startswith("failed")
+        return Text(text, style="red" if failed else self.style)
+
+
+class LiveProgress:
+    """One progress bar per worker, in its role's words (:mod:`edgetrain.cli.live_rows`).
+
+    Roles with epochs count steps from the run's first epoch and never move back (a resumed
+    run starts its bar where the checkpoint was); a parameter server shows the pushes it served
+    and the pulls it answered, a pipeline evaluator the snapshots it received and scored.
+    Start-up is a phase of each row, with its time, rather than a warning."""
 
     def __init__(self, recipe: Recipe, roles: Sequence[Role], console: Console) -> None:
         self.epochs = recipe.train.epochs
+        groups = recipe.expanded_workers()
+        self.rows = live_rows.new_rows(
+            [(r.name, r.index) for r in roles],
+            [g.host for g in groups],
+            [g.slowdown for g in groups],
+            recipe.train.epochs,
+            recipe.train.batch_size,
+        )
+        self.t0 = time.monotonic()  # the events' clock, corrected by the first event
         self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(bar_width=28),
-            TextColumn("epoch {task.fields[epoch]}/{task.fields[epochs]}"),
-            TextColumn("loss {task.fields[loss]}"),
-            TextColumn("acc {task.fields[acc]}"),
-            TextColumn("[dim]{task.fields[status]}"),
+            _RowColumn(self, "label"),
+            _RowColumn(self, "slow", "dim"),
+            BarColumn(bar_width=20),
+            _RowColumn(self, "detail"),
+            _RowColumn(self, "status", "dim"),
             TimeElapsedColumn(),
             console=console,
             transient=False,
         )
-        self.tasks: dict[int, TaskID] = {}
-        self.slowdown = {i: g.slowdown for i, g in enumerate(recipe.expanded_workers())}
-        self.roles = dict(enumerate(roles))
-        self.steps_per_epoch: dict[int, int] = {}
-        self.completed: dict[int, int] = {}
-        for i, g in enumerate(recipe.expanded_workers()):
-            self.tasks[i] = self.progress.add_task(
-                self._label(i, g.host),
-                total=self.epochs,
-                epoch=0,
-                epochs=self.epochs,
-                loss="-",
-                acc="-",
-                status="starting",
-            )
+        self.tasks: dict[int, TaskID] = {
+            i: self.progress.add_task("", total=None, worker=i) for i in self.rows
+        }
 
     def __enter__(self) -> LiveProgress:
+        if (line := live_rows.legend(self.rows)) is not None:
+            self.progress.console.print(line, style="dim", markup=False, highlight=False)
         self.progress.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.progress.stop()
 
-    def _label(self, worker: int, host: str) -> str:
-        role = self.roles.get(worker)
-        what = f" {role.name}" if role is not None and role.name != "trainer" else ""
-        return f"worker {worker}{what} [dim]{host} x{self.slowdown.get(worker, 1):g}[/]"
+    @property
+    def completed(self) -> dict[int, int]:
+        """Each worker's bar position (steps)."""
+        return {i: row.completed for i, row in self.rows.items()}
 
-    def _update(self, worker: int | None, **fields: Any) -> None:
-        if worker is None or worker not in self.tasks:
-            return
-        if "completed" in fields:  # a bar never moves back
-            done = max(int(fields["completed"]), self.completed.get(worker, 0))
-            self.completed[worker] = fields["completed"] = done
-        self.progress.update(self.tasks[worker], **fields)
+    def now(self) -> float:
+        return time.monotonic() - self.t0
 
-    def _position(self, worker: int, epoch: int, epoch_step: int) -> int:
-        return max(0, epoch - 1) * self.steps_per_epoch.get(worker, 1) + epoch_step
+    def cells(self, worker: int) -> live_rows.Cells:
+        return live_rows.cells(self.rows[worker], self.now())
+
+    def _refresh(self, worker: int) -> None:
+        total, completed = live_rows.bar(self.rows[worker])
+        self.progress.update(self.tasks[worker], total=total, completed=completed)
 
     def on_event(self, event: Event, t: float) -> None:
-        d, w = event.data, event.worker
+        self.t0 = event.at - t
+        w = event.worker
         if w is None:
-            self._on_run_event(event)
-            return
-        if event.kind == "registered":
-            host = d.get("host")
-            update: dict[str, Any] = {"status": "registered"}
-            if host and w in self.slowdown:  # the host the worker really runs on
-                update["description"] = self._label(w, str(host))
-            self._update(w, **update)
-        elif event.kind == "ready":
-            spe = int(d.get("steps_per_epoch") or 1)
-            self.steps_per_epoch[w] = spe
-            self._update(w, status="ready", total=spe * self.epochs)
-        elif event.kind == "progress":
-            epoch = int(d.get("epoch", 0) or 0)
-            loss = d.get("loss")
-            self._update(
-                w,
-                completed=self._position(w, epoch, int(d.get("epoch_step", 0) or 0)),
-                epoch=epoch,
-                loss=f"{loss:.3f}" if isinstance(loss, (int, float)) else "-",
-            )
-        elif event.kind == "epoch":
-            acc = d.get("test_accuracy")
-            fields: dict[str, Any] = {
-                "completed": int(d.get("epoch", 0) or 0) * self.steps_per_epoch.get(w, 1),
-                "epoch": d.get("epoch", 0),
-            }
-            if d.get("loss") is not None:
-                fields["loss"] = f"{d['loss']:.3f}"
-            if acc is not None:
-                fields["acc"] = f"{acc:.3f}"
-            self._update(w, **fields)
-        elif event.kind == "done":
-            self._update(w, status="draining")
-        elif event.kind == "final":
-            acc = d.get("final_test_accuracy")
-            shown = f"{acc:.3f}" if isinstance(acc, (int, float)) else "-"
-            self._update(w, status="done", acc=shown)
-        elif event.kind in ("error", "failed"):
-            reason = d.get("message") or d.get("reason")
-            self._update(w, status=f"[red]failed: {str(reason)[:40]}")
+            live_rows.apply_run(self.rows, event.kind, event.data, t)
+            for wid in self.rows:
+                self._refresh(wid)
+            self._print_run_event(event)
+        elif w in self.rows:
+            live_rows.apply(self.rows[w], event.kind, event.data, t)
+            self._refresh(w)
 
-    def _on_run_event(self, event: Event) -> None:
+    def _print_run_event(self, event: Event) -> None:
         d = event.data
-        if event.kind == "started":
-            for wid in self.tasks:
-                role = self.roles.get(wid)
-                self._update(
-                    wid, status="training" if role is None or role.name != "server" else "serving"
-                )
-        elif event.kind in ("waiting", "checkpoint_written", "resumed", "halt"):
-            text = {
-                "waiting": f"[yellow]{d.get('message')}",
-                "checkpoint_written": f"[dim]checkpoint of epoch {d.get('epoch')} written",
-                "resumed": f"resuming after epoch {d.get('epoch')} from its checkpoint",
-                "halt": f"[red]stopping: {d.get('reason')}",
-            }[event.kind]
+        text = {
+            "waiting": f"[yellow]{d.get('message')}",
+            "checkpoint_written": f"[dim]checkpoint of epoch {d.get('epoch')} written",
+            "resumed": f"resuming after epoch {d.get('epoch')} from its checkpoint",
+            "halt": f"[red]stopping: {d.get('reason')}",
+        }.get(event.kind)
+        if text is not None:
             self.progress.console.print(text)
 
 

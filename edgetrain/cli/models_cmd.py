@@ -49,6 +49,9 @@ def parse_shape(text: str) -> tuple[int, int, int]:
 def list_models(fmt: FormatOption = OutputFormat.text) -> None:
     """List the models edgetrain can build, with parameter counts at 3x32x32, 10 classes.
 
+    Models marked "torchvision" need it installed (the `vision` extra); the others need torch
+    alone.
+
     Examples:
       edgetrain models list
       edgetrain models list --format json
@@ -60,15 +63,21 @@ def list_models(fmt: FormatOption = OutputFormat.text) -> None:
         LISTED_INPUT,
         LISTED_PARAMS,
         MIN_SIDE,
+        TORCHVISION_MODELS,
+        VISION_FIX,
+        torchvision_installed,
     )
 
     shape = LISTED_INPUT
+    vision = torchvision_installed()
     rows: list[dict[str, Any]] = [
         {
             "name": name,
             "description": text,
             "params": LISTED_PARAMS[name],
             "min_side": MIN_SIDE.get(name),
+            "needs_torchvision": name in TORCHVISION_MODELS,
+            "available": vision or name not in TORCHVISION_MODELS,
         }
         for name, text in DESCRIPTIONS.items()
     ]
@@ -79,15 +88,33 @@ def list_models(fmt: FormatOption = OutputFormat.text) -> None:
         table.add_column("description")
         table.add_column(f"params @ {'x'.join(map(str, shape))}", justify="right")
         table.add_column("resized up to", justify="right")
+        table.add_column("needs")
         for r in rows:
             side = r["min_side"]
+            needs = "" if not r["needs_torchvision"] else "torchvision"
             table.add_row(
-                r["name"], r["description"], f"{r['params']:,}", f"{side}" if side else ""
+                r["name"],
+                r["description"],
+                f"{r['params']:,}",
+                f"{side}" if side else "",
+                needs if r["available"] else f"[red]{needs} (not installed)[/]",
             )
         console.print(table)
+        if not vision:
+            console.print(
+                f"torchvision is not installed, so its models cannot be built: {VISION_FIX}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
 
     emit(
-        {"input": list(shape), "classes": LISTED_CLASSES, "models": rows},
+        {
+            "input": list(shape),
+            "classes": LISTED_CLASSES,
+            "torchvision_installed": vision,
+            "models": rows,
+        },
         fmt,
         render,
     )

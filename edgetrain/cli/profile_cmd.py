@@ -147,9 +147,14 @@ def profile(
     from edgetrain.cli.models_cmd import parse_shape
     from edgetrain.profile.probe import ProbeConfig
     from edgetrain.profile.run import ProfileRequest, make_profile, save_profile
+    from edgetrain.rundir import check_writable
 
     host = host_name or socket.gethostname()
     level_values = parse_levels(levels) if contention else ()
+    if run_dir is not None:  # before measuring: a measurement it cannot save is time lost
+        check_writable(run_dir, "--run-dir", "pass a writable --run-dir")
+    if history is not None and contention:
+        check_writable(history.expanduser().parent, "--history", "name a file you can write")
     if contention and (model is None or (model.lower().endswith(".onnx") and not torch_model)):
         raise EdgetrainError(
             "--contention needs a model to run", "give a zoo model, or --torch-model for ONNX"
@@ -177,7 +182,13 @@ def profile(
 
             hist = history or (run_dir / "profiles" / f"{host}.history.jsonl" if run_dir else None)
             data["contention"] = run_contention(req, level_values, hist, progress)
-    path = save_profile(run_dir, data) if run_dir is not None else None
+    try:
+        path = save_profile(run_dir, data) if run_dir is not None else None
+    except OSError as exc:  # checked above; this is the disk filling up or a race
+        raise EdgetrainError(
+            f"--run-dir '{run_dir}': cannot write the profile: {exc.strerror or exc}",
+            "pass a writable --run-dir",
+        ) from None
     emit(data, fmt, lambda: _render(data, path))
 
 

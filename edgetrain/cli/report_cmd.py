@@ -14,12 +14,13 @@ def report(
     run: Annotated[Path, typer.Argument(metavar="RUN", help="A run directory.")],
     fmt: FormatOption = OutputFormat.text,
 ) -> None:
-    """Print a run's summary table and write report/summary.json, summary.md and accuracy.png.
+    """Print a run's summary table and write report/summary.json, summary.md, accuracy.png and
+    loss.png (accuracy and loss against training time, evaluation excluded).
 
     Example: edgetrain report runs/quickstart-20261122-101500
     """
     from edgetrain.cli.live import summary_table
-    from edgetrain.report.summary import write_report
+    from edgetrain.report.write import write_report
     from edgetrain.rundir import RunDir
 
     rd = RunDir.open(run)
@@ -30,6 +31,7 @@ def report(
         console.print(
             f"wrote {rd.report / 'summary.json'}, summary.md"
             + (", accuracy.png" if summary.get("plot") else "")
+            + (", loss.png" if summary.get("loss_plot") else "")
         )
 
     emit(summary, fmt, render)

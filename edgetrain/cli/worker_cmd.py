@@ -41,6 +41,25 @@ def worker(
             help="The run's CURVE keys directory (edgetrain keys generate); turns on CURVE."
         ),
     ] = None,
+    secret_stdin: Annotated[
+        bool,
+        typer.Option(
+            "--secret-stdin", help="Read the run's secret from the first line of standard input."
+        ),
+    ] = False,
+    max_message_bytes: Annotated[
+        int | None,
+        typer.Option(
+            "--max-message-bytes", min=1, help="The largest message the run sends (bytes)."
+        ),
+    ] = None,
+    max_tensors: Annotated[
+        int | None, typer.Option("--max-tensors", min=1, help="The most tensors in a message.")
+    ] = None,
+    stacks: Annotated[
+        Path | None,
+        typer.Option(help="Write Python stacks here on SIGUSR1 (default: standard error)."),
+    ] = None,
 ) -> None:
     """Run one worker until the coordinator says stop.
 
@@ -48,8 +67,9 @@ def worker(
     edgetrain worker --coordinator tcp://127.0.0.1:5555 --worker-id 0 --run-id abc --role trainer:0
     """
     from edgetrain.comm.control import Role
+    from edgetrain.comm.wire import DEFAULT_LIMITS, MAX_TENSORS, Limits
     from edgetrain.errors import EdgetrainError
-    from edgetrain.worker.main import Terminated, WorkerOptions, run_worker
+    from edgetrain.worker.main import Terminated, WorkerOptions, read_secret, run_worker
 
     try:
         parsed = Role.parse(role) if role is not None else None
@@ -58,9 +78,15 @@ def worker(
     logging.basicConfig(
         level=logging.INFO, format=f"%(asctime)s w{worker_id} %(levelname)s %(message)s"
     )
-    opts = WorkerOptions(
-        coordinator, worker_id, run_id, parsed, host_label, bind, announce, watch_stdin, keys
+    limits = Limits(
+        max_message_bytes or DEFAULT_LIMITS.message_bytes,
+        min(max_tensors or MAX_TENSORS, MAX_TENSORS),
     )
+    secret = read_secret() if secret_stdin else None
+    opts = WorkerOptions(
+        coordinator, worker_id, run_id, parsed, host_label, bind, announce, watch_stdin, keys,
+        secret, limits, stacks,
+    )  # fmt: skip
     try:
         code = run_worker(opts)
     except Terminated:  # a stop that landed between the worker's own handlers: no traceback

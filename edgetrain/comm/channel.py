@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 import zmq
 
 from edgetrain.comm.wire import (
+    DEFAULT_LIMITS,
     DEFAULT_MAX_MESSAGE_BYTES,
+    Limits,
     Message,
     WireError,
     claimed_sender,
@@ -143,11 +145,13 @@ def recv(
     router: bool = False,
     max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     flags: int = 0,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> tuple[bytes | None, Message] | None:
     """Receive one message; a malformed one is counted, logged and dropped (returns None).
 
     On a ROUTER socket the first frame is the peer's identity; the returned identity is
     that frame, else None. Raises ``zmq.Again`` when ``flags`` has NOBLOCK and nothing waits.
+    A message beyond ``limits`` (too many frames, tensors or bytes) is dropped as well.
     """
     frames = sock.recv_multipart(flags=flags, copy=False)
     identity: bytes | None = None
@@ -158,7 +162,7 @@ def recv(
     if traffic is not None:
         traffic.bytes_received += nbytes
     try:
-        msg = decode(frames, run_id, allowed_types, max_bytes=max_bytes)
+        msg = decode(frames, run_id, allowed_types, max_bytes=max_bytes, limits=limits)
     except WireError as exc:
         count = 0
         if traffic is not None:

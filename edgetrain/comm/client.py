@@ -24,7 +24,7 @@ from edgetrain.comm.channel import Traffic
 from edgetrain.comm.control import InOrder
 from edgetrain.comm.security import CurveKeys
 from edgetrain.comm.transport import Transport
-from edgetrain.comm.wire import Message
+from edgetrain.comm.wire import DEFAULT_LIMITS, Limits, Message
 from edgetrain.errors import RunError
 
 # A wait asks the coordinator for its state after this many heartbeat intervals of silence,
@@ -40,7 +40,10 @@ class StopRequested(Exception):
 
 
 class CoordinatorClient:
-    """A DEALER socket to the coordinator, identified as ``w<id>``."""
+    """A DEALER socket to the coordinator, identified as ``w<id>.<random>``.
+
+    With the run's ``secret``, every message carries the worker's token (``meta["auth"]``,
+    :func:`protocol.auth_token`); ``limits`` bound what the socket takes in."""
 
     def __init__(
         self,
@@ -51,13 +54,16 @@ class CoordinatorClient:
         traffic: Traffic,
         security: CurveKeys | None = None,
         heartbeat_s: float = 1.0,
+        secret: str | None = None,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
-        self.transport = Transport(ctx, run_id, worker_id, traffic, security)
+        self.transport = Transport(ctx, run_id, worker_id, traffic, security, limits=limits)
+        self.auth = protocol.auth_token(secret, run_id, worker_id) if secret else None
         self.worker_id = worker_id
         self.name = self.transport.name
         self.endpoint = endpoint
         self.heartbeat_s = heartbeat_s
-        self.sock = self._make_socket(self.name)
+        self.sock = self._make_socket(protocol.socket_identity(self.name))
         self._heartbeat: Heartbeat | None = None
         self._order = InOrder()
         self._ready: deque[Message] = deque()
@@ -81,14 +87,16 @@ class CoordinatorClient:
     def start_heartbeat(self, interval_s: float) -> None:
         """Send a heartbeat every ``interval_s`` from a thread of its own, until :meth:`close`.
 
-        The thread has its own socket (identity ``w<id>.hb``): ZeroMQ sockets are not shared
-        between threads. A worker busy in a long step still heartbeats; a stopped or dead one
+        The thread has its own socket (identity ``w<id>.hb.<random>``): ZeroMQ sockets are not
+        shared between threads. A worker busy in a long step still heartbeats; a stopped or dead one
         does not, and the coordinator declares it failed after three missed intervals. Each
         heartbeat acknowledges the control messages received so far.
         """
         self.heartbeat_s = interval_s
         if self._heartbeat is None:
-            sock = self._make_socket(protocol.heartbeat_identity(self.worker_id))
+            sock = self._make_socket(
+                protocol.socket_identity(protocol.heartbeat_identity(self.worker_id))
+            )
             self._heartbeat = Heartbeat(sock, self.name, self.transport.run_id, interval_s, self)
             self._heartbeat.start()
 
@@ -101,6 +109,8 @@ class CoordinatorClient:
         step: int = 0,
         tensors: dict[str, np.ndarray] | None = None,
     ) -> None:
+        if self.auth is not None:
+            meta = {**(meta or {}), protocol.AUTH: self.auth}
         msg = self.transport.message(kind, meta, tensors, step=step, epoch=epoch)
         try:
             self.transport.send(self.sock, msg, peer=protocol.COORDINATOR)
@@ -123,6 +133,9 @@ class CoordinatorClient:
         if msg.type == protocol.STATE:
             phase = msg.meta.get("phase")
             self.phase = phase if isinstance(phase, str) else None
+            return
+        if msg.type == protocol.STOP:  # final: obeyed at once, whatever came before it
+            self._ready.append(msg)
             return
         seq = msg.meta.get("seq")
         if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
@@ -240,8 +253,12 @@ class Heartbeat(threading.Thread):
     def run(self) -> None:
         try:
             while True:
-                ack = self.client.acked if self.client is not None else 0
-                msg = Message(protocol.HEARTBEAT, self.sender, self.run_id, meta={"ack": ack})
+                meta: dict[str, Any] = {"ack": 0}
+                if self.client is not None:
+                    meta["ack"] = self.client.acked
+                    if self.client.auth is not None:
+                        meta[protocol.AUTH] = self.client.auth
+                msg = Message(protocol.HEARTBEAT, self.sender, self.run_id, meta=meta)
                 with contextlib.suppress(zmq.Again):
                     channel.send(self.sock, msg, flags=zmq.NOBLOCK)
                 if self._stop_event.wait(self.interval_s):

@@ -11,10 +11,11 @@ the caller's policy (:attr:`failed_fraction`, :attr:`fatal_failures`).
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -35,7 +36,7 @@ from edgetrain.comm.control import (
     Sent,
 )
 from edgetrain.comm.security import CurveKeys
-from edgetrain.comm.wire import Message
+from edgetrain.comm.wire import DEFAULT_LIMITS, Limits, Message
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,11 @@ class Coordinator:
         security: CurveKeys | None = None,
         epochs: int | None = None,
         placement: Mapping[int, Mapping[str, Any]] | None = None,
+        secret: str | None = None,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
+        """With ``secret`` (the launcher always gives one), a message counts only if it carries
+        its worker's token (:func:`protocol.auth_token`); ``limits`` bound what is taken in."""
         self.run_id = run_id
         self.recipe = recipe
         self.num_workers = len(roles)
@@ -113,7 +118,19 @@ class Coordinator:
         self.epochs = epochs
         self.placement = {i: dict(p) for i, p in (placement or {}).items()}
         self.traffic = Traffic()
+        self.limits = limits
         self.workers = {i: WorkerInfo(i, role) for i, role in enumerate(roles)}
+        self._tokens: dict[int, bytes] | None = None
+        if secret is not None:
+            self._tokens = {
+                i: protocol.auth_token(secret, run_id, i).encode() for i in self.workers
+            }
+        # Where each worker's main socket is: the identity that last sent an accepted message.
+        self._routes: dict[int, bytes] = {}
+        self._stopped_failed: set[int] = set()  # lost workers told to stop when they spoke again
+        # Called with a worker that stopped heartbeating, just before it is declared lost: the
+        # launcher captures its stacks there and returns where they are (None: nothing).
+        self.on_silent: Callable[[int], str | None] | None = None
         self.finals: dict[int, HandIn] = {}
         # Complete checkpoints (every alive checkpointing worker's part), for the caller.
         self.checkpoints: dict[int, dict[int, HandIn]] = {}
@@ -126,7 +143,9 @@ class Coordinator:
         self._phase_since = time.monotonic()
         self._stopped = False
         self._ctx = context or zmq.Context.instance()
-        self._sock = sockets.server(self._ctx, zmq.ROUTER, security)
+        self._sock = sockets.server(
+            self._ctx, zmq.ROUTER, security, sockets.bounded(sockets.DEFAULT, limits)
+        )
         try:
             self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
             # A worker whose connection was replaced (a new socket, the same identity) takes its
@@ -148,8 +167,9 @@ class Coordinator:
         if self._sock.poll(timeout_ms, zmq.POLLIN):
             while True:
                 got = channel.recv(
-                    self._sock, self.run_id, protocol.TO_COORDINATOR, self.traffic, router=True
-                )
+                    self._sock, self.run_id, protocol.TO_COORDINATOR, self.traffic, router=True,
+                    limits=self.limits,
+                )  # fmt: skip
                 if got is not None:
                     identity, msg = got
                     events.extend(self._handle(identity or b"", msg))
@@ -223,19 +243,21 @@ class Coordinator:
         return events
 
     def check_heartbeats(self, now: float) -> list[Event]:
-        """Fail every registered worker silent for more than three heartbeat intervals."""
+        """Fail every registered worker silent for more than three heartbeat intervals (after
+        :attr:`on_silent` had a chance to capture its stacks)."""
         limit = MISSED_HEARTBEATS * self.heartbeat_s
         events: list[Event] = []
         for info in self.workers.values():
             if info.status in ("pending", "final", "failed") or now - info.last_seen <= limit:
                 continue
-            events.extend(
-                self.mark_failed(
-                    info.id,
-                    f"stopped heartbeating (nothing for {now - info.last_seen:.1f} s, "
-                    f"limit {limit:.1f} s)",
-                )
+            reason = (
+                f"stopped heartbeating (nothing for {now - info.last_seen:.1f} s, "
+                f"limit {limit:.1f} s)"
             )
+            stacks = self.on_silent(info.id) if self.on_silent is not None else None
+            if stacks:
+                reason += f"; its Python stacks are in {stacks}"
+            events.extend(self.mark_failed(info.id, reason))
         return events
 
     def resend_stale(self, now: float) -> None:
@@ -293,6 +315,22 @@ class Coordinator:
             if info.status not in ("pending", "failed"):
                 self._send(info.id, protocol.STOP, {})
 
+    def _stop_failed(self, worker_id: int, identity: bytes, heartbeat: bool) -> None:
+        """A worker the run has given up on (it hung, then resumed) speaks again: tell it to
+        stop, once, so it leaves now instead of waiting for directives that never come."""
+        if worker_id in self._stopped_failed:
+            return
+        if not heartbeat:
+            self._routes[worker_id] = identity
+        if worker_id not in self._routes:
+            return  # a heartbeat before any main-socket message: no route to its main socket
+        self._stopped_failed.add(worker_id)
+        log.info("telling worker %d, which the run lost, to stop", worker_id)
+        meta = {"seq": self.control.last(worker_id) + 1, "lost": True}
+        self._transmit(
+            worker_id, Message(protocol.STOP, protocol.COORDINATOR, self.run_id, meta=meta)
+        )
+
     def close(self) -> None:
         self._sock.close(linger=500)
 
@@ -323,12 +361,17 @@ class Coordinator:
         self._transmit(worker_id, msg)
 
     def _transmit(self, worker_id: int, msg: Message) -> None:
+        route = self._routes.get(worker_id)
+        if route is None:  # it never proved itself: nothing can reach it (resent later)
+            log.info("no route to worker %d for %s yet", worker_id, msg.type)
+            return
         try:
             channel.send(
                 self._sock,
                 msg,
                 self.traffic,
-                identity=protocol.worker_name(worker_id).encode(),
+                identity=route,
+                peer=protocol.worker_name(worker_id),
                 flags=zmq.NOBLOCK,
             )
         except zmq.ZMQError as exc:  # gone, reconnecting, or its queue is full: resent later
@@ -341,15 +384,26 @@ class Coordinator:
         if wid is None or wid not in self.workers:
             self.traffic.drop("bad_sender", msg.sender)
             return []
-        expected = (
-            protocol.heartbeat_identity(wid) if msg.type == protocol.HEARTBEAT else msg.sender
-        )
-        if identity != expected.encode():
+        heartbeat = msg.type == protocol.HEARTBEAT
+        if not protocol.identity_of(identity, wid, heartbeat):
             self.traffic.drop("bad_sender", msg.sender)
+            return []
+        token = msg.meta.pop(protocol.AUTH, None)
+        if self._tokens is not None and not (
+            isinstance(token, str) and hmac.compare_digest(token.encode(), self._tokens[wid])
+        ):
+            self.traffic.drop("bad_auth", msg.sender)
+            count = self.traffic.dropped["bad_auth"]
+            if count <= channel.LOGGED_DROPS or count % 1000 == 0:
+                log.warning(
+                    "dropped a %s claiming to be worker %d without the run's secret (#%d)",
+                    msg.type[:32], wid, count,
+                )  # fmt: skip
             return []
         info = self.workers[wid]
         if info.status == "failed":
             self.traffic.drop("failed_sender", msg.sender)
+            self._stop_failed(wid, identity, heartbeat)
             return []
         if msg.type == protocol.HEARTBEAT:
             if info.status != "pending":
@@ -359,6 +413,7 @@ class Coordinator:
         if msg.type != protocol.REGISTER and info.status == "pending":
             self.traffic.drop("not_registered", msg.sender)
             return []
+        self._routes[wid] = identity  # replies go where the worker last spoke from
         info.last_seen = time.monotonic()
         handler = {
             protocol.REGISTER: self._on_register,

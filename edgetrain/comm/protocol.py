@@ -24,6 +24,12 @@ sync {have}                         ->                               after 3 qui
                                     <-  state {phase, seq}           the reply to sync
                                     <-  peers {failed}               when workers fail
 
+Every worker message carries ``meta["auth"]``: a token made from the run's secret (which the
+launcher hands each worker on its standard input, never on a command line) and the worker's
+name (:func:`auth_token`). The coordinator drops, and logs, any message without the right
+token, and routes its replies only to the connection that last proved it (a worker's socket
+identity is ``w<id>.<random>``): knowing a worker's name, or the run id, is worth nothing.
+
 Every coordinator message but ``state`` carries ``meta["seq"]``, numbered per worker from 1;
 a worker acknowledges the highest number it received in order in its heartbeats, and the
 coordinator resends what stays unacknowledged (:mod:`edgetrain.comm.control`). On resume,
@@ -32,6 +38,10 @@ arrays.
 """
 
 from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
 
 REGISTER = "register"
 WELCOME = "welcome"
@@ -67,6 +77,7 @@ TO_WORKER = (WELCOME, START, GO, DRAIN, STOP, PEERS, STATE)
 NUMBERED = (WELCOME, START, GO, DRAIN, STOP, PEERS)
 
 COORDINATOR = "coordinator"
+AUTH = "auth"
 
 
 def worker_name(worker_id: int) -> str:
@@ -84,3 +95,32 @@ def worker_id(sender: str) -> int | None:
 def heartbeat_identity(worker_id: int) -> str:
     """The socket identity of a worker's heartbeat thread: ``w<id>.hb``."""
     return f"w{worker_id}.hb"
+
+
+def auth_token(secret: str, run_id: str, worker_id: int) -> str:
+    """The token worker ``worker_id`` of run ``run_id`` proves the run's secret with: an HMAC,
+    so the secret itself never goes on the wire."""
+    text = f"{run_id}:{worker_name(worker_id)}".encode()
+    return hmac.new(secret.encode(), text, hashlib.sha256).hexdigest()
+
+
+def new_secret() -> str:
+    """A fresh per-run secret (128 random bits, hex)."""
+    return secrets.token_hex(16)
+
+
+def socket_identity(base: str) -> str:
+    """A socket identity nobody can guess: ``base`` (``w3``, ``w3.hb``) and 64 random bits."""
+    return f"{base}.{secrets.token_hex(8)}"
+
+
+def identity_of(identity: bytes, worker_id: int, heartbeat: bool) -> bool:
+    """True if ``identity`` is shaped as worker ``worker_id``'s main socket (``w3``,
+    ``w3.<random>``) or, with ``heartbeat``, its heartbeat socket (``w3.hb``,
+    ``w3.hb.<random>``)."""
+    base = (heartbeat_identity(worker_id) if heartbeat else worker_name(worker_id)).encode()
+    if identity == base:
+        return True
+    if not identity.startswith(base + b".") or len(identity) > 64:
+        return False
+    return heartbeat or not identity.startswith(heartbeat_identity(worker_id).encode())

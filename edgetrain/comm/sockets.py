@@ -7,14 +7,14 @@ import ctypes.util
 import functools
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
 from edgetrain.comm.security import CurveKeys
-from edgetrain.comm.wire import MAX_FRAME_BYTES, MAX_HEADER_BYTES
+from edgetrain.comm.wire import MAX_FRAME_BYTES, MAX_HEADER_BYTES, Limits
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,13 @@ class SocketOptions:
 
 
 DEFAULT = SocketOptions()
+
+
+def bounded(opts: SocketOptions, limits: Limits) -> SocketOptions:
+    """``opts`` refusing frames larger than a run's ``limits`` allow (ZeroMQ's MAXMSGSIZE,
+    which bounds each frame; the count of frames is checked on receipt, see ``wire.Limits``)."""
+    frame = min(opts.max_frame_bytes, limits.frame_bytes + FRAME_OVERHEAD)
+    return replace(opts, max_frame_bytes=frame)
 
 
 def _apply(sock: zmq.SyncSocket, opts: SocketOptions) -> None:

@@ -21,7 +21,7 @@ import zmq
 from edgetrain.comm import channel, protocol, sockets
 from edgetrain.comm.channel import Traffic
 from edgetrain.comm.security import CurveKeys
-from edgetrain.comm.wire import Message
+from edgetrain.comm.wire import DEFAULT_LIMITS, Limits, Message
 
 ZmqContext = zmq.SyncContext
 
@@ -49,13 +49,16 @@ class Transport:
     keys: CurveKeys | None = None
     bind_host: str = "127.0.0.1"
     announce_host: str | None = None
+    # The run's message limits: every socket refuses bigger frames, every receipt more frames.
+    limits: Limits = DEFAULT_LIMITS
 
     @classmethod
     def of(cls, values: TransportValues) -> Transport:
-        """The transport of a worker context."""
+        """The transport of a worker context (its ``limits``, where it has them)."""
+        limits = getattr(values, "limits", DEFAULT_LIMITS)
         return cls(
             values.zmq, values.run_id, values.worker_id, values.traffic, values.keys,
-            values.bind_host, values.announce_host,
+            values.bind_host, values.announce_host, limits,
         )  # fmt: skip
 
     @property
@@ -80,7 +83,7 @@ class Transport:
     ) -> tuple[zmq.SyncSocket, str]:
         """A binding socket on a random port of ``bind_host``, and the endpoint peers connect
         to (on ``announce_host``); ``what`` names it if it cannot bind (it is closed then)."""
-        sock = sockets.server(self.context, kind, self.keys, opts)
+        sock = sockets.server(self.context, kind, self.keys, sockets.bounded(opts, self.limits))
         try:
             endpoint = channel.bind_random(sock, self.bind_host, self.announce_host, what=what)
         except BaseException:
@@ -97,6 +100,7 @@ class Transport:
     ) -> zmq.SyncSocket:
         """A connecting socket to ``endpoint`` (a DEALER under ``identity``, when given)."""
         ident = identity.encode() if identity is not None else None
+        opts = sockets.bounded(opts, self.limits)
         sock = sockets.client(self.context, kind, self.keys, opts, ident)
         sock.connect(endpoint)
         return sock
@@ -123,4 +127,6 @@ class Transport:
     ) -> tuple[bytes | None, Message] | None:
         """:func:`channel.recv` of this run's messages of ``types``, with this worker's
         counters (None: a malformed message, counted and dropped)."""
-        return channel.recv(sock, self.run_id, types, self.traffic, router=router, flags=flags)
+        return channel.recv(
+            sock, self.run_id, types, self.traffic, router=router, flags=flags, limits=self.limits
+        )

@@ -30,6 +30,9 @@ MAX_TENSORS = 4096
 MAX_DIMS = 8
 MAX_NAME_CHARS = 256
 DEFAULT_MAX_MESSAGE_BYTES = 2 * 2**30
+# The smallest message bound a run gets: control messages (a recipe in ``welcome``, reports)
+# and a small model's tensors always fit.
+MIN_MESSAGE_BYTES = 4 * 2**20
 
 DTYPES: dict[str, np.dtype[Any]] = {
     name: np.dtype(name)
@@ -54,6 +57,50 @@ class WireError(Exception):
         self.reason = reason
         self.detail = detail
         super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one message may hold: ``message_bytes`` of tensors in at most ``tensors`` tensors.
+
+    A run's limits come from its model (:func:`edgetrain.runtime.limits.run_limits`): the
+    largest message it can legitimately send. Every socket that receives from the network
+    refuses, in ZeroMQ itself (``MAXMSGSIZE``), any frame larger than :attr:`frame_bytes`: the
+    peer is disconnected before the frame is buffered. ZeroMQ has no bound on the number of
+    frames of one message (it queues a message once all its frames are in), so :func:`decode`
+    drops a message of more than :attr:`frames` frames before it reads anything else.
+    """
+
+    message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    tensors: int = MAX_TENSORS
+
+    @property
+    def frame_bytes(self) -> int:
+        """The largest frame: a header, or a tensor's chunk of at most the message's bytes."""
+        return max(MAX_HEADER_BYTES, min(MAX_FRAME_BYTES, self.message_bytes))
+
+    @property
+    def frames(self) -> int:
+        """The most frames a message within these limits can have (header included)."""
+        return 1 + self.tensors + math.ceil(self.message_bytes / MAX_FRAME_BYTES)
+
+    def args(self) -> tuple[str, ...]:
+        """The ``edgetrain worker`` options that hand these limits to a worker."""
+        return ("--max-message-bytes", str(self.message_bytes), "--max-tensors", str(self.tensors))
+
+
+DEFAULT_LIMITS = Limits()
+
+
+def limits_for(
+    state_bytes: int, state_tensors: int, activation_bytes: int, data_bytes: int = 0
+) -> Limits:
+    """Generous limits for a run whose model holds ``state_bytes`` in ``state_tensors`` tensors
+    and whose batch's largest activation is ``activation_bytes``: four times each (a model with
+    its optimiser's state, an activation with its error), plus ``data_bytes`` where a family
+    hands its training data in, above :data:`MIN_MESSAGE_BYTES`."""
+    message = MIN_MESSAGE_BYTES + 4 * state_bytes + 4 * activation_bytes + data_bytes
+    return Limits(message, min(MAX_TENSORS, 4 * state_tensors + 64))
 
 
 @dataclass
@@ -173,15 +220,21 @@ def decode(
     run_id: str | None,
     allowed_types: Iterable[str] | None = None,
     max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> Message:
-    """Validate and decode frames into a :class:`Message`.
+    """Validate and decode frames into a :class:`Message` within ``limits`` (and ``max_bytes``).
 
     Single-frame tensors are zero-copy, read-only views of the received frame; tensors that
     span several frames are joined into one new array.
     """
     if not frames:
         raise WireError("empty", "no frames")
+    if len(frames) > limits.frames:
+        raise WireError("too_many_frames", f"{len(frames)} frames, at most {limits.frames}")
+    max_bytes = min(max_bytes, limits.message_bytes)
     header = decode_header(frames[0])
+    if len(header["tensors"]) > limits.tensors:
+        raise WireError("too_many_tensors", f"at most {limits.tensors} tensors")
     if run_id is not None and header["run"] != run_id:
         raise WireError("wrong_run", f"run id {header['run'][:40]!r}")
     if allowed_types is not None and header["type"] not in set(allowed_types):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import codecs
 import importlib
+import io
 import pickle
+import pickletools
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,9 @@ _NUMPY_CORE = {
 }
 _BUILTINS = {"dict": dict, "list": list}
 _REPLACE = "replace it with an intact copy of the CIFAR-10 python version"
+
+#: A CIFAR-10 batch holds 10000 images of 3072 bytes (about 31 MB); larger is not a batch.
+_MAX_BATCH_BYTES = 64 * 2**20
 
 TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_FILE = "test_batch"
@@ -61,15 +66,39 @@ def _get(obj: dict[Any, Any], key: str) -> Any:
     return obj[key.encode()] if key.encode() in obj else obj.get(key)
 
 
+def _damage(blob: bytes) -> str | None:
+    """Why ``blob`` is not a well-formed pickle, found by walking its opcodes without running
+    them (None: well formed). A damaged length field can claim gigabytes; the unpickler
+    would try to allocate them (MemoryError, and CPython prints a stray ``SystemError`` line
+    about exported buffers), the walk just finds the data shorter than claimed."""
+    try:
+        for _ in pickletools.genops(blob):
+            pass
+    except Exception as exc:  # noqa: BLE001 - every way a walk fails says the file is damaged
+        return str(exc) or type(exc).__name__
+    return None
+
+
 def read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """One batch file: ``(N, 3, 32, 32)`` uint8 images and int64 labels."""
     try:
-        with path.open("rb") as fh:
-            obj = SafeUnpickler(fh, encoding="bytes").load()
+        size = path.stat().st_size
+        if size > _MAX_BATCH_BYTES:
+            raise DataError(
+                f"'{path}' is not a CIFAR batch: {size:,} bytes, a batch is about 31 MB",
+                _REPLACE,
+            )
+        blob = path.read_bytes()
     except OSError as exc:
         raise DataError(f"cannot read CIFAR batch '{path}': {exc}", _REPLACE) from None
+    why = _damage(blob)
+    if why is not None:
+        raise DataError(f"'{path}' is not a CIFAR batch: damaged pickle ({why})", _REPLACE)
+    try:
+        obj = SafeUnpickler(io.BytesIO(blob), encoding="bytes").load()
     except Exception as exc:  # noqa: BLE001 - any failure of a corrupt pickle is a data error
-        raise DataError(f"'{path}' is not a CIFAR batch: {exc}", _REPLACE) from None
+        reason = str(exc) or type(exc).__name__
+        raise DataError(f"'{path}' is not a CIFAR batch: {reason}", _REPLACE) from None
     if not isinstance(obj, dict):
         raise DataError(f"'{path}' is not a CIFAR batch (holds {type(obj).__name__})", _REPLACE)
     data, labels = _get(obj, "data"), _get(obj, "labels")

@@ -11,6 +11,7 @@ import numpy as np
 
 from edgetrain.data import cifar, idx
 from edgetrain.data.dataset import Dataset, derive_seed
+from edgetrain.data.split_cache import cached_split
 from edgetrain.errors import DataError
 from edgetrain.recipe import DataSection
 
@@ -89,6 +90,21 @@ def _load_cifar(cfg: DataSection) -> tuple[Split | None, Split | None]:
 
 
 def _digits() -> Split:
+    """scikit-learn's digits (1797 8x8 images, values 0-16), read from the CSV file the
+    package ships: importing ``sklearn.datasets`` costs a second or more of start-up (scipy),
+    in the launcher and in every worker. Falls back to ``load_digits`` where the file is not
+    where scikit-learn keeps it."""
+    import gzip
+    import importlib.util
+
+    spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
+    roots = list(spec.submodule_search_locations or []) if spec is not None else []
+    for root in roots:
+        path = Path(root) / "datasets" / "data" / "digits.csv.gz"
+        if path.is_file():
+            with gzip.open(path, "rt") as fh:
+                table = np.loadtxt(fh, delimiter=",", dtype=np.float64)
+            return table[:, :-1].reshape(-1, 8, 8), table[:, -1].astype(np.int64)
     from sklearn.datasets import load_digits
 
     d = load_digits()
@@ -99,9 +115,17 @@ def _synthetic(cfg: DataSection, seed: int) -> Split:
     """Class-conditional Gaussians: one fixed random prototype per class plus noise."""
     shape = (1,) * (3 - len(cfg.shape)) + tuple(cfg.shape)
     rng = np.random.default_rng(derive_seed(seed, _SALT_SYNTHETIC))
-    protos = rng.standard_normal((cfg.classes, *shape), dtype=np.float32)
-    y = rng.permutation(np.arange(cfg.count) % cfg.classes).astype(np.int64)
-    x = rng.standard_normal((cfg.count, *shape), dtype=np.float32)
+    try:
+        protos = rng.standard_normal((cfg.classes, *shape), dtype=np.float32)
+        y = rng.permutation(np.arange(cfg.count) % cfg.classes).astype(np.int64)
+        x = rng.standard_normal((cfg.count, *shape), dtype=np.float32)
+    except MemoryError:
+        need = (cfg.classes + cfg.count) * math.prod(shape) * 4
+        raise DataError(
+            f"the synthetic dataset ({cfg.count} samples of shape {list(shape)}) needs "
+            f"{need / 2**30:,.1f} GiB, more memory than this machine can give",
+            "lower [data] count or shape",
+        ) from None
     x *= np.float32(_SYNTHETIC_NOISE)
     x += protos[y]
     return x, y
@@ -118,8 +142,6 @@ def _stratify(y: np.ndarray, n_a: int, n_b: int) -> np.ndarray | None:
 
 def _cut(x: np.ndarray, y: np.ndarray, fraction: float, seed: int) -> tuple[Split, Split]:
     """Hold out ``fraction`` of the samples as the test split (stratified where possible)."""
-    from sklearn.model_selection import train_test_split
-
     n = len(y)
     n_test = math.ceil(fraction * n)
     if n_test < 1 or n - n_test < 1:
@@ -127,29 +149,19 @@ def _cut(x: np.ndarray, y: np.ndarray, fraction: float, seed: int) -> tuple[Spli
             f"cannot hold out test_split = {fraction} of {n} samples",
             "choose a test_split that leaves both splits non-empty",
         )
-    tr, te = train_test_split(
-        np.arange(n),
-        test_size=n_test,
-        random_state=derive_seed(seed, _SALT_CUT),
-        stratify=_stratify(y, n - n_test, n_test),
+    tr, te = cached_split(
+        n, n - n_test, derive_seed(seed, _SALT_CUT), _stratify(y, n - n_test, n_test)
     )
-    tr, te = np.sort(tr), np.sort(te)
     return (x[tr], y[tr]), (x[te], y[te])
 
 
 def _subsample(x: np.ndarray, y: np.ndarray, n: int, seed: int) -> Split:
     """Keep ``n`` training samples (stratified where possible), in their original order."""
-    from sklearn.model_selection import train_test_split
-
     if n >= len(y):
         return x, y
-    keep, _ = train_test_split(
-        np.arange(len(y)),
-        train_size=n,
-        random_state=derive_seed(seed, _SALT_SUBSAMPLE),
-        stratify=_stratify(y, n, len(y) - n),
+    keep, _ = cached_split(
+        len(y), n, derive_seed(seed, _SALT_SUBSAMPLE), _stratify(y, n, len(y) - n)
     )
-    keep = np.sort(keep)
     return x[keep], y[keep]
 
 

@@ -135,9 +135,15 @@ class DLionSection(ExchangeSection):
     t_unit: Literal["equal-total", "slowest"] = "equal-total"
     epsilon: float = Field(0.10, gt=0, le=1)  # allowed step-time spread, share of T_unit
     t_bs: int | None = Field(None, ge=1)  # total batch cap; unset: 10% of the training set
+    # Ours: no worker's batch below this (a one-sample gradient is noise); unset: b0 / 4.
+    min_batch: int | None = Field(None, ge=1)
     # Adaptive learning rate and batch size (Table 1).
     lr_policy: Literal["small", "large", "warmup"] = "warmup"
     warmup_until: float = Field(0.10, gt=0, le=1)
+    # Ours: a raised LR (warm-up, LargeLR) is capped where this worker's smoothed loss climbs
+    # loss_guard_rise above its lowest (schedules.LossGuard); false: the paper's schedule as is.
+    loss_guard: bool = True
+    loss_guard_rise: float = Field(0.10, gt=0, le=10)
     decay_lr: bool = True
     decay_at: float = Field(0.80, ge=0, le=1)
     decay_factor: float = Field(0.1, gt=0, le=1)

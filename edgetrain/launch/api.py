@@ -28,6 +28,7 @@ from edgetrain.comm.coordinator import Resume
 from edgetrain.errors import EdgetrainError, RecipeError
 from edgetrain.launch.driver import LaunchOptions, Observer, RunOutcome, RunSetup, preflight, run
 from edgetrain.launch.placement import Need, place
+from edgetrain.launch.tensorboard_sink import check_tensorboard, with_tensorboard
 from edgetrain.recipe import Recipe, load_recipe, read_recipe, recipe_model
 from edgetrain.rundir import MANIFEST, RunDir
 from edgetrain.runtime.side import launcher_side
@@ -117,8 +118,8 @@ def _recipe(req: LaunchRequest) -> tuple[Recipe, str, RunDir | None]:
     if req.run_dir is not None and req.runs_root is not None:
         raise EdgetrainError("give --run-dir RUN (this run's directory) or --runs-root, not both")
     recipe, text = load_checked_recipe(req.recipe, req.overrides)
-    if req.name is not None:
-        recipe = recipe.with_run(name=req.name)
+    if req.name is not None:  # validated as [run] name is: no '/', no '..' out of the root
+        recipe = recipe.with_run(source="--name", name=req.name)
     return recipe, text, None
 
 
@@ -167,9 +168,10 @@ def _extension(req: LaunchRequest, recipe: Recipe, rd: RunDir) -> _Extension:
 
 
 def keep_result(rd: RunDir, manifest: dict[str, Any]) -> Path:
-    """Copy what an extended run overwrites (``manifest.json``, ``report/``, the families'
-    ``metrics/*.json`` and ``plans/epoch-*.json``, ``hosts.toml``) to ``RUN/attempts/<n>/``,
-    ``n`` the attempt's number; the folder appears whole or not at all."""
+    """Copy what an extended run overwrites (``manifest.json``, ``report/``, ``model/``, the
+    families' ``metrics/*.json`` and ``plans/epoch-*.json``, ``hosts.toml``) to
+    ``RUN/attempts/<n>/``, ``n`` the attempt's number; the folder appears whole or not at
+    all."""
     root = rd.path / "attempts"
     n = len(manifest.get("attempts") or []) + 1
     while (root / str(n)).exists():
@@ -179,8 +181,9 @@ def keep_result(rd: RunDir, manifest: dict[str, Any]) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         shutil.copy2(rd.manifest, tmp / MANIFEST)
-        if rd.report.is_dir():
-            shutil.copytree(rd.report, tmp / "report")
+        for sub in ("report", "model"):  # model/: the final.safetensors it overwrites
+            if (rd.path / sub).is_dir():
+                shutil.copytree(rd.path / sub, tmp / sub)
         for sub, pattern in (("metrics", "*.json"), ("plans", "epoch-*.json")):
             for f in sorted((rd.path / sub).glob(pattern)):
                 (tmp / sub).mkdir(exist_ok=True)
@@ -224,6 +227,30 @@ def _resume_point(recipe: Recipe, family: Family, roles: list[Role], rd: RunDir)
             f"{len(roles)} workers"
         )
     return Resume(epoch, family.resume(recipe, handins, roles))
+
+
+def _check_device(recipe: Recipe, with_hosts: bool) -> None:
+    """A local run's ``[train] device = "cuda"`` needs CUDA on this machine, known before any
+    worker starts (on hosts, each host's own CUDA is the workers' business)."""
+    if with_hosts or recipe.train.device != "cuda":
+        return
+    from edgetrain.runtime.trainer import resolve_device
+
+    resolve_device("cuda")
+
+
+def _check_output(req: LaunchRequest, recipe: Recipe) -> None:
+    """Where a new run's directory goes can be written (``--run-dir`` or the runs root),
+    checked without creating anything; a resumed run writes in its own directory."""
+    from edgetrain.rundir import check_writable
+
+    if req.resume is not None:
+        return
+    if req.run_dir is not None:
+        check_writable(req.run_dir, "--run-dir", "pass a writable --run-dir")
+        return
+    root = req.runs_root if req.runs_root is not None else Path(recipe.run.runs_root)
+    check_writable(root, "runs root", "set [run] runs_root or --runs-root to a writable directory")
 
 
 def _check_cpu_quotas(recipe: Recipe, with_hosts: bool) -> None:
@@ -304,6 +331,7 @@ def _checks(req: LaunchRequest, problems: list[EdgetrainError] | None) -> Checke
         return None
     fam: Family = family
     attempt(lambda: fam.check(recipe))
+    attempt(lambda: check_tensorboard(recipe))  # [report] tensorboard: the package
     placed = (
         _FAILED
         if isinstance(hosts, _Failed)
@@ -323,6 +351,8 @@ def _checks(req: LaunchRequest, problems: list[EdgetrainError] | None) -> Checke
     attempt(lambda: fam.check_run_dir(recipe, resumed.path if resumed is not None else req.run_dir))
     keys = attempt(lambda: _keys(recipe))
     attempt(lambda: _check_cpu_quotas(recipe, hosts is not None))
+    attempt(lambda: _check_device(recipe, hosts is not None))
+    attempt(lambda: _check_output(req, recipe))
     if problems:
         return None
     assert not isinstance(hosts, _Failed) and not isinstance(placed, _Failed)
@@ -380,6 +410,7 @@ def create(req: LaunchRequest, checked: Checked) -> RunSetup:
     """The creating part of :func:`prepare`: the launcher (with the ssh preflight of the
     hosts), then the run directory, made or adopted (a completed run's result kept first)."""
     from edgetrain.launch.local import LocalLauncher
+    from edgetrain.launch.run_inputs import RunInputs, classify, run_dir_files
     from edgetrain.launch.ssh import SshLauncher, resolve_hosts
     from edgetrain.launch.ssh_preflight import check_hosts
 
@@ -400,12 +431,14 @@ def create(req: LaunchRequest, checked: Checked) -> RunSetup:
         opts = replace(opts, bind_host=cfg.bind_address(), announce_host=cfg.coordinator_address())
     fresh = resumed is None and (req.run_dir is None or not req.run_dir.exists())
     kept: Path | None = None
+    inputs: RunInputs | None = None
     if resumed is not None:
         rd = resumed
         if ext is not None and ext.keep:  # everything checked: keep the result, then extend
             kept = keep_result(rd, ext.manifest)
     elif req.run_dir is not None:
         rd = RunDir.adopt(req.run_dir)
+        inputs = classify(run_dir_files(rd.path), checked.family.reads(recipe))
     else:
         root = req.runs_root if req.runs_root is not None else recipe.run.runs_root
         rd = RunDir.create(root, recipe.run.name)
@@ -424,6 +457,7 @@ def create(req: LaunchRequest, checked: Checked) -> RunSetup:
         fresh,
         extended,
         kept,
+        inputs,
     )
 
 
@@ -466,7 +500,7 @@ def _run_log(run_dir: RunDir) -> Iterator[None]:
 def execute(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
     """Run a prepared launch to its end."""
     with _run_log(setup.run_dir), _interrupt_on_sigterm():
-        return run(setup, observer)
+        return run(setup, with_tensorboard(setup, observer))
 
 
 def launch(req: LaunchRequest, observer: Observer | None = None) -> RunOutcome:

@@ -22,6 +22,8 @@ class WorkerSpec:
     # A local worker's CPU quota in cores (``[[workers]] cpu``) and its run id (the group's name)
     cpu: float | None = None
     run_id: str = ""
+    # Written to the worker's standard input once it starts (the run's secret: never in argv).
+    stdin: bytes = b""
 
 
 class ProcessHandle(Protocol):

@@ -27,12 +27,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from edgetrain.comm.control import Event, HandIn, Role
 from edgetrain.comm.coordinator import Coordinator, Resume
+from edgetrain.comm.protocol import new_secret
 from edgetrain.comm.security import CurveKeys
+from edgetrain.comm.wire import Limits
 from edgetrain.envinfo import versions
 from edgetrain.errors import EdgetrainError, RunError
 from edgetrain.launch.base import Launcher, WorkerSpec
 from edgetrain.launch.hosts import Placement
+from edgetrain.launch.run_inputs import RunInputs
 from edgetrain.launch.supervisor import Supervisor
+from edgetrain.launch.watchdog import Watchdog
 from edgetrain.recipe import Recipe
 from edgetrain.rundir import (
     COORDINATOR_STEM,
@@ -67,6 +71,8 @@ class LaunchOptions:
     poll_ms: int = 200
     watchdog_after_s: float = 10.0
     watchdog_every_s: float = 30.0
+    # start-up is a phase the live view shows; it is a warning only past this (watchdog.py)
+    startup_warn_after_s: float = 120.0
     # CURVE (recipe ``security = "curve"``): the run's keys, and the keys directory workers
     # are told to read (the same path on every host).
     keys: CurveKeys | None = None
@@ -98,6 +104,7 @@ class RunSetup:
     fresh: bool = False  # the run directory was made for this launch (nothing else in it)
     extended_epochs: int | None = None  # launch --resume --epochs N: the run's epochs now
     kept: Path | None = None  # where the completed result an extension overwrites was kept
+    inputs: RunInputs | None = None  # a launch into RUN: what it read of other commands' files
 
 
 def initial_manifest(recipe: Recipe, run_id: str, roles: Sequence[Role]) -> dict[str, Any]:
@@ -208,6 +215,7 @@ def evaluate_weights(
 
 def _final_model(setup: RunSetup, finals: Mapping[int, HandIn]) -> Event:
     """The family's model from the final hand-ins, evaluated on the test split."""
+    from edgetrain.runtime.model_file import write_final_model
     from edgetrain.runtime.weights import model_sha256
 
     final = setup.family.final_model(setup.recipe, finals, setup.roles)
@@ -216,14 +224,22 @@ def _final_model(setup: RunSetup, finals: Mapping[int, HandIn]) -> Event:
         "test_accuracy": acc,
         "test_loss": loss,
         "model_sha256": model_sha256(final.weights),
+        # RUN/model/final.safetensors and its sha256
+        **write_final_model(setup.recipe, setup.data, final.weights, setup.run_dir.path),
         **final.info,
     }
     return Event(None, final.event, data)
 
 
 def _worker_specs(
-    setup: RunSetup, endpoint: str, run_id: str, placements: list[Placement] | None
+    setup: RunSetup,
+    endpoint: str,
+    run_id: str,
+    placements: list[Placement] | None,
+    secret: str = "",
+    limits: Limits | None = None,
 ) -> list[WorkerSpec]:
+    """Each worker's command; the run's ``secret`` goes to its standard input, not its argv."""
     recipe, opts = setup.recipe, setup.opts
     specs = []
     for i, (g, role) in enumerate(zip(recipe.expanded_workers(), setup.roles, strict=True)):
@@ -248,11 +264,14 @@ def _worker_specs(
             bind,
             *announce,
             *(("--keys", str(opts.keys_dir)) if opts.keys is not None else ()),
+            *(("--secret-stdin",) if secret else ()),
+            *(limits.args() if limits is not None else ()),
         )
         env = {"OMP_NUM_THREADS": str(g.threads), "MKL_NUM_THREADS": str(g.threads)}
         log_path = setup.run_dir.log_file(worker_stem(i))
+        stdin = f"{secret}\n".encode() if secret else b""
         specs.append(
-            WorkerSpec(i, host, args, log_path, env, slot if place else None, g.cpu, run_id)
+            WorkerSpec(i, host, args, log_path, env, slot if place else None, g.cpu, run_id, stdin)
         )
     return specs
 
@@ -294,6 +313,13 @@ def _after_workers(launcher: Launcher) -> None:
     close: Callable[[], None] | None = getattr(launcher, "close", None)
     if close is not None:
         close()
+
+
+def _dump_stacks(sup: Supervisor, worker_id: int) -> str | None:
+    """Capture a silent worker's Python stacks before it is declared lost (a local worker's
+    go to ``RUN/logs/worker-N.stacks``, a remote one's into its log); where they are, or None."""
+    dump: Callable[[], str | None] | None = getattr(sup.handles.get(worker_id), "dump_stacks", None)
+    return dump() if dump is not None else None
 
 
 def _check_workers(coord: Coordinator, sup: Supervisor) -> list[Event]:
@@ -355,23 +381,6 @@ def _apply_policy(
         )
 
 
-class _Watchdog:
-    """Turns a silent wait into an event naming what the run waits on, now and then."""
-
-    def __init__(self, after_s: float, every_s: float) -> None:
-        self.after_s = after_s
-        self.every_s = every_s
-        self._last = 0.0
-
-    def check(self, coord: Coordinator, now: float) -> Event | None:
-        stall = coord.stall(now)
-        if stall is None or stall[0] < self.after_s or now - self._last < self.every_s:
-            return None
-        self._last = now
-        log.warning("%s", stall[1])
-        return Event(None, "waiting", {"message": stall[1], "waited_s": round(stall[0], 1)})
-
-
 @contextmanager
 def _signals_ignored() -> Iterator[None]:
     """Ignore SIGINT and SIGTERM inside the block (main thread only): a second Ctrl-C, or the
@@ -410,7 +419,7 @@ def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
     With ``setup.resume``, the run goes on in its directory from that checkpoint: the manifest
     keeps the earlier attempts, metrics files are appended to. A user error found only now (an
     address the coordinator cannot bind) is re-raised after the manifest records it."""
-    from edgetrain.report.summary import write_report
+    from edgetrain.report.write import write_report
 
     recipe, run_dir, opts = setup.recipe, setup.run_dir, setup.opts
     run_id = uuid.uuid4().hex[:16]
@@ -420,11 +429,16 @@ def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
     run_dir.write_manifest(manifest)
     rec = _Recorder(run_dir, recipe.num_workers, observer, run_id)
     sup = Supervisor(setup.launcher)
-    watchdog = _Watchdog(opts.watchdog_after_s, opts.watchdog_every_s)
+    watchdog = Watchdog(opts.watchdog_after_s, opts.watchdog_every_s, opts.startup_warn_after_s)
     status, error = "running", None
     user_error: EdgetrainError | None = None
     coord: Coordinator | None = None
+    secret = new_secret()  # binds every control message to this run (protocol.auth_token)
     try:
+        from edgetrain.runtime.limits import run_limits
+
+        data_bytes = int(setup.data.x_train.nbytes + setup.data.y_train.nbytes)
+        limits = run_limits(recipe, setup.data, setup.family.wire_load(recipe, data_bytes))
         coord = Coordinator(
             run_id,
             recipe.to_dict(),
@@ -438,7 +452,10 @@ def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
             security=opts.keys,
             epochs=recipe.train.epochs,
             placement=_placement_of(setup),
+            secret=secret,
+            limits=limits,
         )
+        coord.on_silent = lambda wid: _dump_stacks(sup, wid)
         log.info(
             "run %s: %s/%s, %d workers, coordinator at %s",
             run_id,
@@ -452,7 +469,7 @@ def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
             rec.record(Event(None, "resumed", {"epoch": setup.resume.epoch}))
         _before_workers(setup, coord.endpoint, manifest)
         placements: list[Placement] | None = getattr(setup.launcher, "placements", None)
-        for spec in _worker_specs(setup, coord.endpoint, run_id, placements):
+        for spec in _worker_specs(setup, coord.endpoint, run_id, placements, secret, limits):
             handle = sup.start(spec)
             manifest["workers"][spec.worker_id]["pid"] = handle.pid
         manifest.update(status="running", coordinator=coord.endpoint)
@@ -541,6 +558,8 @@ def _finish(
 def _start_manifest(setup: RunSetup, run_id: str) -> dict[str, Any]:
     """A new manifest, or for a resumed run the old one with its last attempt kept."""
     fresh = initial_manifest(setup.recipe, run_id, setup.roles)
+    if setup.inputs is not None:
+        fresh["inputs"] = setup.inputs.to_dict()
     if setup.resume is None:
         return fresh
     old = setup.run_dir.read_manifest()

@@ -1,7 +1,8 @@
 """What each host of a hosts file has: reachable over ssh, its python, edgetrain and torch
-versions, cores, memory, CUDA (``edgetrain hosts check``); and installing this edgetrain there
-(``edgetrain hosts install``): a wheel built here, copied over ssh, installed into the host's
-python. Every host is asked in parallel; each failing host is one line."""
+versions, the CUDA torch was built with and whether a CUDA device is there, cores, memory, and
+for a Jetson its board and L4T/JetPack release (``edgetrain hosts check``); and installing this
+edgetrain there (``edgetrain hosts install``): a wheel built here, copied over ssh, installed
+into the host's python. Every host is asked in parallel; each failing host is one line."""
 
 from __future__ import annotations
 
@@ -17,10 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import edgetrain
+from edgetrain.launch import jetson
 from edgetrain.launch.hosts import Host, HostsError, HostsFile
 from edgetrain.launch.ssh import ssh_command
 
-# Runs on the host: one JSON line of facts, whatever is missing.
+# Runs on the host: one JSON line of facts, whatever is missing. Plain Python 3 that any
+# JetPack's python runs (3.6 on JetPack 4, 3.8 on JetPack 5), so an old one is named, not
+# a syntax error; the device files are sent raw and parsed here (edgetrain.launch.jetson).
 _FACTS = r"""
 import json, os, platform, sys
 out = {"python": platform.python_version(), "cores": os.cpu_count()}
@@ -38,10 +42,20 @@ except Exception as exc:
 try:
     import torch
     out["torch"] = torch.__version__
-    out["cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    out["torch_cuda"] = torch.version.cuda
+    out["cuda_available"] = bool(torch.cuda.is_available())
+    out["cuda"] = torch.cuda.get_device_name(0) if out["cuda_available"] else None
 except Exception as exc:
     out["torch"] = None
     out["cuda"] = None
+    lines = str(exc).strip().splitlines()
+    out["torch_error"] = type(exc).__name__ + (": " + lines[0] if lines else "")
+for key, path in (("board", "/proc/device-tree/model"), ("tegra", "/etc/nv_tegra_release")):
+    try:
+        with open(path, "rb") as fh:
+            out[key] = fh.read(4096).decode("utf-8", "replace")
+    except Exception:
+        out[key] = None
 print("@@facts " + json.dumps(out))
 """
 
@@ -57,13 +71,24 @@ class HostFacts:
     python_version: str | None = None
     edgetrain: str | None = None
     torch: str | None = None
+    torch_error: str | None = None  # why torch did not import, where it did not
+    torch_cuda: str | None = None  # the CUDA torch was built with; None: a CPU-only build
+    cuda_available: bool | None = None
+    cuda: str | None = None  # the first CUDA device's name
     cores: int | None = None
     memory_bytes: int | None = None
-    cuda: str | None = None
+    board: str | None = None  # /proc/device-tree/model: a Jetson's (or other board's) name
+    l4t: str | None = None  # a Jetson's L4T release, R36.3.0
+    jetpack: str | None = None  # the JetPack major of that release
     problem: str | None = None
+    note: str | None = None  # worth knowing, but workers can run
+
+    @property
+    def jetson(self) -> bool:
+        return jetson.is_jetson(self.board, self.l4t)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "jetson": self.jetson}
 
 
 def _ssh(
@@ -107,31 +132,67 @@ def facts(hosts: HostsFile, host: Host) -> HostFacts:
     if "@@python-missing" in text:
         out.problem = f"python '{python}' is not an executable there; fix `python`/`venv`"
         return out
-    line = next((ln for ln in text.splitlines() if ln.startswith("@@facts ")), None)
-    if line is None:
+    if not read_facts(out, text):
         out.problem = (
             f"the check under {python} printed no result: {_last(done.stdout + done.stderr)}"
         )
-        return out
+    return out
+
+
+def read_facts(out: HostFacts, text: str) -> bool:
+    """Fill ``out`` from the probe's output (its ``@@facts`` JSON line) and judge it; False
+    when the output holds no such line."""
+    line = next((ln for ln in text.splitlines() if ln.startswith("@@facts ")), None)
+    if line is None:
+        return False
     data = json.loads(line.removeprefix("@@facts "))
     out.python_version = data.get("python")
     out.edgetrain = data.get("edgetrain")
     out.torch = data.get("torch")
+    out.torch_error = data.get("torch_error")
+    out.torch_cuda = data.get("torch_cuda")
+    out.cuda_available = data.get("cuda_available")
+    out.cuda = data.get("cuda")
     out.cores = data.get("cores")
     out.memory_bytes = data.get("memory_bytes")
-    out.cuda = data.get("cuda")
+    out.board = jetson.board_model(data.get("board"))
+    out.l4t = jetson.l4t_release(data.get("tegra"))
+    out.jetpack = jetson.jetpack_major(out.l4t)
     out.problem = _problem(out)
-    return out
+    out.note = None if out.problem else _note(out)
+    return True
 
 
 def _problem(f: HostFacts) -> str | None:
+    old = jetson.python_problem(f.python_version, f.jetson)
+    if old is not None:
+        return old
     if f.torch is None:
-        return f"torch is not installed for {f.python}; install it first (a Jetson: NVIDIA's wheel)"
+        wheel = "NVIDIA's wheel for its JetPack" if f.jetson else "a Jetson: NVIDIA's wheel"
+        wheel = f"{wheel}, {jetson.JETSON_DOC}"
+        if f.torch_error and not f.torch_error.startswith("ModuleNotFoundError"):
+            why = f"torch does not import under {f.python} ({f.torch_error})"
+            return f"{why}; reinstall it ({wheel})"
+        return f"torch is not installed for {f.python}; install it first ({wheel})"
     if f.edgetrain is None:
         return "edgetrain is not installed there; run `edgetrain hosts install`"
     if f.edgetrain != edgetrain.__version__:
         here = edgetrain.__version__
         return f"edgetrain {f.edgetrain} there but {here} here; run `edgetrain hosts install`"
+    return None
+
+
+def _note(f: HostFacts) -> str | None:
+    """A Jetson whose torch cannot use its GPU, or a CUDA build that sees no device."""
+    if f.torch is None:
+        return None
+    if f.jetson and f.torch_cuda is None:
+        return (
+            f"torch {f.torch} is a CPU-only build, so this Jetson's GPU goes unused: install "
+            f"NVIDIA's PyTorch wheel for its JetPack ({jetson.JETSON_DOC})"
+        )
+    if f.torch_cuda is not None and f.cuda_available is False and f.jetson:
+        return f"torch {f.torch} is built for CUDA {f.torch_cuda} but sees no CUDA device"
     return None
 
 

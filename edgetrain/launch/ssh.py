@@ -20,6 +20,7 @@ import time
 
 from edgetrain.launch.base import WorkerSpec
 from edgetrain.launch.hosts import Host, HostsFile, Placement
+from edgetrain.launch.local import write_stdin
 from edgetrain.launch.logstream import LineSink, LogTee
 from edgetrain.launch.ssh_argv import ssh_command as ssh_command
 from edgetrain.launch.ssh_preflight import check_hosts, endpoint_target
@@ -92,6 +93,7 @@ class SshProcess:
     ) -> None:
         self.worker_id = spec.worker_id
         self.host = spec.host
+        self.log_path = spec.log_path
         self.remote_pid: int | None = None
         self.remote_exit: int | None = None
         self._hosts = hosts
@@ -155,6 +157,27 @@ class SshProcess:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._popen.pid, sig)
 
+    def dump_stacks(self) -> str | None:
+        """Ask the remote worker for its Python stacks (SIGUSR1 to the children of the remote
+        shell, i.e. the worker): it writes them to its standard error, which streams into its
+        log here. Returns that log, or None when the remote process is unknown or gone."""
+        if self.remote_pid is None or not self._remote_may_run() or self._popen.poll() is not None:
+            return None
+        script = f"pkill -USR1 -P {self.remote_pid} 2>/dev/null; true"
+        argv = ssh_command(self._hosts, self._host, script)
+        with contextlib.suppress(OSError):
+            self._helpers.append(
+                subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
+            return str(self.log_path)
+        return None
+
     def terminate(self) -> None:
         self._stop(signal.SIGTERM)
 
@@ -213,6 +236,7 @@ class SshLauncher:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        write_stdin(popen, spec.stdin)  # through ssh to the remote worker's standard input
         handle = SshProcess(spec, self.hosts, host, popen, self.sink)
         self.handles.append(handle)
         log.info("worker %d on %s: ssh pid %d", spec.worker_id, host.label, popen.pid)

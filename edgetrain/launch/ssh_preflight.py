@@ -9,12 +9,14 @@ from urllib.parse import urlsplit
 
 import edgetrain
 from edgetrain.launch.hosts import Host, HostsError, HostsFile
+from edgetrain.launch.jetson import python_problem
 from edgetrain.launch.ssh_argv import ssh_command
 
-# Runs on the host under its python: reports the edgetrain version and, given ADDR PORT,
-# whether a TCP connection to the coordinator opens from there.
+# Runs on the host under its python: reports its Python and edgetrain versions and, given
+# ADDR PORT, whether a TCP connection to the coordinator opens from there.
 _PROBE = """
 import socket, sys
+print("@@python", "%d.%d.%d" % tuple(sys.version_info[:3]))
 try:
     import edgetrain
 except Exception as exc:
@@ -64,6 +66,9 @@ def _verdict(
         return f"workdir '{workdir}' does not exist there; create it or fix `workdir`"
     if "@@python-missing" in marks:
         return f"python '{python}' is not an executable there; fix `python`/`venv` for the host"
+    old = python_problem(marks.get("@@python"))
+    if old is not None:
+        return old
     if "@@import-failed" in marks:
         return (
             f"edgetrain does not import under {python} ({marks['@@import-failed']}); "

@@ -5,6 +5,8 @@ and checks :data:`LISTED_PARAMS` against it."""
 
 from __future__ import annotations
 
+from importlib import util
+
 # Smallest input side (height and width, each) each torchvision architecture is built for;
 # smaller inputs are resized up to it by a parameter-free ``nn.Upsample`` placed first.
 # Found by trying every side from 1 up (forward in train mode with a batch of 2, in eval mode
@@ -44,6 +46,17 @@ DESCRIPTIONS: dict[str, str] = {
     "googlenet": "torchvision GoogLeNet (no auxiliary heads)",
 }
 MODEL_NAMES: tuple[str, ...] = tuple(DESCRIPTIONS)
+# The models torchvision builds (the `vision` extra); the others need torch alone.
+TORCHVISION_MODELS: frozenset[str] = frozenset(MIN_SIDE)
+VISION_FIX = (
+    "pip install 'edgetrain[vision]' (or scripts/setup with a torch spec that includes torchvision)"
+)
+
+
+def torchvision_installed() -> bool:
+    """Whether torchvision can be imported here (found, not imported: that import is slow)."""
+    return util.find_spec("torchvision") is not None
+
 
 # The shape and classes `edgetrain models list` counts parameters at, and the counts:
 # sum(p.numel()) of build_model(name, LISTED_INPUT, LISTED_CLASSES) (the model's defaults),

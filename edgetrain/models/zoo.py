@@ -10,7 +10,14 @@ from torch import Tensor, nn
 
 from edgetrain.errors import ModelError
 from edgetrain.models import small
-from edgetrain.models.catalog import DESCRIPTIONS, MIN_SIDE, MODEL_NAMES
+from edgetrain.models.catalog import (
+    DESCRIPTIONS,
+    MIN_SIDE,
+    MODEL_NAMES,
+    TORCHVISION_MODELS,
+    VISION_FIX,
+    torchvision_installed,
+)
 
 _SMALL: dict[str, Callable[..., nn.Module]] = {
     "mlp": small.mlp,
@@ -42,7 +49,8 @@ _OPTIONS: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
 
 
 def check_model_config(name: str, options: Mapping[str, Any] | None = None) -> None:
-    """Raise :class:`ModelError` for an unknown model, option or option value, building nothing."""
+    """Raise :class:`ModelError` for an unknown model, option or option value, or a
+    torchvision model where torchvision is not installed; building nothing."""
     if name not in DESCRIPTIONS:
         close = difflib.get_close_matches(name, MODEL_NAMES, n=1)
         known = f"known models: {', '.join(MODEL_NAMES)}"
@@ -58,6 +66,8 @@ def check_model_config(name: str, options: Mapping[str, Any] | None = None) -> N
         check, expected = valid[key]
         if not check(value):
             raise ModelError(f"model '{name}' option '{key}' = {value!r} is invalid", expected)
+    if name in TORCHVISION_MODELS and not torchvision_installed():
+        raise ModelError(f"model '{name}' needs torchvision, which is not installed", VISION_FIX)
 
 
 def _check_shape(input_shape: tuple[int, int, int], num_classes: int) -> None:

@@ -13,6 +13,7 @@ state-dict names, so stage slices join back into the recipe's model.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -78,33 +79,38 @@ def _children(m: nn.Module, prefix: str) -> Iterator[tuple[str, nn.Module]]:
         yield _join(prefix, name), child
 
 
-def _blocks() -> tuple[type, ...]:
+def _torchvision_types() -> tuple[tuple[type, ...], tuple[type, ...], tuple[type, ...]]:
+    """torchvision's (VGG, AlexNet), (ResNet,) and ResNet blocks; empty where torchvision's
+    models were never imported, as then no module can be one of them (a model of torch alone
+    is cut without importing torchvision, which need not be installed)."""
+    if "torchvision.models" not in sys.modules:
+        return (), (), ()
+    from torchvision.models import VGG, AlexNet, ResNet
     from torchvision.models.resnet import BasicBlock, Bottleneck
 
-    return (BasicBlock, Bottleneck)
+    return (VGG, AlexNet), (ResNet,), (BasicBlock, Bottleneck)
 
 
 def _items(m: nn.Module, prefix: str, model_name: str) -> Iterator[tuple[str, nn.Module]]:
     """The modules ``m`` runs, in order, as (state-dict prefix, module)."""
-    from torchvision.models import VGG, AlexNet, ResNet
-
+    features, resnets, blocks = _torchvision_types()
     if isinstance(m, nn.Sequential):
         for name, child in _children(m, prefix):
             yield from _items(child, name, model_name)
-    elif isinstance(m, (VGG, AlexNet)):
-        yield from _items(m.features, _join(prefix, "features"), model_name)
-        yield _join(prefix, "avgpool"), m.avgpool
+    elif isinstance(m, features):
+        yield from _items(m.get_submodule("features"), _join(prefix, "features"), model_name)
+        yield _join(prefix, "avgpool"), m.get_submodule("avgpool")
         yield _join(prefix, "flatten"), nn.Flatten()
-        yield from _items(m.classifier, _join(prefix, "classifier"), model_name)
-    elif isinstance(m, ResNet):
+        yield from _items(m.get_submodule("classifier"), _join(prefix, "classifier"), model_name)
+    elif isinstance(m, resnets):
         for name in ("conv1", "bn1", "relu", "maxpool"):
-            yield _join(prefix, name), getattr(m, name)
+            yield _join(prefix, name), m.get_submodule(name)
         for name in ("layer1", "layer2", "layer3", "layer4"):
-            yield from _items(getattr(m, name), _join(prefix, name), model_name)
-        yield _join(prefix, "avgpool"), m.avgpool
+            yield from _items(m.get_submodule(name), _join(prefix, name), model_name)
+        yield _join(prefix, "avgpool"), m.get_submodule("avgpool")
         yield _join(prefix, "flatten"), nn.Flatten()
-        yield _join(prefix, "fc"), m.fc
-    elif isinstance(m, _blocks()) or not any(True for _ in m.children()):
+        yield _join(prefix, "fc"), m.get_submodule("fc")
+    elif isinstance(m, blocks) or not any(True for _ in m.children()):
         yield prefix, m
     else:
         raise ModelError(

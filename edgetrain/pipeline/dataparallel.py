@@ -52,6 +52,11 @@ def check_run_dir(recipe: Recipe, run_dir: Path | None) -> None:
     return None
 
 
+def reads(recipe: Recipe) -> dict[str, str]:
+    """Nothing: a ``[pipeline] plan`` partitions stages, and replicas hold the whole model."""
+    return {}
+
+
 def controller(recipe: Recipe, roles: Sequence[Role], run_dir: Path) -> PipelineController:
     return PipelineController(recipe, roles, run_dir, staged=False)
 
@@ -67,5 +72,9 @@ def final_model(recipe: Recipe, handins: Mapping[int, HandIn], roles: Sequence[R
 
 
 SIDE = TechniqueSide(
-    check=check, check_run_dir=check_run_dir, controller=controller, final_model=final_model
+    check=check,
+    check_run_dir=check_run_dir,
+    reads=reads,
+    controller=controller,
+    final_model=final_model,
 )

@@ -51,6 +51,7 @@ class Evaluator:
         self.scratch: Path | None = None
         self.got: dict[str, int] = {}  # parts received per sender
         self.parts: dict[int, dict[str, Any]] = {}  # snap -> its facts and files
+        self.session: Session | None = None  # for progress reports (the live view's row)
 
     def setup(self) -> Ready:
         ctx = self.ctx
@@ -63,6 +64,7 @@ class Evaluator:
         return Ready({"snap": endpoint}, {})
 
     def run(self, session: Session) -> Final:
+        self.session = session
         self._expect_senders(session)
         assert self.sock is not None
         drain = session.wait_drain([(self.sock, self._take)])
@@ -137,6 +139,7 @@ class Evaluator:
             path = self.scratch / f"snap-{snap}-{part}-{entry['units'][part]}.npz"
             np.savez(path, **{k: np.asarray(v) for k, v in msg.tensors.items()})  # type: ignore[arg-type]
             entry["files"].append(path)
+            self._progress(snapshots_received=len(self.parts))
 
     def _missing(self, expect: dict[str, int]) -> int:
         return sum(
@@ -194,4 +197,11 @@ class Evaluator:
                 acc, loss = evaluate(self.model, x, y)
                 row.update(test_accuracy=acc, test_loss=loss, sha256=model_sha256(arrays))
             out.append(row)
+            scored = sum(1 for r in out if r["test_accuracy"] is not None)
+            self._progress(snapshots_scored=scored, snapshot_accuracy=row["test_accuracy"])
         return out
+
+    def _progress(self, **counts: Any) -> None:
+        """Report what this evaluator did so far (at most twice a second)."""
+        if self.session is not None:
+            self.session.progress(0, 0, 0, **counts)

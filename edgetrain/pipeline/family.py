@@ -27,7 +27,7 @@ from edgetrain.pipeline import feed
 from edgetrain.pipeline.config import PipelineSection
 from edgetrain.recipe import Recipe
 from edgetrain.rundir import read_run_json
-from edgetrain.runtime.base import FamilyDefaults, FinalModel, HandInError
+from edgetrain.runtime.base import FamilyDefaults, FinalModel, HandInError, WireLoad
 from edgetrain.runtime.context import RunRecord
 from edgetrain.runtime.weights import model_arrays
 
@@ -285,6 +285,14 @@ class PipelineFamily(FamilyDefaults):
                 "launch with --run-dir RUN, the directory `edgetrain plan --pipeline` wrote to",
             )
         choose_bounds(recipe, run_dir)
+
+    def wire_load(self, recipe: Recipe, data_bytes: int) -> WireLoad:
+        """Activations and errors travel per microbatch."""
+        return WireLoad(max(recipe.train.batch_size, microbatch_of(recipe)))
+
+    def reads(self, recipe: Recipe) -> dict[str, str]:
+        plan = PipelineSection.of(recipe).plan
+        return {} if plan is None else {plan: "[pipeline] plan"}
 
     def policy(self, recipe: Recipe) -> CoordinationPolicy:
         return CoordinationPolicy(

@@ -154,9 +154,9 @@ class StageRunner(TrainingProcess):
                     )
                     self._snapshot(epoch, absorbed, epoch_end=op.mb == self.m - 1)
             self.stage.executor.sample()
-            session.progress(
-                epoch, done, steps + done, loss=self.losses[-1] if self.losses else 0.0
-            )
+            # only the last stage computes a loss: the others report none
+            loss = {"loss": self.losses[-1]} if self.losses else {}
+            session.progress(epoch, done, steps + done, **loss)
         epoch_s = time.monotonic() - started - (self.snap_s - snap_before)
         self.clock += epoch_s
         steps += done

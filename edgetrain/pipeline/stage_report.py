@@ -97,10 +97,16 @@ def pipeline_report(
         for s in curve
         if s.get("epoch_end") and s.get("test_accuracy") is not None
     }
+    epoch_loss = {
+        str(s["epoch"]): s["test_loss"]
+        for s in curve
+        if s.get("epoch_end") and s.get("test_loss") is not None
+    }
     return {
         "stages": stages,
         "snapshots": curve,
         "epoch_accuracy": epoch_acc,
+        "epoch_test_loss": epoch_loss,
         "markdown": render(stages, curve),
     }
 

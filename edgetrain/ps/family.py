@@ -86,6 +86,10 @@ class PsFamily(FamilyDefaults):
                 'add [[workers]] role = "server" (and trainers) to the recipe',
             )
 
+    def reads(self, recipe: Recipe) -> dict[str, str]:
+        plan = PsSection.of(recipe).plan
+        return {} if plan is None else {plan: "[ps] plan"}
+
     def policy(self, recipe: Recipe) -> CoordinationPolicy:
         return CoordinationPolicy(
             epoch_roles=frozenset({"trainer"}),

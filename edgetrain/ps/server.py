@@ -153,6 +153,9 @@ class ShardServer:
             else:
                 self._on_push(identity, trainer, msg)
         self._answer_pulls()
+        # the live view's row: what this shard served so far (at most twice a second)
+        pushes, pulls = int(self.stats["pushes"]), int(self.stats["pulls"])
+        self.session.progress(0, 0, pushes, pushes=pushes, pulls=pulls)
 
     def _on_pull(self, identity: bytes, trainer: int, msg: Message) -> None:
         it = int(msg.meta["iter"])

@@ -14,14 +14,21 @@ the slowest worker's is::
     T(E) = max_i (t_i(E) - start - sum_{e <= E} eval_i(e))
 
 The accuracy of epoch E is the mean of the workers' test accuracies reported for E (DESIGN:
-"time to target" is the first epoch at or above the target). A resumed run continues the clock
-of the attempt it resumed from, at the checkpointed epoch.
+"time to target" is the first epoch at or above the target), and its ``loss`` and ``test_loss``
+the means of the training and test losses the workers reported (a worker that computes none,
+such as a pipeline stage before the last, is left out). A resumed run continues the clock of
+the attempt it resumed from, at the checkpointed epoch.
+
+Each worker's own points (:func:`worker_points`, the report's per-worker plots) sit on the same
+clock: with barriers, the run's clock at the previous release plus the worker's training since
+that release; without, the worker's own time with its evaluations left out. The run's point of
+an epoch is the latest of its workers' (and never earlier than the epoch before).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 
@@ -34,6 +41,8 @@ class Report:
     t: float
     eval_s: float = 0.0
     accuracy: float | None = None
+    loss: float | None = None  # the epoch's mean training loss
+    test_loss: float | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,8 @@ class Point:
     wall_s: float
     accuracy: float | None
     workers: int
+    loss: float | None = None
+    test_loss: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -53,32 +64,78 @@ class Point:
             "wall_s": round(self.wall_s, 4),
             "test_accuracy": self.accuracy,
             "workers": self.workers,
+            "loss": self.loss,
+            "test_loss": self.test_loss,
         }
+
+
+@dataclass(frozen=True)
+class WorkerPoint:
+    """Worker ``worker`` ended epoch ``epoch`` ``train_s`` training seconds in."""
+
+    worker: int
+    epoch: int
+    train_s: float
+    accuracy: float | None = None
+    loss: float | None = None
+    test_loss: float | None = None
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _by_epoch(reports: Sequence[Report]) -> dict[int, list[Report]]:
+    out: dict[int, list[Report]] = {}
+    for r in reports:
+        out.setdefault(r.epoch, []).append(r)
+    return dict(sorted(out.items()))
+
+
+def worker_points(
+    start: float, reports: Sequence[Report], releases: Mapping[int, float] | None
+) -> list[WorkerPoint]:
+    """Each worker's end of each epoch of one attempt on the training clock (``releases``:
+    barrier times by epoch; None: no barriers)."""
+    out: list[WorkerPoint] = []
+    clock, previous = 0.0, start
+    spent: dict[int, float] = {}  # without barriers: each worker's evaluation so far
+    for epoch, rows in _by_epoch(reports).items():
+        for r in rows:
+            if releases is not None:
+                at = clock + max(0.0, r.t - r.eval_s - previous)
+            else:
+                spent[r.worker] = spent.get(r.worker, 0.0) + r.eval_s
+                at = r.t - start - spent[r.worker]
+            out.append(WorkerPoint(r.worker, epoch, at, r.accuracy, r.loss, r.test_loss))
+        if releases is not None:
+            clock = max(p.train_s for p in out[-len(rows) :])
+            previous = releases.get(epoch, max(r.t for r in rows))
+    return out
 
 
 def attempt_curve(
     start: float, reports: Sequence[Report], releases: Mapping[int, float] | None
 ) -> list[Point]:
     """The curve of one attempt (``releases``: barrier times by epoch; None: no barriers)."""
-    by_epoch: dict[int, list[Report]] = {}
-    for r in reports:
-        by_epoch.setdefault(r.epoch, []).append(r)
+    mine = worker_points(start, reports, releases)
     points: list[Point] = []
-    clock, previous = 0.0, start
-    spent: dict[int, float] = {}  # without barriers: each worker's evaluation so far
-    for epoch in sorted(by_epoch):
-        rows = by_epoch[epoch]
-        if releases is not None:
-            ended = max(r.t - r.eval_s for r in rows)
-            clock += max(0.0, ended - previous)
-            previous = releases.get(epoch, max(r.t for r in rows))
-        else:
-            for r in rows:
-                spent[r.worker] = spent.get(r.worker, 0.0) + r.eval_s
-            clock = max(clock, max(r.t - start - spent[r.worker] for r in rows))
-        accs = [r.accuracy for r in rows if r.accuracy is not None]
-        acc = sum(accs) / len(accs) if accs else None
-        points.append(Point(epoch, clock, max(r.t for r in rows) - start, acc, len(rows)))
+    clock = 0.0
+    for epoch, rows in _by_epoch(reports).items():
+        ended = [p for p in mine if p.epoch == epoch]
+        clock = max(clock, max(p.train_s for p in ended))
+        points.append(
+            Point(
+                epoch,
+                clock,
+                max(r.t for r in rows) - start,
+                _mean([r.accuracy for r in rows]),
+                len(rows),
+                _mean([r.loss for r in rows]),
+                _mean([r.test_loss for r in rows]),
+            )
+        )
     return points
 
 
@@ -91,9 +148,22 @@ def join_attempts(attempts: Sequence[tuple[int, list[Point]]]) -> list[Point]:
         base_train = kept[-1].train_s if kept else 0.0
         base_wall = kept[-1].wall_s if kept else 0.0
         out = kept + [
-            Point(p.epoch, p.train_s + base_train, p.wall_s + base_wall, p.accuracy, p.workers)
-            for p in curve
+            replace(p, train_s=p.train_s + base_train, wall_s=p.wall_s + base_wall) for p in curve
         ]
+    return out
+
+
+def join_worker_points(
+    attempts: Sequence[tuple[int, list[WorkerPoint]]],
+) -> list[WorkerPoint]:
+    """The workers' points of every attempt, each ``(epoch it resumed after, its points)``, as
+    :func:`join_attempts` joins the run's curve: a later attempt replaces the epochs after its
+    checkpoint and continues the clock from the run's clock there."""
+    out: list[WorkerPoint] = []
+    for resumed_after, points in attempts:
+        kept = [p for p in out if p.epoch <= resumed_after]
+        base = max((p.train_s for p in kept), default=0.0)  # the run's clock there
+        out = kept + [replace(p, train_s=p.train_s + base) for p in points]
     return out
 
 

@@ -8,7 +8,9 @@ reproduction script compares its arms with this, so the same definitions hold ev
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
+from pathlib import PurePath
 from typing import Any
 
 from edgetrain.report.clock import Point, time_to
@@ -18,7 +20,15 @@ from edgetrain.rundir import RunDir
 
 def _curve(summary: dict[str, Any]) -> list[Point]:
     return [
-        Point(p["epoch"], p["train_s"], p["wall_s"], p.get("test_accuracy"), p.get("workers", 0))
+        Point(
+            p["epoch"],
+            p["train_s"],
+            p["wall_s"],
+            p.get("test_accuracy"),
+            p.get("workers", 0),
+            p.get("loss"),
+            p.get("test_loss"),
+        )
         for p in summary.get("curve", [])
     ]
 
@@ -31,6 +41,7 @@ def run_row(summary: dict[str, Any], target: float | None) -> dict[str, Any]:
     final = summary.get("test_accuracy")
     return {
         "run": summary.get("run"),
+        "run_id": summary.get("run_id"),
         "name": summary.get("name"),
         "family": summary.get("family"),
         "technique": summary.get("technique"),
@@ -48,6 +59,25 @@ def run_row(summary: dict[str, Any], target: float | None) -> dict[str, Any]:
         "model_sha256": summary.get("model_sha256"),
         "curve": summary.get("curve", []),
     }
+
+
+def legend_labels(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Labels that tell the runs apart in a plot's legend: the run directory's name (with the
+    run's name first where the directory's does not start with it), the technique and the seed;
+    runs whose labels would still be the same get their run id too."""
+    labels = []
+    for row in rows:
+        folder = PurePath(str(row.get("run") or "")).name
+        name = str(row.get("name") or "")
+        where = folder if folder.startswith(name) else f"{name} ({folder})" if folder else name
+        labels.append(
+            f"{where}: {row.get('family')}/{row.get('technique')}, seed {row.get('seed')}"
+        )
+    seen = Counter(labels)
+    return [
+        f"{label} [{str(row.get('run_id') or '?')[:8]}]" if seen[label] > 1 else label
+        for label, row in zip(labels, rows, strict=True)
+    ]
 
 
 def speedups(rows: Sequence[dict[str, Any]], target: float | None) -> list[float | None]:

@@ -1,4 +1,5 @@
-"""Plots of runs: test accuracy per worker against wall time, and runs side by side."""
+"""Plots of runs: a run's accuracy and loss against training time (what they draw:
+:mod:`edgetrain.report.figures`), and runs side by side."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from edgetrain.report.figures import Series, accuracy_series, loss_series
+from edgetrain.report.summary import ACCURACY_PNG, LOSS_PNG, worker_curves
 from edgetrain.rundir import COORDINATOR_STEM, RunDir, atomic_write_bytes, read_jsonl, worker_stem
 
-MODEL_EVENTS = ("averaged", "final_model")
+TRAINING_TIME = "training time (s, evaluation excluded)"
 
 
 def _save(fig: Any, path: Path) -> str:
@@ -32,53 +35,50 @@ def _pyplot() -> Any:
     return plt
 
 
-def plot_accuracy(run_dir: RunDir, path: Path) -> str | None:
-    """Write a PNG of each worker's test accuracy over wall time; return its path (or None)."""
-    plt = _pyplot()
-    manifest = run_dir.read_manifest()
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    plotted = False
-    for w in manifest.get("workers", []):
-        events = read_jsonl(run_dir.metrics_file(worker_stem(w["id"])))
-        pts = [
-            (e["t"], e["test_accuracy"])
-            for e in events
-            if e.get("event") == "epoch" and isinstance(e.get("test_accuracy"), (int, float))
-        ]
-        if pts:
-            xs, ys = zip(*pts, strict=True)
-            role = w.get("role", "trainer")
-            what = "" if role == "trainer" else f" {role}"
-            ax.plot(
-                xs,
-                ys,
-                marker="o",
-                ms=3,
-                label=f"worker {w['id']}{what} (x{w.get('slowdown', 1):g})",
-            )
-            plotted = True
-    for e in read_jsonl(run_dir.metrics_file(COORDINATOR_STEM)):
-        if e.get("event") in MODEL_EVENTS and isinstance(e.get("test_accuracy"), (int, float)):
-            label = "averaged model" if e["event"] == "averaged" else "final model"
-            ax.scatter(
-                [e["t"]],
-                [e["test_accuracy"]],
-                marker="*",
-                s=140,
-                color="black",
-                zorder=5,
-                label=label,
-            )
-            plotted = True
-    if not plotted:
-        plt.close(fig)
+def plot_series(series: Sequence[Series], path: Path, title: str, ylabel: str) -> str | None:
+    """Write a PNG of ``series`` against training time; return its path (None: nothing to
+    draw, nothing written)."""
+    if not series:
         return None
-    ax.set_xlabel("wall time (s)")
-    ax.set_ylabel("test accuracy")
-    ax.set_title(f"{manifest.get('name')}: test accuracy per worker")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    for s in series:
+        if s.kind == "star":
+            ax.scatter(s.xs, s.ys, marker="*", s=140, color="black", zorder=5, label=s.label)
+        else:
+            style = "--" if s.kind == "dashed" else "-"
+            ax.plot(s.xs, s.ys, linestyle=style, marker="o", ms=3, label=s.label)
+    ax.set_xlabel(TRAINING_TIME)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="best", fontsize=8)
     return _save(fig, path)
+
+
+def plot_report(summary: dict[str, Any], run_dir: RunDir) -> tuple[str | None, str | None]:
+    """Write the report's ``accuracy.png`` and ``loss.png``; return their paths (None: not
+    written, nothing to draw)."""
+    coordinator = read_jsonl(run_dir.metrics_file(COORDINATOR_STEM))
+    rows = {
+        int(w["id"]): read_jsonl(run_dir.metrics_file(worker_stem(int(w["id"]))))
+        for w in summary.get("workers", [])
+    }
+    curves = worker_curves(coordinator, rows)
+    name = summary.get("name")
+    acc = plot_series(
+        accuracy_series(summary, curves),
+        run_dir.report / ACCURACY_PNG,
+        f"{name}: test accuracy against training time",
+        "test accuracy",
+    )
+    loss = plot_series(
+        loss_series(summary, curves),
+        run_dir.report / LOSS_PNG,
+        f"{name}: loss against training time",
+        "loss",
+    )
+    return acc, loss
 
 
 def plot_curves(
@@ -103,7 +103,7 @@ def plot_curves(
         return None
     if target is not None:
         ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:g}")
-    ax.set_xlabel("training time (s, evaluation excluded)")
+    ax.set_xlabel(TRAINING_TIME)
     ax.set_ylabel("test accuracy (mean over workers)")
     ax.set_title("accuracy against training time")
     ax.grid(alpha=0.3)

@@ -1,11 +1,13 @@
 """Summarise a run directory: per-worker results, the run's model, the training clock, traffic.
 
 ``report/summary.json`` carries, besides status and wall time: ``family`` and ``technique``;
-each worker's ``role``; ``test_accuracy`` and ``model_sha256`` of the final model (the gossip
-family's averaged model is also ``averaged_test_accuracy``); ``train_s``, the training time
-with evaluation excluded (:mod:`edgetrain.report.clock`), and the ``curve`` of accuracy against
-it per epoch; ``iterations``; and bytes sent per link class (``lan`` within a site, ``wan``
-between sites, ``peer`` where the hosts name no sites, ``control`` to the coordinator).
+each worker's ``role``; ``test_accuracy``, ``test_loss`` and ``model_sha256`` of the final model
+(the gossip family's averaged model is also ``averaged_test_accuracy``); ``train_s``, the
+training time with evaluation excluded (:mod:`edgetrain.report.clock`), and the ``curve`` of
+accuracy, training loss and test loss against it per epoch; ``iterations``; and bytes sent per
+link class (``lan`` within a site, ``wan`` between sites, ``peer`` where the hosts name no
+sites, ``control`` to the coordinator). The report's plots (:mod:`edgetrain.report.plot`) draw
+accuracy and loss against the same clock.
 """
 
 from __future__ import annotations
@@ -15,12 +17,18 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from edgetrain.report.clock import Point, Report, attempt_curve, join_attempts
+from edgetrain.report.clock import (
+    Point,
+    Report,
+    WorkerPoint,
+    attempt_curve,
+    join_attempts,
+    join_worker_points,
+    worker_points,
+)
 from edgetrain.rundir import (
     COORDINATOR_STEM,
     RunDir,
-    atomic_write_json,
-    atomic_write_text,
     read_jsonl,
     worker_stem,
 )
@@ -31,6 +39,7 @@ if TYPE_CHECKING:
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
 ACCURACY_PNG = "accuracy.png"
+LOSS_PNG = "loss.png"
 MODEL_EVENTS = ("averaged", "final_model")
 ATTEMPT_OPENERS = ("registered", "resumed", "started")
 
@@ -82,6 +91,7 @@ def _worker_summary(
     return {
         "id": worker["id"],
         "role": worker.get("role", "trainer"),
+        "role_index": worker.get("role_index"),
         "host": worker.get("host", "localhost"),
         "site": worker.get("site"),
         "status": worker.get("status", "unknown"),
@@ -113,12 +123,18 @@ def _attempts(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def training_curve(
+def _number(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if ok else None
+
+
+def _attempt_reports(
     coordinator: list[dict[str, Any]], workers: Mapping[int, list[dict[str, Any]]]
-) -> list[Point]:
-    """The run's curve from its metrics files (every attempt of a resumed run)."""
+) -> list[tuple[int, float, list[Report], dict[int, float] | None]]:
+    """Each attempt of the run (a resumed run has several) that started: the epoch it resumed
+    after, its start, the workers' epoch reports and its barrier releases (None: no barriers)."""
     worker_parts = {w: _attempts(rows) for w, rows in workers.items()}
-    joined: list[tuple[int, list[Point]]] = []
+    out = []
     for run_id, part in _attempts(coordinator).items():
         started = _last(part, "started")
         if started is None:
@@ -131,16 +147,46 @@ def training_curve(
                 int(e["epoch"]),
                 float(e["t"]),
                 float(e.get("eval_s") or 0.0),
-                e.get("test_accuracy"),
+                _number(e.get("test_accuracy")),
+                _number(e.get("loss")),
+                _number(e.get("test_loss")),
             )
             for w, parts in worker_parts.items()
             for e in parts.get(run_id, [])
             if e.get("event") == "epoch" and isinstance(e.get("epoch"), int)
         ]
         barriers = bool(started.get("barriers", bool(releases)))
-        curve = attempt_curve(float(started["t"]), reports, releases if barriers else None)
-        joined.append((int(resumed["epoch"]) if resumed else 0, curve))
-    return join_attempts(joined)
+        after = int(resumed["epoch"]) if resumed else 0
+        out.append((after, float(started["t"]), reports, releases if barriers else None))
+    return out
+
+
+def training_curve(
+    coordinator: list[dict[str, Any]], workers: Mapping[int, list[dict[str, Any]]]
+) -> list[Point]:
+    """The run's curve from its metrics files (every attempt of a resumed run)."""
+    return join_attempts(
+        [
+            (after, attempt_curve(start, reports, releases))
+            for after, start, reports, releases in _attempt_reports(coordinator, workers)
+        ]
+    )
+
+
+def worker_curves(
+    coordinator: list[dict[str, Any]], workers: Mapping[int, list[dict[str, Any]]]
+) -> dict[int, list[WorkerPoint]]:
+    """Each worker's epochs on the run's training clock (every attempt of a resumed run)."""
+    joined = join_worker_points(
+        [
+            (after, worker_points(start, reports, releases))
+            for after, start, reports, releases in _attempt_reports(coordinator, workers)
+        ]
+    )
+    out: dict[int, list[WorkerPoint]] = {}
+    for p in joined:
+        out.setdefault(p.worker, []).append(p)
+    return out
 
 
 def build_summary(run_dir: RunDir) -> dict[str, Any]:
@@ -181,6 +227,7 @@ def build_summary(run_dir: RunDir) -> dict[str, Any]:
         "epochs": train.get("epochs"),
         "seed": manifest.get("seed"),
         "test_accuracy": model.get("test_accuracy") if model else None,
+        "test_loss": model.get("test_loss") if model else None,
         "averaged_test_accuracy": (
             model.get("test_accuracy") if model and model.get("event") == "averaged" else None
         ),
@@ -228,22 +275,27 @@ def _technique_report(
 
 
 def family_accuracy(curve: list[Point], own: Mapping[str, Any] | None) -> list[Point]:
-    """The curve with the accuracies a family scored after the run filled in (its report's
-    ``epoch_accuracy``, ``{epoch: accuracy}``) for epochs its workers did not evaluate: the
-    pipeline family's evaluator scores epoch-end snapshots once training is over."""
+    """The curve with the accuracies (and test losses) a family scored after the run filled in
+    (its report's ``epoch_accuracy`` and ``epoch_test_loss``, ``{epoch: value}``) for epochs
+    its workers did not evaluate: the pipeline family's evaluator scores epoch-end snapshots
+    once training is over."""
     scored = (own or {}).get("epoch_accuracy")
+    losses = (own or {}).get("epoch_test_loss")
     if not isinstance(scored, dict):
         return curve
     out = []
     for p in curve:
-        acc = scored.get(str(p.epoch))
-        if p.accuracy is None and isinstance(acc, (int, float)) and not isinstance(acc, bool):
-            p = replace(p, accuracy=float(acc))
+        acc = _number(scored.get(str(p.epoch)))
+        if p.accuracy is None and acc is not None:
+            p = replace(p, accuracy=acc)
+        loss = _number(losses.get(str(p.epoch))) if isinstance(losses, dict) else None
+        if p.test_loss is None and loss is not None:
+            p = replace(p, test_loss=loss)
         out.append(p)
     return out
 
 
-def _technique_files(summary: dict[str, Any], run_dir: RunDir) -> list[str]:
+def technique_files(summary: dict[str, Any], run_dir: RunDir) -> list[str]:
     """Files the technique draws for its report (its ``report_files`` hook)."""
     side = _launcher(summary.get("family"), summary.get("technique"))
     return list(side.report_files(run_dir.report, summary["technique_report"])) if side else []
@@ -299,17 +351,3 @@ def render_markdown(summary: dict[str, Any]) -> str:
     if own.get("markdown"):
         lines += ["", str(own["markdown"]).rstrip()]
     return "\n".join(lines) + "\n"
-
-
-def write_report(run_dir: RunDir) -> dict[str, Any]:
-    """Write ``report/summary.json``, ``summary.md`` and the accuracy plot; return the summary."""
-    from edgetrain.report.plot import plot_accuracy
-
-    summary = build_summary(run_dir)
-    run_dir.report.mkdir(parents=True, exist_ok=True)
-    summary["plot"] = plot_accuracy(run_dir, run_dir.report / ACCURACY_PNG)
-    if summary.get("technique_report"):
-        summary["technique_plots"] = _technique_files(summary, run_dir)
-    atomic_write_json(run_dir.report / SUMMARY_JSON, summary)
-    atomic_write_text(run_dir.report / SUMMARY_MD, render_markdown(summary))
-    return summary

@@ -32,6 +32,7 @@ from edgetrain.runtime.base import (
     HandInError,
     Runner,
     TechniqueSide,
+    WireLoad,
     meta_float,
 )
 from edgetrain.runtime.context import Final, Member, Ready, Roster, RunRecord, WorkerContext
@@ -67,6 +68,7 @@ __all__ = [
     "Session",
     "Setting",
     "TechniqueSide",
+    "WireLoad",
     "WorkerContext",
     "meta_float",
     "run_epochs",

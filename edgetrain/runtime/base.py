@@ -93,6 +93,17 @@ class Family(Protocol):
         ``run_dir`` is None when the launch makes a new directory."""
         ...
 
+    def reads(self, recipe: Recipe) -> dict[str, str]:
+        """The files the run reads from its directory, ``{relative path: the recipe key that
+        names it}`` (``{"plans/vm.json": "[ps] plan"}``); launch says which of the files other
+        commands left there it used and which it ignored."""
+        ...
+
+    def wire_load(self, recipe: Recipe, data_bytes: int) -> WireLoad:
+        """What the run's messages carry beyond its model's state, for its message limits
+        (:mod:`edgetrain.runtime.limits`); ``data_bytes``: the training split's bytes."""
+        ...
+
     def policy(self, recipe: Recipe) -> CoordinationPolicy: ...
 
     def controller(self, recipe: Recipe, roles: Sequence[Role], run_dir: Path) -> Controller:
@@ -132,14 +143,29 @@ class Family(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class WireLoad:
+    """What a run's messages carry beyond the model's state: activations of batches of
+    ``batch`` samples, and ``extra_bytes`` more (a technique that swaps training data)."""
+
+    batch: int
+    extra_bytes: int = 0
+
+
 class FamilyDefaults:
     """Defaults for a family's optional hooks: subclass it and write what the family does.
 
-    ``check_run_dir``: nothing read from the run directory; ``artifacts``: no files;
+    ``check_run_dir`` and ``reads``: nothing read from the run directory; ``artifacts``: no files;
     ``report``: nothing added; ``report_files``: none; ``predict``: no cost model."""
 
     def check_run_dir(self, recipe: Recipe, run_dir: Path | None) -> None:
         return None
+
+    def reads(self, recipe: Recipe) -> dict[str, str]:
+        return {}
+
+    def wire_load(self, recipe: Recipe, data_bytes: int) -> WireLoad:
+        return WireLoad(recipe.train.batch_size)
 
     def artifacts(self, event: Event) -> dict[str, Any]:
         return {}
@@ -165,6 +191,8 @@ class TechniqueSide:
 
     check: Callable[[Recipe], None] | None = None
     check_run_dir: Callable[[Recipe, Path | None], None] | None = None
+    reads: Callable[[Recipe], dict[str, str]] | None = None
+    wire_load: Callable[[Recipe, int], WireLoad] | None = None
     policy: Callable[[Recipe], CoordinationPolicy] | None = None
     controller: Callable[[Recipe, Sequence[Role], Path], Controller] | None = None
     artifacts: Callable[[Event], dict[str, Any]] | None = None

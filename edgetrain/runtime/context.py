@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from edgetrain.comm.control import HandIn, Role
+from edgetrain.comm.wire import DEFAULT_LIMITS, Limits
 
 if TYPE_CHECKING:
     import zmq
@@ -87,6 +88,7 @@ class WorkerContext:
     announce_host: str | None = None
     resume: HandIn | None = None
     resume_epoch: int = 0
+    limits: Limits = DEFAULT_LIMITS  # the run's message limits (every socket, every receipt)
 
     @property
     def start_epoch(self) -> int:

@@ -16,7 +16,7 @@ from edgetrain import techniques
 from edgetrain.comm.control import Controller, CoordinationPolicy, Event, HandIn, Role
 from edgetrain.errors import RecipeError
 from edgetrain.recipe import Recipe
-from edgetrain.runtime.base import Family, FinalModel, TechniqueSide
+from edgetrain.runtime.base import Family, FinalModel, TechniqueSide, WireLoad
 from edgetrain.runtime.context import RunRecord
 from edgetrain.runtime.predict import Prediction, Setting
 
@@ -52,6 +52,12 @@ class Launcher:
     def check_run_dir(self, recipe: Recipe, run_dir: Path | None) -> None:
         hook = self.side.check_run_dir or self.family.check_run_dir
         hook(recipe, run_dir)
+
+    def reads(self, recipe: Recipe) -> dict[str, str]:
+        return (self.side.reads or self.family.reads)(recipe)
+
+    def wire_load(self, recipe: Recipe, data_bytes: int) -> WireLoad:
+        return (self.side.wire_load or self.family.wire_load)(recipe, data_bytes)
 
     def policy(self, recipe: Recipe) -> CoordinationPolicy:
         return (self.side.policy or self.family.policy)(recipe)

@@ -11,6 +11,7 @@ as an ``error`` message before the process exits.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import logging
 import os
 import signal
@@ -32,7 +33,7 @@ from edgetrain.comm.channel import Traffic
 from edgetrain.comm.client import CoordinatorClient, StopRequested
 from edgetrain.comm.control import HandIn, Role
 from edgetrain.comm.security import SecurityConfig, load_keys
-from edgetrain.comm.wire import Message
+from edgetrain.comm.wire import DEFAULT_LIMITS, Limits, Message
 from edgetrain.errors import Diverged, EdgetrainError
 from edgetrain.recipe import parse_recipe
 from edgetrain.runtime.base import Runner, WorkerContext
@@ -126,6 +127,47 @@ class WorkerOptions:
     announce_host: str | None = None
     watch_stdin: bool = True
     keys_dir: Path | None = None
+    secret: str | None = None  # the run's secret (the launcher writes it to standard input)
+    limits: Limits = DEFAULT_LIMITS  # the run's message limits
+    stacks: Path | None = None  # where SIGUSR1 writes this process's Python stacks
+
+
+# The launcher sends this signal to a worker that stopped heartbeating, before it declares the
+# worker lost: the Python stacks of all its threads are written at once (by faulthandler's C
+# handler, which needs neither the interpreter lock nor the main thread).
+STACKS_SIGNAL = signal.SIGUSR1
+
+
+def install_stack_dump(path: Path | None) -> None:
+    """Write every thread's Python stack to ``path`` (appending; None: standard error, which a
+    launcher over ssh streams into the worker's log) whenever :data:`STACKS_SIGNAL` arrives."""
+    out = sys.stderr
+    if path is not None:
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            out = path.open("a", buffering=1)  # kept open for the life of the process
+    faulthandler.register(STACKS_SIGNAL, file=out, all_threads=True, chain=False)
+
+
+SECRET_MAX_CHARS = 256
+
+
+def read_secret() -> str:
+    """The run's secret: the first line of standard input, where the launcher writes it (it
+    never appears on a command line, where ``ps`` would show it to every user)."""
+    data = b""
+    while not data.endswith(b"\n") and len(data) <= SECRET_MAX_CHARS:
+        chunk = os.read(0, 1)
+        if not chunk:
+            break
+        data += chunk
+    secret = data.decode("ascii", errors="replace").strip()
+    if not data.endswith(b"\n") or not secret or len(secret) > SECRET_MAX_CHARS:
+        raise EdgetrainError(
+            "--secret-stdin: no run secret on standard input",
+            "workers are started by `edgetrain launch`, which writes it there",
+        )
+    return secret
 
 
 def _resume(welcome: Message) -> tuple[int, HandIn | None]:
@@ -149,17 +191,25 @@ def run_worker(opts: WorkerOptions) -> int:
     """
     keys = load_keys(SecurityConfig("curve", opts.keys_dir)) if opts.keys_dir else None
     install_stop_handlers()
+    install_stack_dump(opts.stacks)
     if opts.watch_stdin:
         threading.Thread(target=_watch_stdin, daemon=True, name="stdin-watch").start()
     ctx = zmq.Context()
     traffic = Traffic()
-    client = CoordinatorClient(ctx, opts.coordinator, opts.worker_id, opts.run_id, traffic, keys)
+    client = CoordinatorClient(
+        ctx, opts.coordinator, opts.worker_id, opts.run_id, traffic, keys,
+        secret=opts.secret, limits=opts.limits,
+    )  # fmt: skip
     runner: Runner | None = None
     code = 0
     try:
         # Import torch before registering: a long import holds the interpreter lock and would
         # starve the heartbeat thread.
         import torch  # noqa: F401
+
+        from edgetrain.runtime.torch_startup import skip_dynamo_import
+
+        skip_dynamo_import()  # the optimizers' first calls would import the compiler (seconds)
 
         host = opts.host_label or socket.gethostname()
         register: dict[str, object] = {"host": host, "pid": os.getpid()}
@@ -184,6 +234,7 @@ def run_worker(opts: WorkerOptions) -> int:
             opts.announce_host,
             resume,
             resume_epoch,
+            opts.limits,
         )
         runner = techniques.runner_factory(recipe.train.family, recipe.train.technique)(wctx)
         ready = runner.setup()

@@ -162,9 +162,11 @@ def batch_for_time(curve: Curve, t: float, upper: float) -> float:
     return lo
 
 
-def equal_time_batches(curves: Sequence[Curve], total: int) -> tuple[tuple[int, ...], float]:
-    """Whole batch sizes summing to ``total`` (at least 1 each) whose step times are as equal
-    as the curves allow, and that common time."""
+def equal_time_batches(
+    curves: Sequence[Curve], total: int, minimum: int = 1
+) -> tuple[tuple[int, ...], float]:
+    """Whole batch sizes summing to ``total`` (at least ``minimum`` each) whose step times are
+    as equal as the curves allow, and that common time."""
     upper = float(total)
     lo, hi = 0.0, max(step_time(c, upper) for c in curves)
     for _ in range(80):
@@ -174,7 +176,7 @@ def equal_time_batches(curves: Sequence[Curve], total: int) -> tuple[tuple[int, 
         else:
             hi = mid
     real = [max(batch_for_time(c, hi, upper), 1e-9) for c in curves]
-    return apportion(total, real), hi
+    return apportion(total, real, minimum), hi
 
 
 def plan_batches(
@@ -183,8 +185,11 @@ def plan_batches(
     t_bs: int | None = None,
     epsilon: float = 0.10,
     rule: Rule = "equal-total",
+    minimum: int = 1,
 ) -> BatchPlan:
-    """Capacity-proportional batch sizes (see the module's rule)."""
+    """Capacity-proportional batch sizes (see the module's rule), each at least ``minimum``
+    (a floor that keeps a slow worker's gradient meaningful; lowered where the total cannot
+    give every worker that much)."""
     k = len(curves)
     if k == 0:
         raise ValueError("no workers to plan for")
@@ -199,7 +204,7 @@ def plan_batches(
     if capped:
         assert t_bs is not None
         total = max(t_bs, k)
-    batches, _ = equal_time_batches(curves, total)
+    batches, _ = equal_time_batches(curves, total, max(1, min(minimum, total // k)))
     caps = [capacity_at(c, m) for c, m in zip(curves, batches, strict=True)]
     t_unit = sum(batches) / sum(caps)  # the time that makes sum_j C_j(m_j) T_unit the total
     achieved, times, spread = _evaluate(curves, batches, t_unit, epsilon)

@@ -5,7 +5,11 @@ of ``edgetrain profile`` run on the worker's host (gossip.md B.3: pre-profiling)
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from edgetrain.profile.schema import ProfileError, read_profile
@@ -21,28 +25,77 @@ def pilot_sizes(b0: int) -> list[int]:
     return sorted({max(1, b0 // 8), max(1, b0 // 4), max(1, b0 // 2), b0, 2 * b0, 4 * b0})
 
 
-def pilot(step: Callable[[int], float], sizes: list[int], seconds: float, rounds: int = 2) -> Curve:
+def pilot(
+    step: Callable[[int], float],
+    sizes: list[int],
+    seconds: float,
+    rounds: int = 2,
+    max_rounds: int = 4,
+    tolerance: float = 0.15,
+) -> Curve:
     """Time ``step(m)`` (one gradient computation at batch m, returning its seconds, the
-    emulated slowdown included) at every size: one untimed warm-up each, then ``rounds``
-    rounds over the sizes (alternately ascending and descending, so a drift in the machine's
-    load touches every size alike), each a window of at least two steps and
-    ``seconds / (rounds len(sizes))``. A size's capacity is the best window's samples over its
-    seconds: a window rather than a step, so that a CPU quota's throttled periods count; the
-    best window, so that a burst of someone else's load on a shared machine does not."""
+    emulated slowdown included) at every size: one untimed warm-up each, then rounds over the
+    sizes (alternately ascending and descending, so a drift in the machine's load touches every
+    size alike), each a window of at least two steps and ``seconds / (rounds len(sizes))``.
+    A window rather than a step, so that a CPU quota's throttled periods count.
+
+    At least ``rounds`` rounds; more (up to ``max_rounds``) until every size's two best windows
+    agree within ``tolerance``: repeated until stable. A size's capacity is its best window's
+    samples over its seconds, so that a burst of someone else's load does not count."""
     if not sizes:
         return []
     each = seconds / (rounds * len(sizes))
     for m in sizes:
         step(m)  # warm-up: allocator and kernels for this shape
-    best = dict.fromkeys(sizes, 0.0)
-    for r in range(rounds):
+    seen: dict[int, list[float]] = {m: [] for m in sizes}
+    r = 0
+    while r < rounds or (r < max_rounds and not _stable(seen, tolerance)):
         for m in sizes if r % 2 == 0 else sizes[::-1]:
             window, n = 0.0, 0
             while n < 2 or window < each:
                 window += step(m)
                 n += 1
-            best[m] = max(best[m], m * n / window)
-    return [(m, best[m]) for m in sizes]
+            seen[m].append(m * n / window)
+        r += 1
+    return [(m, max(seen[m])) for m in sizes]
+
+
+def _stable(seen: dict[int, list[float]], tolerance: float) -> bool:
+    """Every size's two best windows within ``tolerance`` of the best."""
+    for values in seen.values():
+        if len(values) < 2:
+            return False
+        best, second = sorted(values, reverse=True)[:2]
+        if second < best * (1.0 - tolerance):
+            return False
+    return True
+
+
+@contextmanager
+def one_pilot_at_a_time(lock_dir: str | None = None) -> Iterator[float]:
+    """Hold this machine's pilot lock while a pilot runs (yields the seconds waited for it):
+    workers on one machine measure one after another, so that no worker's pilot is disturbed
+    by another's (their relative capacities are what the batch plan needs). A machine without
+    ``fcntl`` (or a lock file it cannot open) measures at once, as before."""
+    started = time.perf_counter()
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield 0.0
+        return
+    folder = Path(lock_dir or tempfile.gettempdir())
+    try:
+        fh = open(folder / f"edgetrain-pilot-{os.getuid()}.lock", "a+b")  # noqa: SIM115
+    except OSError as exc:
+        log.warning("no pilot lock in %s (%s): measuring alongside other workers", folder, exc)
+        yield 0.0
+        return
+    with fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield time.perf_counter() - started
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def from_profile(template: str, host: str) -> Curve | None:

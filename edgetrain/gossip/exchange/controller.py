@@ -64,7 +64,8 @@ def make_plan(
     if dlion is not None:
         t_bs = dlion.t_bs if dlion.t_bs is not None else default_t_bs(n_train)
         if dlion.batching:
-            plan = plan_batches(ordered, b0, t_bs, dlion.epsilon, dlion.t_unit)
+            floor = dlion.min_batch if dlion.min_batch is not None else max(1, b0 // 4)
+            plan = plan_batches(ordered, b0, t_bs, dlion.epsilon, dlion.t_unit, floor)
         else:
             plan = uniform_plan(ordered, b0, t_bs, dlion.epsilon)
     else:

@@ -32,7 +32,7 @@ from edgetrain.gossip.config import DLionSection
 from edgetrain.gossip.exchange.bandwidth import LAN, MBIT, Bandwidth, members, starting_bandwidth
 from edgetrain.gossip.exchange.loop import Decentral, Sent
 from edgetrain.gossip.exchange.messages import GRAD, WEIGHTS, Header, Key
-from edgetrain.gossip.exchange.schedules import Schedule
+from edgetrain.gossip.exchange.schedules import LossGuard, Schedule
 from edgetrain.gossip.exchange.selection import choose_sites, default_count, wan_routes
 from edgetrain.gossip.exchange.side import exchange_side
 from edgetrain.gossip.exchange.sparse import Payload, Residual, entries_for, sparse_pays, to_float32
@@ -62,6 +62,7 @@ class DLion(Decentral):
         self.capacities: dict[int, float] = {}
         self.weights_in: list[Payload] = []
         self.snapshot: torch.Tensor | None = None
+        self.guard = LossGuard(self.cfg.loss_guard_rise)
         self.we: dict[str, int] = {"sent": 0, "received": 0, "merges": 0, "bytes": 0}
         self.select_s: float | None = None  # a sparse take's time, EWMA (select_cost)
 
@@ -111,7 +112,10 @@ class DLion(Decentral):
         return self.schedule.batches(pi, self.base, self.t_bs)
 
     def lr_factor(self, pi: float) -> float:
-        return self.schedule.lr_factor(pi)
+        scheduled = self.schedule.lr_factor(pi)
+        if not self.cfg.loss_guard:
+            return scheduled
+        return self.guard.factor(self.t, scheduled, self.losses.get(self.me))
 
     @property
     def t_unit_now(self) -> float:
@@ -335,6 +339,8 @@ class DLion(Decentral):
             "site_receiver": self.counts["site_receiver"],
             "select_ms": 1000 * self.select_s if self.select_s is not None else None,
             "dense_by_cost": self.counts["dense_by_cost"],
+            "lr_cap": self.guard.cap,  # the loss guard's cap on the LR factor (None: none)
+            "lr_guard_trips": [list(trip) for trip in self.guard.trips],
         }
 
 

@@ -158,6 +158,7 @@ class Decentral(NodeHolder):
             keep_buffers=self.gossip.keep_buffers,
         )
         started = time.perf_counter()
+        self.pilot_wait_s = 0.0
         self.curve = self._capacity()
         self.pilot_s = time.perf_counter() - started
         log.info(
@@ -174,6 +175,7 @@ class Decentral(NodeHolder):
             "n_train": self.n_train,
             "curve": [[m, c] for m, c in self.curve],
             "pilot_s": self.pilot_s,
+            "pilot_wait_s": self.pilot_wait_s,  # of pilot_s: waiting for others' pilots
             "n_params": self.flat.n,
             "model_bytes": self.flat.nbytes,
             "host": ctx.host,
@@ -193,7 +195,9 @@ class Decentral(NodeHolder):
             self._gradient(sampler.next(m), count=False)
             return time.perf_counter() - started
 
-        curve = capacity.pilot(step, capacity.pilot_sizes(self.b0), cfg.pilot_s)
+        with capacity.one_pilot_at_a_time() as waited:
+            curve = capacity.pilot(step, capacity.pilot_sizes(self.b0), cfg.pilot_s)
+        self.pilot_wait_s = waited
         for p in self.flat.params:
             p.grad = None
         return curve

@@ -83,3 +83,37 @@ def progress(samples: int, epochs: int, n_train: int) -> float:
     """pi: the share of the planned samples (epochs x training set) processed so far."""
     planned = max(1, epochs * n_train)
     return min(1.0, samples / planned)
+
+
+class LossGuard:
+    """Stops a raised learning rate that makes the loss climb (ours: the paper has no such
+    rule; a warm-up to k eta on a small model can diverge).
+
+    While the schedule's factor is above 1 (a warm-up, LargeLR), it watches this worker's
+    smoothed loss. When the loss rises ``rise`` (a share) above the lowest it has seen, at least
+    ``patience`` iterations after the lowest, the factor is capped: at the one in effect at the
+    lowest loss where the factor has risen since, else at half the factor now (never below 1).
+    Each worker guards its own learning rate. Pure: feed it every iteration's factor and
+    smoothed loss."""
+
+    def __init__(self, rise: float = 0.10, patience: int = 10) -> None:
+        self.rise = rise
+        self.patience = patience
+        self.cap: float | None = None
+        self.trips: list[tuple[int, float]] = []  # (iteration, the cap it set)
+        self._best: tuple[float, float, int] | None = None  # (loss, factor, iteration)
+
+    def factor(self, t: int, scheduled: float, loss: float | None) -> float:
+        """The factor to use at iteration ``t``: ``scheduled`` under the cap."""
+        f = scheduled if self.cap is None else min(scheduled, self.cap)
+        if loss is None or scheduled <= 1.0 or loss != loss:  # NaN: nothing to learn from
+            return f
+        best = self._best
+        if best is None or loss < best[0]:
+            self._best = (loss, f, t)
+        elif loss > best[0] * (1.0 + self.rise) and t - best[2] >= self.patience:
+            self.cap = max(1.0, best[1] if best[1] < f else f / 2.0)
+            self.trips.append((t, self.cap))
+            self._best = (loss, self.cap, t)  # the climb starts a new watch from here
+            f = min(scheduled, self.cap)
+        return f

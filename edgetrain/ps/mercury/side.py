@@ -23,7 +23,7 @@ from edgetrain.errors import RecipeError
 from edgetrain.ps.mercury.config import MercurySection, Settings, conflicts, settings
 from edgetrain.ps.mercury.shards import diverged, naming
 from edgetrain.recipe import Recipe
-from edgetrain.runtime.base import FinalModel, HandInError, TechniqueSide
+from edgetrain.runtime.base import FinalModel, HandInError, TechniqueSide, WireLoad
 from edgetrain.runtime.context import RunRecord
 from edgetrain.runtime.predict import Prediction, Setting
 from edgetrain.runtime.weights import OPTIM_PREFIX
@@ -165,8 +165,16 @@ def _predict(recipe: Recipe, setting: Setting) -> Prediction | None:
     return None
 
 
+def _wire_load(recipe: Recipe, data_bytes: int) -> WireLoad:
+    """Hand-ins carry each device's training samples (its checkpoint keeps them, resharding
+    swaps them), so a message can hold the whole training split."""
+    return WireLoad(recipe.train.batch_size, data_bytes)
+
+
 SIDE = TechniqueSide(
     check=check,
+    reads=lambda recipe: {},  # its own controller: no [ps] plan is read
+    wire_load=_wire_load,
     policy=policy,
     controller=_controller,
     final_model=_final_model,

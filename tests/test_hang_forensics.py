@@ -1,0 +1,95 @@
+"""A worker that stops heartbeating: its stacks are captured before it is declared lost, and
+if it comes back it is told to stop, so the run still ends within its grace (issue 31, items
+3 and 6)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.launching import Launch
+from tests.helpers.procs import edgetrain_processes
+
+REPO = Path(__file__).resolve().parents[1]
+
+RECIPE = """
+[run]
+name = "h"
+seed = 3
+max_failed_fraction = 0.5
+heartbeat_s = 1.0
+[data]
+dataset = "digits"
+[model]
+name = "mlp"
+[train]
+epochs = {epochs}
+batch_size = 16
+[gossip]
+probability = 0.3
+[[workers]]
+count = 3
+"""
+
+
+def _launch(tmp_path: Path, epochs: int) -> Launch:
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(RECIPE.format(epochs=epochs))
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "EDGETRAIN_PLUGINS": "tests.helpers.hang", "PYTHONPATH": path}
+    return Launch(recipe, tmp_path / "runs", env=env)
+
+
+def _failed(launch: Launch, worker: int) -> dict:
+    return launch.wait_event(
+        lambda r: r.get("event") == "failed" and r.get("worker") == worker, 30, "it fails"
+    )
+
+
+@pytest.mark.timeout(240)
+def test_a_hung_workers_stacks_are_captured_before_it_is_declared_lost(tmp_path: Path) -> None:
+    launch = _launch(tmp_path, epochs=100_000)
+    try:
+        launch.wait_epochs(3)
+        run_id, pids = launch.manifest()["run_id"], launch.pids()
+        os.kill(pids[2], signal.SIGUSR2)  # stuck in C holding the interpreter lock: no heartbeat
+        reason = _failed(launch, 2)["reason"]
+        stacks = launch.run_dir / "logs" / "worker-2.stacks"
+        assert "stopped heartbeating" in reason
+        assert f"its Python stacks are in {stacks}" in reason
+        text = stacks.read_text()
+        assert "hang_holding_the_gil" in text, text  # the main thread, where it hangs
+        assert text.count("Thread 0x") >= 2, text  # and every other thread (the heartbeat's)
+        launch.signal(signal.SIGINT)
+        code, _ = launch.finish(timeout=60)
+    finally:
+        launch.kill()
+    assert code == 130
+    assert edgetrain_processes(run_id) == {}
+
+
+@pytest.mark.timeout(240)
+def test_a_worker_that_hung_and_resumed_is_told_to_stop(tmp_path: Path) -> None:
+    launch = _launch(tmp_path, epochs=40)
+    try:
+        launch.wait_epochs(3)
+        run_id, pids = launch.manifest()["run_id"], launch.pids()
+        os.kill(pids[2], signal.SIGSTOP)
+        _failed(launch, 2)
+        os.kill(pids[2], signal.SIGCONT)
+        code, summary = launch.finish(timeout=200)
+    finally:
+        launch.kill()
+    assert code == 0, launch.stderr
+    assert summary is not None and summary["status"] == "completed"
+    rows = {r["event"]: r for r in launch.rows if r.get("worker") is None}
+    # stopping takes well under the 30 s the launcher would wait for a worker never told
+    assert rows["end"]["t"] - rows["finished"]["t"] < 5.0
+    manifest = json.loads((launch.run_dir / "manifest.json").read_text())
+    assert manifest["workers"][2]["status"] == "failed"
+    assert manifest["workers"][2]["exit_code"] == 0  # it stopped by itself, when told
+    assert edgetrain_processes(run_id) == {}
