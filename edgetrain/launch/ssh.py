@@ -142,17 +142,7 @@ class SshProcess:
         if self.remote_pid is None and self._popen.poll() is None:
             self._pid_seen.wait(1.0)  # just started: the pid line is on its way
         if self.remote_pid is not None and self._remote_may_run():
-            argv = ssh_command(self._hosts, self._host, kill_script(self.remote_pid, name))
-            with contextlib.suppress(OSError):
-                self._helpers.append(
-                    subprocess.Popen(
-                        argv,
-                        stdin=subprocess.DEVNULL,
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL,
-                        start_new_session=True,
-                    )
-                )
+            self._remote(kill_script(self.remote_pid, name))
         if self._popen.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._popen.pid, sig)
@@ -163,9 +153,14 @@ class SshProcess:
         log here. Returns that log, or None when the remote process is unknown or gone."""
         if self.remote_pid is None or not self._remote_may_run() or self._popen.poll() is not None:
             return None
-        script = f"pkill -USR1 -P {self.remote_pid} 2>/dev/null; true"
+        started = self._remote(f"pkill -USR1 -P {self.remote_pid} 2>/dev/null; true")
+        return str(self.log_path) if started else None
+
+    def _remote(self, script: str) -> bool:
+        """Run ``script`` on the worker's host over a second ssh connection, in the background
+        (reaped with the worker's other helpers); False when ssh cannot be started."""
         argv = ssh_command(self._hosts, self._host, script)
-        with contextlib.suppress(OSError):
+        try:
             self._helpers.append(
                 subprocess.Popen(
                     argv,
@@ -175,8 +170,9 @@ class SshProcess:
                     start_new_session=True,
                 )
             )
-            return str(self.log_path)
-        return None
+        except OSError:
+            return False
+        return True
 
     def terminate(self) -> None:
         self._stop(signal.SIGTERM)
