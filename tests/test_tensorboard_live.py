@@ -132,6 +132,13 @@ def _epoch(worker: int, epoch: int) -> Event:
     return Event(worker, "epoch", {**data, "epoch": epoch, "steps": 10 * epoch})
 
 
+def _both_epochs(folder: Path) -> dict[str, list[tuple[int, float]]] | None:
+    """The scalars once worker 0's two epochs and the run's first are in the files (a flush
+    can land between two of them)."""
+    s = _scalars(folder)
+    return s if len(s.get("worker-0/loss", [])) == 2 and s.get("run/test_accuracy") else None
+
+
 def test_the_sink_writes_while_the_run_goes_not_only_at_its_end(tmp_path: Path) -> None:
     sink = TensorBoardSink(tmp_path / "tb", [0, 1])
     sink.on_event(Event(None, "started", {"workers": 2}), 0.0)
@@ -139,7 +146,7 @@ def test_the_sink_writes_while_the_run_goes_not_only_at_its_end(tmp_path: Path) 
         sink.on_event(event, 1.0)
     # no end yet: the files are flushed every few seconds while the run goes
     series = wait_until(
-        lambda: (s := _scalars(tmp_path / "tb")).get("worker-0/loss", []) and s,
+        lambda: _both_epochs(tmp_path / "tb"),
         10 * FLUSH_S,
         "the epochs reach the event file before the run ends",
     )
