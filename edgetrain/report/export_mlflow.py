@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgetrain.errors import EdgetrainError
-from edgetrain.report.run_table import RunTable, unix_time
+from edgetrain.report.run_table import RunTable
+from edgetrain.report.runs import unix_time
 from edgetrain.rundir import git_revision
 
 if TYPE_CHECKING:

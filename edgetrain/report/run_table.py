@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from edgetrain.report.runs import run_status
+from edgetrain.report.runs import run_status, unix_time
 from edgetrain.report.scalars import (
     MODEL_EVENTS,
     Scalar,
@@ -104,16 +103,6 @@ FIGURES = (
     "bytes_sent",
     "bytes_received",
 )
-
-
-def unix_time(iso: Any) -> float | None:
-    """An ISO 8601 time (the manifest's) as Unix seconds, or None."""
-    if not isinstance(iso, str):
-        return None
-    try:
-        return datetime.fromisoformat(iso).timestamp()
-    except ValueError:
-        return None
 
 
 def kept_epochs(

@@ -78,7 +78,8 @@ def total_epochs(manifest: dict[str, Any]) -> int | None:
     return epochs if isinstance(epochs, int) else None
 
 
-def _timestamp(iso: object) -> float | None:
+def unix_time(iso: object) -> float | None:
+    """An ISO 8601 time (a manifest's) as Unix seconds, or None."""
     if not isinstance(iso, str):
         return None
     try:
@@ -91,12 +92,12 @@ def _wall_s(manifest: dict[str, Any], status: str) -> float | None:
     wall = manifest.get("wall_s")
     if isinstance(wall, (int, float)):
         return float(wall)
-    start = _timestamp(manifest.get("start_time"))
+    start = unix_time(manifest.get("start_time"))
     if start is None:
         return None
     if status == "running":
         return round(time.time() - start, 1)
-    end = _timestamp(manifest.get("end_time"))
+    end = unix_time(manifest.get("end_time"))
     return round(end - start, 1) if end is not None else None
 
 
@@ -191,7 +192,7 @@ def list_runs(root: Path) -> list[dict[str, Any]]:
         if not (child / MANIFEST).exists():
             continue
         row = run_row(RunDir(child))
-        key = _timestamp(row.get("start_time"))
+        key = unix_time(row.get("start_time"))
         if key is None:
             try:
                 key = child.stat().st_mtime

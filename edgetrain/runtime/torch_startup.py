@@ -28,23 +28,10 @@ from typing import Any
 __all__ = ["skip_dynamo_import"]
 
 
-def _wrapper_code() -> Any:
-    import torch
-
-    disable = getattr(torch, "_disable_dynamo", None)
-    if disable is None:
-        return None
-
-    def probe() -> None:
-        return None
-
-    return getattr(disable(probe), "__code__", None)
-
-
-def _use_grad_code() -> Any:
-    from torch.optim import optimizer
-
-    wrap = getattr(optimizer, "_use_grad_for_differentiable", None)
+def _code_of(module: Any, wrapper: str) -> Any:
+    """The code object of the function ``module.wrapper`` wraps others in (None: torch has
+    no such wrapper): a wrapped function is torch's own wrapper when its code is this."""
+    wrap = getattr(module, wrapper, None)
     if wrap is None:
         return None
 
@@ -78,8 +65,10 @@ def skip_dynamo_import() -> int:
     if os.environ.get("EDGETRAIN_TORCH_DYNAMO") == "1" or "torch._dynamo" in sys.modules:
         return 0
     import torch.optim
+    from torch.optim import optimizer
 
-    code, use_grad = _wrapper_code(), _use_grad_code()
+    code = _code_of(torch, "_disable_dynamo")
+    use_grad = _code_of(optimizer, "_use_grad_for_differentiable")
     if code is None:
         return 0
     patched = 0
