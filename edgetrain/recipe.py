@@ -139,6 +139,10 @@ class TrainSection(_Section):
     optimizer: Literal["sgd", "adam"] = "sgd"
     eval_every: int = Field(1, ge=1)
     device: Literal["cpu", "cuda", "auto"] = "cpu"
+    # Deterministic kernels in every process of the run (torch.use_deterministic_algorithms,
+    # cuDNN deterministic without benchmarking, CUBLAS_WORKSPACE_CONFIG): on CUDA, the same
+    # recipe gives the same weights run to run (edgetrain.runtime.determinism).
+    deterministic: bool = False
 
     @model_validator(mode="before")
     @classmethod

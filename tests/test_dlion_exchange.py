@@ -357,3 +357,21 @@ def test_expectations_wait_for_what_is_missing_only() -> None:
     ex.arrived(("grad", 3, 1))
     ex.prune(2)
     assert ex.early == set()
+
+
+def test_top_k_takes_exactly_k_of_the_largest_in_order() -> None:
+    """The partition-based selection against the definition, ties included (the lowest
+    indices among scores tied at the k-th largest)."""
+    from edgetrain.gossip.exchange.sparse import top_k
+
+    rng = np.random.default_rng(0)
+    for trial in range(400):
+        n = int(rng.integers(1, 300))
+        k = int(rng.integers(0, n + 3))
+        if trial % 2:
+            s = torch.from_numpy(rng.integers(0, 5, n).astype(np.float32))  # many ties
+        else:
+            s = torch.from_numpy(rng.standard_normal(n))
+        got = top_k(s, k).tolist()
+        want = sorted(sorted(range(n), key=lambda i: (-float(s[i]), i))[: min(k, n)])
+        assert got == want

@@ -44,7 +44,10 @@ def test_defaults_resolve_to_the_specifications() -> None:
     seq = settings(MercurySection(scheduler="sequential"), "mercury", 32)
     assert seq.group_size == "fixed" and not seq.threads
     fed = settings(MercurySection(federated=True), "mercury", 32)
-    assert fed.resharding == "none"
+    # the paper's federated runs turned off resharding and BACC [MC §6.6]
+    assert (fed.resharding, fed.scheduler, fed.group_size) == ("none", "sequential", "fixed")
+    fed_bacc = settings(MercurySection(federated=True, scheduler="bacc"), "mercury", 32)
+    assert (fed_bacc.resharding, fed_bacc.scheduler) == ("none", "bacc")  # an explicit choice
     base = settings(MercurySection(), "multips-sgd", 32)
     assert (base.sampling, base.scheduler, base.resharding) == ("uniform", "sequential", "none")
     assert not base.importance

@@ -69,3 +69,28 @@ def test_waits_and_pushes_follow_the_cuts() -> None:
     assert times.forward(L).sum() > 0 and (times.forward(L) >= 0).all()
     assert len(times.done) == L and (times.backward(L) >= 0).all()
     hooks.remove()
+
+
+def test_a_device_is_waited_for_before_every_time_taken() -> None:
+    """On a GPU a layer's time must be its compute, not its kernel launches: the hooks call
+    ``sync`` (``torch.cuda.synchronize`` there) before each layer's start, each layer's last
+    gradient and the end of backward; a push is released after that sync."""
+    torch.manual_seed(0)
+    model = build_model("lenet5", (1, 28, 28), 10)
+    layout = build_layout(model, (1, 28, 28), servers=1)
+    L = len(layout.specs)
+    log: list[str] = []
+    hooks = SegmentHooks(model, layout, lambda e, what: None, lambda: log.append("sync"))
+    fwd, bwd = segments([], L), backward_segments([], L)
+    pulls = [threading.Event() for _ in fwd]
+    for e in pulls:
+        e.set()
+    grads = [Recorded("push", log) for _ in bwd]
+    hooks.arm(fwd, pulls, bwd, grads)
+    nn.functional.cross_entropy(model(torch.randn(2, 1, 28, 28)), torch.tensor([0, 1])).backward()
+    hooks.backward_done()
+    # L layer starts + L last gradients + the end of backward
+    assert log.count("sync") == 2 * L + 1
+    assert log.index("release push") > log.index("sync")
+    assert log[log.index("release push") - 1] == "sync"
+    hooks.remove()

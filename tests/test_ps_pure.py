@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from edgetrain.ps.family import iterations_per_epoch, plan_cuts
+from edgetrain.ps.family import iterations_per_epoch, plan_directive
 from edgetrain.ps.gradient_sum import Aggregator, StaleClock
 from edgetrain.ps.hooks import backward_segments, segments
 from edgetrain.ps.livecosts import fit_link, layer_costs
@@ -87,9 +87,14 @@ def test_segments_from_cuts() -> None:
 def test_the_launcher_decides_iterations_and_reads_plans() -> None:
     assert iterations_per_epoch([719, 718], 32) == 22 and iterations_per_epoch([5], 32) == 1
     doc = {"strategies": {"dynacomm": {"forward_cuts": [2], "backward_cuts": [1, 3]}}}
-    assert plan_cuts(doc, "dynacomm") == {"forward_cuts": [2], "backward_cuts": [1, 3]}
-    assert plan_cuts({"bandwidths": [doc]}, "dynacomm") == plan_cuts(doc, "dynacomm")
-    assert plan_cuts(doc, "ibatch") is None
+    plan = plan_directive(doc, "dynacomm", "plans/p.json", None)
+    assert plan is not None and plan["chosen"] == 0
+    assert plan["entries"] == [
+        {"forward_cuts": [2], "backward_cuts": [1, 3], "bandwidth_Bps": None, "dt_s": None}
+    ]
+    again = plan_directive({"bandwidths": [doc]}, "dynacomm", "plans/p.json", None)
+    assert again == plan
+    assert plan_directive(doc, "ibatch", "plans/p.json", None) is None
 
 
 def test_stale_clock_is_the_slowest_live_trainer() -> None:

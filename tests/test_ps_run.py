@@ -1,7 +1,7 @@
 """Parameter-server runs end to end: two trainers, two shards, real processes over ZeroMQ.
 
 Every schedule trains the same weights (synchronous shards sum in trainer order: scheduling
-changes time, not the model); the emulated round trip shows in the fitted ``dt``; each epoch
+changes time, not the model); the emulated round trip shows in the link fit; each epoch
 writes its plan; a lost shard stops the run with one line naming it."""
 
 from __future__ import annotations
@@ -90,8 +90,11 @@ def test_every_schedule_trains_the_same_weights(
         if technique == "lbl":
             assert last["forward_cuts"] == [1, 2, 3, 4]
         if technique == "dynacomm":
-            # every reply held 4 ms: the link fit sees it as per-transmission overhead
-            assert last["dt_s"] >= 0.004 and last["hold_ms"] == 4
+            # a 4 ms emulated round trip: the link fit sees it, as the pipelined link's round
+            # trip per direction where the followers of a burst tell it apart from the
+            # per-transmission overhead dt, else in dt
+            rtt = min(last["rtt_s"])
+            assert last["hold_ms"] == 4 and (rtt >= 0.0035 or last["dt_s"] >= 0.0035), last
             plan = json.loads((launch.run_dir / "plans" / "epoch-0002.json").read_text())
             assert set(plan["trainers"]) == {"2", "3"}
             assert plan["trainers"]["2"]["next_cuts"]["forward_cuts"] == plan["trainers"]["2"][

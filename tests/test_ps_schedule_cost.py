@@ -1,12 +1,13 @@
 """The scheduled parameter-server techniques' cost model (the ps family's ``predict`` hook),
-against a literal table and against the planner: sequential adds everything up, layer by layer
-pays a round trip per layer, DynaComm is never slower than the others on the same costs."""
+against a literal table and against the planner: sequential adds everything up; requests are
+pipelined, so layer by layer pays one round trip per direction and a small overhead per layer
+(not a round trip per layer); DynaComm is never slower than the others on the same costs."""
 
 from __future__ import annotations
 
 import pytest
 
-from edgetrain.ps.schedule_cost import layer_costs, predict_schedule
+from edgetrain.ps.schedule_cost import TRANSMISSION_OVERHEAD_S, layer_costs, predict_schedule
 from edgetrain.recipe import parse_recipe
 from edgetrain.runtime.predict import Device, Layer, Link, Setting
 from edgetrain.runtime.side import launcher_side
@@ -27,14 +28,17 @@ SETTING = Setting(
 def test_costs_take_the_slowest_trainer_and_link() -> None:
     costs = layer_costs(SETTING, [0, 1], [2])
     assert costs.fc.tolist() == pytest.approx([0.020, 0.004, 0.002])  # speed 0.5
-    assert costs.pt.tolist() == pytest.approx([0.1, 0.4, 0.05])  # bytes / 10 MB/s
-    assert costs.dt == pytest.approx(0.010)  # a round trip
+    # bytes / 10 MB/s, and the round trip (10 ms) once per direction: on the first layer's
+    # pull (the first of an iteration) and its push (the last); dt is the overhead of one
+    assert costs.pt.tolist() == pytest.approx([0.1 + 0.010, 0.4, 0.05])
+    assert costs.gt.tolist() == pytest.approx([0.1 + 0.010, 0.4, 0.05])
+    assert costs.dt == pytest.approx(TRANSMISSION_OVERHEAD_S) == pytest.approx(0.0001)
 
 
 def test_sequential_adds_everything_up() -> None:
     p = predict_schedule("sequential", SETTING, [0, 1], [2])
-    pulls = 0.010 + 0.55
-    pushes = 0.010 + 0.55
+    pulls = 0.010 + 0.0001 + 0.55
+    pushes = 0.010 + 0.0001 + 0.55
     compute = 0.026 + 0.052
     assert p.iteration_s == pytest.approx(pulls + compute + pushes)
     assert p.parts["compute"] == pytest.approx(compute)
@@ -43,12 +47,20 @@ def test_sequential_adds_everything_up() -> None:
     assert p.bytes_per_iteration == 2 * 5_500_000 * 2
 
 
-def test_dynacomm_is_never_slower_and_lbl_pays_a_round_trip_per_layer() -> None:
+def test_dynacomm_is_never_slower_and_lbl_pays_one_round_trip_per_direction() -> None:
     times = {t: predict_schedule(t, SETTING, [0, 1], [2]).iteration_s for t in
              ("sequential", "lbl", "ibatch", "dynacomm")}  # fmt: skip
     assert times["dynacomm"] <= min(times.values()) + 1e-12
     lbl = predict_schedule("lbl", SETTING, [0, 1], [2])
-    assert lbl.parts["communication"] == pytest.approx(1.1 + 6 * 0.010)
+    # 1.1 s of bytes, 2 round trips (not 6: the requests are pipelined), 6 overheads
+    assert lbl.parts["communication"] == pytest.approx(1.1 + 2 * 0.010 + 6 * 0.0001)
+    # forward: conv's pull ends at 0.010 + 0.1 + 0.0001 = 0.1101, fc1's right behind it at
+    # 0.5102, fc2's at 0.5603, whose forward (0.002 at half speed) ends at 0.5623; backward:
+    # fc2's gradient exists at 0.004 and its push ends at 0.0541, fc1's behind it at 0.4542,
+    # conv's (ready at 0.052) goes last and is acknowledged a round trip after its bytes:
+    # 0.4542 + 0.1001 + 0.010 = 0.5643
+    assert lbl.iteration_s == pytest.approx(0.5623 + 0.5643)
+    assert times["lbl"] < times["sequential"] == pytest.approx(0.5601 * 2 + 0.078)
 
 
 def test_the_family_hook_predicts_a_recipes_technique() -> None:
@@ -64,4 +76,24 @@ def test_the_family_hook_predicts_a_recipes_technique() -> None:
     mercury = parse_recipe(
         {"train": {"family": "ps", "technique": "mercury"}, "workers": [{"count": 3}]}
     )
-    assert launcher_side("ps", "mercury").predict(mercury, SETTING) is None
+    got = launcher_side("ps", "mercury").predict(mercury, SETTING)
+    assert got is not None and got.technique == "mercury"
+
+
+def test_the_family_hook_takes_the_emulated_round_trip() -> None:
+    """A recipe's [ps] hold_ms is a round trip the setting's links do not carry: the hook
+    predicts with half of it as each link's one-way latency (when that is longer)."""
+    from dataclasses import replace
+
+    recipe = parse_recipe(
+        {
+            "train": {"family": "ps", "technique": "lbl"},
+            "ps": {"hold_ms": 40},
+            "workers": [{"role": "trainer", "count": 2}, {"role": "server"}],
+        }
+    )
+    p = launcher_side("ps", "lbl").predict(recipe, SETTING)
+    held = replace(SETTING, links=(Link(10e6, 0.020),))
+    assert p is not None
+    assert p.iteration_s == pytest.approx(predict_schedule("lbl", held, [0, 1], [2]).iteration_s)
+    assert p.iteration_s > predict_schedule("lbl", SETTING, [0, 1], [2]).iteration_s

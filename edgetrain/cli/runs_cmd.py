@@ -154,11 +154,14 @@ def _render_status(s: dict[str, Any]) -> None:
             f"[yellow]{escape(str(s['reason']))}{resume if s['status'] == 'interrupted' else ''}"
         )
     table = Table(box=box.SIMPLE_HEAD)
-    for col in ("worker", "role", "host", "state", "epoch", "loss", "test acc", "reported"):
+    doing = any(w.get("doing") for w in s["workers"])
+    cols = ("worker", "role", "host", "state", "epoch", "loss", "test acc", "reported")
+    for col in (*cols, "doing") if doing else cols:
         table.add_column(col, justify="right" if col in ("epoch", "loss", "test acc") else "left")
     epochs = s["epochs"] if s["epochs"] is not None else "?"
     for w in s["workers"]:
         ago = w["reported_s_ago"]
+        extra = [escape(doing_text(w.get("doing")))] if doing else []
         table.add_row(
             str(w["id"]),
             w["role"],
@@ -168,9 +171,21 @@ def _render_status(s: dict[str, Any]) -> None:
             f"{w['loss']:.3f}" if w["loss"] is not None else "-",
             _acc(w["test_accuracy"]),
             f"{_seconds(ago)} ago" if ago is not None else "never",
+            *extra,
         )
     console.print(table)
     console.print(f"[dim]{escape(s['path'])}")
+
+
+def doing_text(doing: dict[str, Any] | None) -> str:
+    """``waiting 12 s on worker 2 (grad of iteration 40)``, or the phase. Pure."""
+    if not doing:
+        return "-"
+    if doing.get("on"):
+        waited = doing.get("for_s")
+        spent = f" {_seconds(waited)}" if isinstance(waited, (int, float)) else ""
+        return f"{doing.get('phase')}: waiting{spent} on {doing['on']} ({doing.get('what')})"
+    return str(doing.get("phase"))
 
 
 def logs(

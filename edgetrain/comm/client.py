@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from edgetrain.comm import channel, protocol, sockets
+from edgetrain.comm import activity, channel, protocol, sockets
 from edgetrain.comm.channel import Traffic
 from edgetrain.comm.control import InOrder
 from edgetrain.comm.security import CurveKeys
@@ -29,6 +29,13 @@ from edgetrain.errors import RunError
 
 # A wait asks the coordinator for its state after this many heartbeat intervals of silence,
 # and gives up on a coordinator that answers none of this many such requests in a row.
+# what a worker waiting for the coordinator's message of a kind is waiting for (activity)
+WAITS = {
+    protocol.WELCOME: "its welcome",
+    protocol.START: "the start (every worker ready)",
+    protocol.GO: "the epoch barrier (every worker's epoch)",
+    protocol.DRAIN: "the drain (every worker done)",
+}
 SYNC_AFTER_HEARTBEATS = 3
 UNANSWERED_SYNCS = 4
 
@@ -183,6 +190,17 @@ class CoordinatorClient:
         coordinator to resend what this worker lacks. ``idle`` is called on every turn of the
         loop and returns how long it may sleep before it must be called again (a server's
         timers)."""
+        with activity.waiting("coordinator", WAITS.get(kind, kind)):
+            return self._wait_for(kind, timeout_s, serve, sync, idle)
+
+    def _wait_for(
+        self,
+        kind: str,
+        timeout_s: float,
+        serve: Serve,
+        sync: bool,
+        idle: Callable[[], float] | None,
+    ) -> Message:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         handlers = dict(serve)
@@ -253,7 +271,7 @@ class Heartbeat(threading.Thread):
     def run(self) -> None:
         try:
             while True:
-                meta: dict[str, Any] = {"ack": 0}
+                meta: dict[str, Any] = {"ack": 0, "doing": activity.snapshot()}
                 if self.client is not None:
                     meta["ack"] = self.client.acked
                     if self.client.auth is not None:

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import numpy as np
 import zmq
 
-from edgetrain.comm import channel, protocol, sockets
+from edgetrain.comm import activity, channel, protocol, sockets
 from edgetrain.comm.channel import Traffic
 from edgetrain.comm.control import (
     Controller,
@@ -43,12 +43,24 @@ log = logging.getLogger(__name__)
 # A worker is failed after this many heartbeat intervals without a word from it; an
 # unacknowledged control message is resent after as many.
 MISSED_HEARTBEATS = 3
+# A worker setting up its role (between ``welcome`` and ``ready``: loading data, building the
+# model, creating its CUDA context) may be silent this long: a native call that holds the
+# interpreter lock there (CUDA's initialisation does, for seconds, more on a small board)
+# stops its heartbeat thread too, and slow start-up is not a lost worker. A worker that dies
+# there is noticed by its launcher at once; one hung there, after this.
+SETUP_GRACE_S = 120.0
 # A hand-in's or a report's metadata larger than this (as JSON) is refused: framing, not content.
 MAX_META_BYTES = 64 * 1024
 MAX_ENDPOINTS = 16
 
 Status = Literal["pending", "registered", "ready", "running", "done", "final", "failed"]
 Phase = Literal["registering", "training", "draining", "finished", "stopped"]
+
+
+def silence_limit(status: str, heartbeat_s: float) -> float:
+    """Seconds a worker in ``status`` may be silent before it is lost. Pure."""
+    limit = MISSED_HEARTBEATS * heartbeat_s
+    return max(limit, SETUP_GRACE_S) if status == "registered" else limit
 
 
 @dataclass
@@ -67,6 +79,9 @@ class WorkerInfo:
     last_seen: float = 0.0
     error: str | None = None
     error_kind: str | None = None
+    # what its last heartbeat said it was doing (:mod:`edgetrain.comm.activity`), and when
+    activity: dict[str, Any] | None = None
+    activity_at: float | None = None
 
     @property
     def label(self) -> str:
@@ -243,11 +258,12 @@ class Coordinator:
         return events
 
     def check_heartbeats(self, now: float) -> list[Event]:
-        """Fail every registered worker silent for more than three heartbeat intervals (after
-        :attr:`on_silent` had a chance to capture its stacks)."""
-        limit = MISSED_HEARTBEATS * self.heartbeat_s
+        """Fail every registered worker silent for more than three heartbeat intervals, or
+        :data:`SETUP_GRACE_S` while it sets up (after :attr:`on_silent` had a chance to capture
+        its stacks)."""
         events: list[Event] = []
         for info in self.workers.values():
+            limit = silence_limit(info.status, self.heartbeat_s)
             if info.status in ("pending", "final", "failed") or now - info.last_seen <= limit:
                 continue
             reason = (
@@ -409,6 +425,9 @@ class Coordinator:
             if info.status != "pending":
                 info.last_seen = time.monotonic()
                 self._ack(info, msg.meta.get("ack"))
+                doing = activity.parse(msg.meta.get("doing"))
+                if doing is not None:
+                    info.activity, info.activity_at = doing, time.time()
             return []
         if msg.type != protocol.REGISTER and info.status == "pending":
             self.traffic.drop("not_registered", msg.sender)

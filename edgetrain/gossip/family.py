@@ -23,6 +23,7 @@ from edgetrain.gossip.mixing import weighted_average
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.base import FamilyDefaults, FinalModel, HandInError, meta_float
 from edgetrain.runtime.context import RunRecord
+from edgetrain.runtime.predict import Prediction, Setting
 from edgetrain.runtime.weights import model_arrays
 
 
@@ -80,6 +81,13 @@ class GossipFamily(FamilyDefaults):
         self, recipe: Recipe, handins: Mapping[int, HandIn], roles: Sequence[Role]
     ) -> dict[int, HandIn]:
         return spread_handins(handins, len(roles))
+
+    def predict(self, recipe: Recipe, setting: Setting) -> Prediction | None:
+        """GoSGD's cost model (:mod:`edgetrain.gossip.cost_gosgd`); the other techniques'
+        sides give their own."""
+        from edgetrain.gossip.cost_gosgd import predict_gosgd
+
+        return predict_gosgd(recipe, setting)
 
 
 def average_model(handins: Mapping[int, HandIn]) -> FinalModel:

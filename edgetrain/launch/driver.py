@@ -32,6 +32,7 @@ from edgetrain.comm.security import CurveKeys
 from edgetrain.comm.wire import Limits
 from edgetrain.envinfo import versions
 from edgetrain.errors import EdgetrainError, RunError
+from edgetrain.launch.activity_file import ActivityFile
 from edgetrain.launch.base import Launcher, WorkerSpec
 from edgetrain.launch.hosts import Placement
 from edgetrain.launch.run_inputs import RunInputs
@@ -48,6 +49,7 @@ from edgetrain.rundir import (
     now_iso,
     worker_stem,
 )
+from edgetrain.runtime import determinism
 
 if TYPE_CHECKING:
     from edgetrain.data import Dataset
@@ -268,6 +270,7 @@ def _worker_specs(
             *(limits.args() if limits is not None else ()),
         )
         env = {"OMP_NUM_THREADS": str(g.threads), "MKL_NUM_THREADS": str(g.threads)}
+        env.update(determinism.environment(recipe.train.deterministic))
         log_path = setup.run_dir.log_file(worker_stem(i))
         stdin = f"{secret}\n".encode() if secret else b""
         specs.append(
@@ -474,9 +477,11 @@ def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
             manifest["workers"][spec.worker_id]["pid"] = handle.pid
         manifest.update(status="running", coordinator=coord.endpoint)
         run_dir.write_manifest(manifest)
+        doing = ActivityFile(run_dir.metrics)
         while not coord.finished:
             events = coord.poll(opts.poll_ms)
             events.extend(_check_workers(coord, sup))
+            doing.update(coord.workers)
             for ev in events:
                 rec.record(ev)
                 _write_artifacts(setup, ev)

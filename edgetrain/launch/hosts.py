@@ -100,6 +100,9 @@ class HostsFile(_Model):
     ssh_config: str | None = None
     python: str | None = None
     connect_timeout_s: int = Field(10, ge=1, le=600)
+    # The emulated testbed's spec, written by `edgetrain emulate up` (read by the report's
+    # cost model: each host's CPU share and each link's rate); informational.
+    testbed: dict[str, Any] | None = None
     hosts: list[Host] = Field(min_length=1, description="add one [[hosts]] table per machine")
 
     @property

@@ -12,9 +12,8 @@ kernel.
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,15 +53,9 @@ class Accountant:
         self.activation = activation
         self.activation_peak = max(self.activation_peak, activation)
 
-    @contextlib.contextmanager
-    def hold(self, nbytes: int) -> Iterator[None]:
+    def hold(self, nbytes: int) -> _Held:
         """A temporary of ``nbytes`` lives inside the block (on top of the resident bytes)."""
-        self.temp += nbytes
-        self.transient_peak = max(self.transient_peak, self.resident + self.temp)
-        try:
-            yield
-        finally:
-            self.temp -= nbytes
+        return _Held(self, nbytes)
 
     def figures(self) -> dict[str, int]:
         return {
@@ -72,19 +65,49 @@ class Accountant:
         }
 
 
+class _Held:
+    """:meth:`Accountant.hold`'s block (a plain class: entered several times per step)."""
+
+    __slots__ = ("acc", "nbytes")
+
+    def __init__(self, acc: Accountant, nbytes: int) -> None:
+        self.acc = acc
+        self.nbytes = nbytes
+
+    def __enter__(self) -> None:
+        acc = self.acc
+        acc.temp += self.nbytes
+        acc.transient_peak = max(acc.transient_peak, acc.resident + acc.temp)
+
+    def __exit__(self, *exc: object) -> None:
+        self.acc.temp -= self.nbytes
+
+
+class _Timed:
+    """:meth:`Timers.time`'s block (a plain class: entered several times per step)."""
+
+    __slots__ = ("seconds", "name", "t0")
+
+    def __init__(self, seconds: dict[str, float], name: str) -> None:
+        self.seconds = seconds
+        self.name = name
+        self.t0 = 0.0
+
+    def __enter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds[self.name] = self.seconds.get(self.name, 0.0) + time.perf_counter() - self.t0
+
+
 @dataclass
 class Timers:
     """Seconds a stage spent in each kind of work (the report's busy fraction and bubble)."""
 
     seconds: dict[str, float] = field(default_factory=dict)
 
-    @contextlib.contextmanager
-    def time(self, name: str) -> Iterator[None]:
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+    def time(self, name: str) -> _Timed:
+        return _Timed(self.seconds, name)
 
     def add(self, name: str, seconds: float) -> None:
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds

@@ -35,9 +35,19 @@ class Leaf:
     local: str
     module: nn.Module
     kind: str
+    _keys: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
     def param_names(self) -> list[str]:
         return [_join(self.local, n) for n, _ in self.module.named_parameters(recurse=False)]
+
+    def keys(self) -> dict[str, str]:
+        """Its own parameter names to their unit-local names, in order (looked up once: an
+        update asks for them per layer call, and the names never change)."""
+        if self._keys is None:
+            self._keys = {
+                n: _join(self.local, n) for n, _ in self.module.named_parameters(recurse=False)
+            }
+        return self._keys
 
 
 @dataclass

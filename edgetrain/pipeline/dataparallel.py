@@ -19,6 +19,7 @@ from edgetrain.pipeline.family import (
 from edgetrain.pipeline.roles import runner_for
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.base import FinalModel, HandInError, TechniqueSide
+from edgetrain.runtime.predict import Prediction, Setting
 from edgetrain.runtime.weights import model_arrays, model_sha256
 
 STORE = "latest"  # how its stages keep their weights (:mod:`edgetrain.pipeline.stores`)
@@ -71,8 +72,19 @@ def final_model(recipe: Recipe, handins: Mapping[int, HandIn], roles: Sequence[R
     return FinalModel(weights, {"replicas": len(replicas), "replicas_equal": len(shas) == 1})
 
 
+def predict(recipe: Recipe, setting: Setting) -> Prediction:
+    """The cost model's data parallelism (:func:`edgetrain.pipeline.predict.predict_dataparallel`)
+    over the recipe's replicas."""
+    from edgetrain.pipeline.family import shape_of
+    from edgetrain.pipeline.predict import predict_dataparallel
+
+    setting = setting.at_batch(microbatch_of(recipe))
+    return predict_dataparallel(recipe.train.technique, setting, shape_of(recipe, setting, REPLICA))
+
+
 SIDE = TechniqueSide(
     check=check,
+    predict=predict,
     check_run_dir=check_run_dir,
     reads=reads,
     controller=controller,

@@ -30,6 +30,7 @@ from edgetrain.pipeline import messages
 from edgetrain.pipeline.chain import build_units
 from edgetrain.pipeline.proc import start_process
 from edgetrain.pipeline.stage_channels import bind_inbox
+from edgetrain.runtime.accelerator import start_device
 from edgetrain.runtime.base import Final, Ready, WorkerContext
 from edgetrain.runtime.session import Session
 from edgetrain.runtime.setup import build_run_model, load_run_data
@@ -56,8 +57,9 @@ class Evaluator:
     def setup(self) -> Ready:
         ctx = self.ctx
         start_process(ctx)
+        self.device = start_device(ctx.recipe.train.device)  # scores there, after the run
         self.data = load_run_data(ctx.recipe)
-        self.model = build_run_model(ctx.recipe, self.data)
+        self.model = build_run_model(ctx.recipe, self.data).to(self.device)
         self.shapes = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
         self.scratch = Path(tempfile.mkdtemp(prefix="edgetrain-snapshots-"))
         self.sock, endpoint = bind_inbox(self.transport, 10_000, "snapshot inbox")
@@ -167,8 +169,8 @@ class Evaluator:
 
     def _score(self) -> list[dict[str, Any]]:
         out = []
-        x = torch.from_numpy(self.data.x_test)
-        y = torch.from_numpy(self.data.y_test)
+        x = torch.from_numpy(self.data.x_test).to(self.device)
+        y = torch.from_numpy(self.data.y_test).to(self.device)
         for snap in sorted(self.parts):
             entry = self.parts[snap]
             complete = all(

@@ -1,13 +1,15 @@
 """The stage executor: one stage's forward and backward of a microbatch, the same code for
 every schedule (specification §5.5).
 
-Forward runs the stage's units in order, each parametric module through ``functional_call``
-with the weights the store hands out for the microbatch's version. Autograd would keep every
-weight it used inside the graph, which would turn mcPipe into stashing and stop GreedyUpdates
-from updating its one copy in place: a saved-tensor hook swaps each saved weight (or view of
-one) for a token (unit, name, version, view geometry) that resolves through the store at
-backward time, and running statistics are passed through untouched. Forward hooks on the
-parametric layers record each call's input and catch its output error during the backward;
+Forward runs the stage's units in order, each parametric module with the weights the store
+hands out for the microbatch's version (:mod:`edgetrain.pipeline.swap`). Autograd would keep
+every weight it used inside the graph, which would turn mcPipe into stashing and stop
+GreedyUpdates from updating its one copy in place: a saved-tensor hook swaps each saved weight
+(or view of one) for a token (unit, name, version, view geometry) that resolves through the
+store at backward time, and running statistics are passed through untouched. A forward hook on
+each parametric layer (run by the executor itself right after a unit that is one layer)
+records the call's input and marks its output, whose error the backward returns beside the
+stage input's (from the output's gradient edge; a torch without that gets a tensor hook);
 those (input, error) pairs are what every store's update is made of. Weights never require
 grad: the backward computes errors only (dI), and the weight gradients come from the shared
 :func:`~edgetrain.pipeline.kernels.weight_grad`. The first stage's first layer output becomes a
@@ -19,21 +21,21 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.func import functional_call
 
 from edgetrain.pipeline.accounting import storage_bytes
 from edgetrain.pipeline.chain import Unit
 from edgetrain.pipeline.stores import LeafCall, StageStore
+from edgetrain.pipeline.swap import call_with, param_slots
 
 
-@dataclass(frozen=True)
-class Token:
+class Token(NamedTuple):  # a tuple: made for every saved weight, cheaper than a dataclass
     """A weight autograd saved, by reference: resolved through the store at backward time."""
 
     unit: int
@@ -44,8 +46,7 @@ class Token:
     offset: int
 
 
-@dataclass(frozen=True)
-class Live:
+class Live(NamedTuple):
     """A buffer autograd saved (running statistics): passed through as it is."""
 
     tensor: torch.Tensor
@@ -64,6 +65,8 @@ class Micro:
     saved: dict[int, int] = field(default_factory=dict)  # storage -> bytes (activations)
     loss: float | None = None
     correct: int = 0
+    edges: list[Any] = field(default_factory=list)  # layer outputs whose errors B captures
+    caught: list[LeafCall] = field(default_factory=list)  # their calls, in the same order
 
     def keep(self, t: torch.Tensor) -> None:
         storage = t.untyped_storage()
@@ -107,15 +110,31 @@ class StageExecutor:
         self.flight: deque[Micro] = deque()
         self._micro: Micro | None = None
         self._unit: int | None = None
-        self._weights: dict[int, tuple[str, int]] = {}  # storage ptr -> (name, version)
-        self._buffers: set[int] = set()
+        self._weights: dict[int, str] = _NO_WEIGHTS  # storage ptr -> name, in a unit's call
+        self._version = 0  # the version of the weights in ``_weights``
+        # per unit: a store's dict of latest weights (stepped in place, so its storages stay)
+        # and their storage map, computed once rather than at every forward
+        self._maps: list[tuple[object, dict[int, str]]] = [(None, {}) for _ in self.units]
+        self._buffers: AbstractSet[int] = _NO_BUFFERS
+        self._stochastic = [unit.stochastic for unit in self.units]
+        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._slots = [param_slots(unit) for unit in self.units]
+        self._buffer_mods = [
+            [m for m in unit.module.modules() if m._buffers] for unit in self.units
+        ]
         no_inplace(self.units)
         self._hooks = []
+        # A unit that is one layer runs its hook itself after the call (the same arguments as
+        # a registered forward hook gets), which keeps the module off torch's hook path.
+        self._direct: list[Callable[..., Any] | None] = []
         for u, unit in enumerate(self.units):
             for mod in unit.modules():
                 mod.train()
+            one = len(unit.leaves) == 1 and unit.leaves[0].module is unit.module
+            self._direct.append(self._leaf_hook(u, 0) if one else None)
             for li, leaf in enumerate(unit.leaves):
-                self._hooks.append(leaf.module.register_forward_hook(self._leaf_hook(u, li)))
+                if not one:
+                    self._hooks.append(leaf.module.register_forward_hook(self._leaf_hook(u, li)))
 
     # ------------------------------------------------------------------ hooks
 
@@ -127,10 +146,16 @@ class StageExecutor:
             x = inp[0].detach()
             call = LeafCall(li, x)
             micro.calls[u].append(call)
-            micro.keep(x)
+            storage = x.untyped_storage()  # micro.keep(x), inline: once per layer call
+            if storage.nbytes():
+                micro.saved[storage.data_ptr()] = storage.nbytes()
             if not out.requires_grad:  # the first layer of the first stage
                 out = out.detach().requires_grad_(True)
                 micro.inputs.append(out)
+            if _EDGES:  # the backward returns this output's error with the stage input's
+                micro.edges.append(get_gradient_edge(out))
+                micro.caught.append(call)
+                return out
 
             def catch(g: torch.Tensor, call: LeafCall = call) -> None:
                 call.delta = g.detach()
@@ -143,16 +168,17 @@ class StageExecutor:
     def _pack(self, t: torch.Tensor) -> Any:
         storage = t.untyped_storage()
         ptr = storage.data_ptr()
-        hit = self._weights.get(ptr) if storage.nbytes() else None
-        if hit is not None and self._unit is not None:
-            name, version = hit
+        nbytes = storage.nbytes()
+        name = self._weights.get(ptr) if nbytes else None
+        if name is not None and self._unit is not None:
             return Token(
-                self._unit, name, version, tuple(t.size()), t.stride(), int(t.storage_offset())
-            )
+                self._unit, name, self._version, tuple(t.size()), t.stride(),
+                int(t.storage_offset()),
+            )  # fmt: skip
         if ptr in self._buffers:
             return Live(t)
-        if self._micro is not None:
-            self._micro.keep(t)
+        if self._micro is not None and nbytes:  # Micro.keep, with the storage looked up once
+            self._micro.saved[ptr] = nbytes
         return t
 
     def _unpack(self, packed: Any) -> torch.Tensor:
@@ -181,7 +207,7 @@ class StageExecutor:
         micro.keep(x)
         self._micro = micro
         try:
-            with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
+            with self._saved_hooks:  # one context object, entered once per forward
                 h = x
                 for u, unit in enumerate(self.units):
                     h = self._unit_forward(u, unit, micro, h)
@@ -196,31 +222,48 @@ class StageExecutor:
         finally:
             self._micro = None
             self._unit = None
-            self._weights = {}
-            self._buffers = set()
+            self._weights = _NO_WEIGHTS
+            self._buffers = _NO_BUFFERS
         self.flight.append(micro)
         return micro.out.detach()
 
     def _unit_forward(self, u: int, unit: Unit, micro: Micro, h: torch.Tensor) -> torch.Tensor:
-        gen = torch.random.fork_rng(devices=[]) if unit.stochastic else _Nothing()
+        stochastic = self._stochastic[u]
+        gen = torch.random.fork_rng(devices=[]) if stochastic else _NOTHING
         with gen:
-            if unit.stochastic:
+            if stochastic:
                 torch.manual_seed(dropout_seed(self.seed, micro.epoch, micro.j, unit.index))
             for m in unit.pre:
                 h = m(h)
             weights = self.store.forward_weights(u, micro.version)
-            self._unit = u
-            self._weights = {
-                t.untyped_storage().data_ptr(): (n, micro.version) for n, t in weights.items()
-            }
-            self._buffers = {
-                b.untyped_storage().data_ptr() for b in unit.module.buffers() if b.numel()
-            }
-            h = functional_call(unit.module, weights, (h,), strict=False)
+            self._unit, self._version = u, micro.version
+            seen, names = self._maps[u]
+            if seen is not weights:
+                names = {t.untyped_storage().data_ptr(): n for n, t in weights.items()}
+                if self.store.modes[u] == "latest":
+                    self._maps[u] = (weights, names)
+            self._weights = names
+            mods = self._buffer_mods[u]
+            self._buffers = (
+                {
+                    b.untyped_storage().data_ptr()
+                    for m in mods
+                    for b in m._buffers.values()
+                    if b is not None and b.numel()
+                }
+                if mods
+                else _NO_BUFFERS
+            )
+            out = call_with(unit.module, self._slots[u], weights, h)
             self._unit = None
-            self._weights = {}
-            self._buffers = set()
+            self._weights = _NO_WEIGHTS
+            self._buffers = _NO_BUFFERS
             del weights
+            hook = self._direct[u]
+            if hook is not None:  # the unit's one layer: its forward hook, run here
+                caught = hook(unit.module, (h,), out)
+                out = out if caught is None else caught
+            h = out
             for m in unit.post:
                 h = m(h)
         return h
@@ -233,12 +276,23 @@ class StageExecutor:
         assert micro.out is not None
         if not micro.inputs:
             raise RuntimeError("nothing to back-propagate to: no layer output requires grad")
+        # With edges: the stage input (first), then the layer outputs whose errors the calls
+        # want, the same errors a hook on each output catches, without a Python call per layer
+        targets = (
+            [*(micro.inputs[:1] if self.first_unit > 0 else []), *micro.edges]
+            if micro.edges
+            else micro.inputs
+        )
         grads = torch.autograd.grad(
-            micro.out, micro.inputs, None if self.last else grad, allow_unused=True
+            micro.out, targets, None if self.last else grad, allow_unused=True
         )
         dx = grads[0] if self.first_unit > 0 else None
+        for call, g in zip(micro.caught, grads[len(targets) - len(micro.edges) :], strict=True):
+            call.delta = g.detach() if g is not None else None
         micro.out = None
         micro.inputs = []
+        micro.edges = []
+        micro.caught = []
         return (dx.detach() if dx is not None else None), micro
 
     def step(self, grad: torch.Tensor | None = None) -> tuple[torch.Tensor | None, Micro]:
@@ -273,6 +327,33 @@ class _Nothing:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+_NOTHING = _Nothing()  # holds no state: one serves every deterministic unit
+
+
+def _edges_work() -> bool:
+    """Can ``torch.autograd.grad`` return the errors at gradient edges (probed once: recent
+    torch can)? Else each layer output gets a hook that catches its error."""
+    get = getattr(torch.autograd.graph, "get_gradient_edge", None)
+    if get is None:
+        return False
+    try:
+        with torch.enable_grad():  # whatever mode the importer is in
+            x = torch.ones(2, requires_grad=True)
+            y = x * 3.0
+            (g,) = torch.autograd.grad((y * y).sum(), [get(y)])
+    except (TypeError, RuntimeError):
+        return False
+    return g is not None and bool(torch.equal(g, 2 * y.detach()))
+
+
+_EDGES = _edges_work()
+get_gradient_edge: Callable[[torch.Tensor], Any] = getattr(
+    torch.autograd.graph, "get_gradient_edge", lambda t: None
+)
+_NO_WEIGHTS: dict[int, str] = {}  # outside a unit's call (never written to)
+_NO_BUFFERS: frozenset[int] = frozenset()
 
 
 def unit_weights(units: Sequence[Unit]) -> list[dict[str, torch.Tensor]]:

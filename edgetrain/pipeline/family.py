@@ -18,6 +18,7 @@ budget_s``) the barrier after the epoch that passes it tells every process to st
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from edgetrain.recipe import Recipe
 from edgetrain.rundir import read_run_json
 from edgetrain.runtime.base import FamilyDefaults, FinalModel, HandInError, WireLoad
 from edgetrain.runtime.context import RunRecord
+from edgetrain.runtime.predict import Prediction, Setting
 from edgetrain.runtime.weights import model_arrays
 
 STAGE = "stage"
@@ -46,15 +48,10 @@ def _count(recipe: Recipe, role: str) -> int:
 
 
 def check_device_and_evaluator(recipe: Recipe) -> None:
-    """The first checks every pipeline technique makes: the CPU, at most one evaluator."""
+    """The first checks every pipeline technique makes: at most one evaluator. Any ``[train]
+    device`` trains (each process computes on it; CUDA where there is none is refused as in
+    every family, by the launch and by the process that would start it)."""
     evaluators = _count(recipe, EVALUATOR)
-    if recipe.train.device != "cpu":
-        # The stages' weight stores, fused steps and memory accounting are written for host
-        # memory, and the bit-identity between schedules rests on the CPU's kernels.
-        raise RecipeError(
-            f"[train] device = {recipe.train.device!r}: the pipeline family trains on the CPU",
-            "set [train] device = 'cpu' (or leave it out)",
-        )
     if evaluators > 1:
         raise RecipeError(
             f"a {recipe.train.technique} run has at most one evaluator (the recipe has "
@@ -96,7 +93,7 @@ def check_training(recipe: Recipe) -> None:
 
 
 def check_pipelined(recipe: Recipe, roles: Callable[[Recipe], None] | None = None) -> None:
-    """What the schema cannot see: the device and evaluator, then ``roles`` (the family's
+    """What the schema cannot see: the evaluator, then ``roles`` (the family's
     default: stages), then the optimiser, the split, snapshots and the model."""
     check_device_and_evaluator(recipe)
     (roles or check_stage_roles)(recipe)
@@ -307,7 +304,7 @@ class PipelineFamily(FamilyDefaults):
 
     def artifacts(self, event: Event) -> dict[str, Any]:
         """``metrics/pipeline-memory-stage<s>.json`` (or ``-replica<r>``) from each final report:
-        the five memory figures with the formulas beside them."""
+        the five memory figures (and the accelerator's, on CUDA) with the formulas beside them."""
         if event.kind != "final" or not isinstance(event.data.get("memory"), dict):
             return {}
         role = event.data.get("role_name")
@@ -319,6 +316,7 @@ class PipelineFamily(FamilyDefaults):
             "role": role,
             "index": index,
             "technique": event.data.get("technique"),
+            "device": event.data.get("device"),
             "memory": event.data["memory"],
             "formulas": event.data.get("formulas"),
             "units": event.data.get("units"),
@@ -359,6 +357,44 @@ class PipelineFamily(FamilyDefaults):
         from edgetrain.pipeline.stage_report import pipeline_report
 
         return pipeline_report(run.manifest, run.workers)
+
+    def predict(self, recipe: Recipe, setting: Setting) -> Prediction | None:
+        """The family's cost model (:mod:`edgetrain.pipeline.predict`) on the recipe's stages,
+        its ``split`` or else the min-max partition under the model's own stage times (a plan
+        file lives in a run directory the setting does not name)."""
+        from edgetrain.pipeline.predict import predict_pipelined
+
+        setting = setting.at_batch(microbatch_of(recipe))
+        return predict_pipelined(recipe.train.technique, setting, shape_of(recipe, setting, STAGE))
+
+
+def shape_of(recipe: Recipe, setting: Setting, role: str) -> Any:
+    """The cost model's :class:`~edgetrain.pipeline.predict.Shape` of ``recipe``: its ``role``
+    workers (stages, or replicas of the whole model), the technique's weight store and
+    window, and the stages' units."""
+    from edgetrain.pipeline.costs import store_of
+    from edgetrain.pipeline.partition import bounds_of
+    from edgetrain.pipeline.predict import Shape, min_max_bounds
+
+    cfg = PipelineSection.of(recipe)
+    workers = [i for i, r in enumerate(recipe.role_names()) if r == role]
+    shape = Shape(
+        workers=workers,
+        bounds=[(0, len(setting.layers))],
+        microbatch=microbatch_of(recipe),
+        store=store_of(setting_of(recipe, len(workers))),
+        extra=cfg.window_extra,
+        uniform=cfg.window,
+        microbatches=cfg.microbatches,
+        momentum=recipe.train.momentum > 0,
+    )
+    if role != STAGE:
+        return shape
+    if cfg.split is not None:
+        bounds = list(bounds_of(list(cfg.split)))
+    else:
+        bounds = min_max_bounds(setting, shape)
+    return replace(shape, bounds=bounds)
 
 
 FAMILY = PipelineFamily()

@@ -41,6 +41,18 @@ def has_formula(module: nn.Module) -> bool:
     return type(module) in (nn.Linear, nn.LayerNorm, *_BN)
 
 
+def own_names(module: nn.Module) -> list[str]:
+    """The names ``module.named_parameters(recurse=False)`` gives, without its generator's cost
+    (called per layer per update)."""
+    seen: set[int] = set()
+    names = []
+    for n, p in module._parameters.items():
+        if p is not None and id(p) not in seen:
+            seen.add(id(p))
+            names.append(n)
+    return names
+
+
 def weight_grad(
     module: nn.Module,
     x: torch.Tensor,
@@ -51,15 +63,15 @@ def weight_grad(
     from its input ``x`` and output error ``delta``. ``weights`` (the module's parameters at the
     version the error was computed with) matter only for the generic fallback."""
     kind = type(module)
-    names = [n for n, _ in module.named_parameters(recurse=False)]
     out: Grads = {}
     if kind is nn.Linear:
         d2 = delta.reshape(-1, delta.shape[-1])
         x2 = x.reshape(-1, x.shape[-1])
         out["weight"] = torch.mm(d2.t(), x2)
-        if "bias" in names:
+        if module._parameters.get("bias") is not None:
             out["bias"] = d2.sum(0)
         return out
+    names = own_names(module)
     if kind in _CONV and has_formula(module):
         conv = module
         assert isinstance(conv, (nn.Conv1d, nn.Conv2d, nn.Conv3d))
@@ -175,6 +187,20 @@ def apply_update(
     """One SGD step of ``w`` by ``g`` (torch.optim.SGD's arithmetic, buffer starting at zero):
     ``d = g + wd*w``; ``buf = mu*buf + d`` (in place); ``w - lr*(buf or d)``, written into
     ``out`` (``w`` itself for an in-place step). Every store steps through here."""
+    return sgd_step(w, g, lr, momentum, weight_decay, buf, out)
+
+
+def sgd_step(
+    w: torch.Tensor,
+    g: torch.Tensor,
+    lr: float,
+    momentum: float = 0.0,
+    weight_decay: float = 0.0,
+    buf: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:func:`apply_update` for a caller already under ``torch.no_grad()`` (a store stepping
+    many tensors enters it once)."""
     d = g if weight_decay == 0 else g.add(w, alpha=weight_decay)
     if momentum:
         assert buf is not None, "momentum needs a buffer"

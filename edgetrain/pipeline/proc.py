@@ -31,6 +31,7 @@ from edgetrain.pipeline.stores import Hyper
 from edgetrain.pipeline.table import UnitInfo, unit_table
 from edgetrain.profile.memory import reset_rss_peak, rss_bytes, rss_peak_bytes
 from edgetrain.recipe import Recipe
+from edgetrain.runtime import accelerator
 from edgetrain.runtime.base import WorkerContext
 from edgetrain.runtime.session import Session
 from edgetrain.runtime.setup import build_run_model, load_run_data
@@ -140,6 +141,7 @@ class TrainingProcess:
     built from a checkpoint or the seed, the epoch loop, the snapshots, the memory figures."""
 
     cfg: PipelineSection
+    device: torch.device  # where the units, their store and the microbatches' graphs live
     b: int  # the microbatch
     samples: int
     input_shape: tuple[int, ...]
@@ -163,10 +165,11 @@ class TrainingProcess:
     # ------------------------------------------------------------------ setting up
 
     def _start(self) -> tuple[Dataset, list[Unit], list[UnitInfo]]:
-        """Threads and settings, the data, the seeded model's units and their table, and the
-        channels (no socket yet)."""
+        """Threads and settings, the device (started now, in set-up), the data, the seeded
+        model's units and their table, and the channels (no socket yet)."""
         ctx, recipe = self.ctx, self.ctx.recipe
         self.cfg = start_process(ctx)
+        self.device = accelerator.start_device(recipe.train.device)
         self.b = microbatch_of(recipe, self.cfg)
         data = load_run_data(recipe)
         self.samples = len(data.x_train)
@@ -197,7 +200,7 @@ class TrainingProcess:
         stage = make_stage(
             units, infos, technique, hyper_of(recipe), last=last, seed=recipe.run.seed,
             input_shape=input_shape, store=store, microbatch=self.b, version=version,
-            init=init, momentum=mom,
+            init=init, momentum=mom, device=self.device,
         )  # fmt: skip
         stage.store.timers = self.timers
         return stage
@@ -226,6 +229,7 @@ class TrainingProcess:
     def _train(self, session: Session) -> tuple[int, int]:
         """Every epoch from the start epoch (memory measured from here); the last epoch run and
         the steps."""
+        accelerator.reset_memory_peaks(self.device)
         self.rss_baseline = rss_bytes()
         self.rss_reset = reset_rss_peak()
         self.cgroup = accounting.cgroup_memory_dir()
@@ -257,7 +261,8 @@ class TrainingProcess:
         self.snap_s += time.monotonic() - t0
 
     def _memory(self) -> dict[str, Any]:
-        """The store's five figures, the process's RSS peak over its baseline, the cgroup's."""
+        """The store's five figures, the process's RSS peak over its baseline, the cgroup's,
+        and on an accelerator its peaks (allocated and reserved; absent on the CPU)."""
         figures = self.stage.store.acc.figures()
         rss_peak = rss_peak_bytes() if self.rss_reset else None
         return {
@@ -268,6 +273,7 @@ class TrainingProcess:
             if rss_peak is not None and self.rss_baseline is not None
             else None,
             **accounting.cgroup_figures(self.cgroup),
+            **accelerator.memory_figures(self.device),
         }
 
     def _timer_figures(self, forward_s: float, replay_s: float) -> dict[str, float]:

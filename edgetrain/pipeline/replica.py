@@ -16,7 +16,6 @@ import time
 from collections import deque
 from typing import Any
 
-import numpy as np
 import torch
 
 from edgetrain.comm import protocol
@@ -27,6 +26,7 @@ from edgetrain.pipeline import feed, messages
 from edgetrain.pipeline.proc import TrainingProcess, collect, training_tensors
 from edgetrain.pipeline.stage_build import stage_momentum, stage_state
 from edgetrain.pipeline.stores import unit_grads
+from edgetrain.runtime.accelerator import from_host, to_host
 from edgetrain.runtime.base import Final, Ready, WorkerContext
 from edgetrain.runtime.session import Session
 
@@ -95,7 +95,8 @@ class ReplicaRunner(TrainingProcess):
         for j, full in enumerate(batches):
             session.poll()
             idx = torch.from_numpy(feed.replica_slice(full, self.r, self.R))
-            x, y = self.xt[idx], self.yt[idx]
+            x = self.xt.index_select(0, idx).to(self.device)  # x[idx], without its indexing cost
+            y = self.yt.index_select(0, idx).to(self.device)
             ex = self.stage.executor
             with self.timers.time("forward_s"):
                 ex.forward(epoch, j, x, y)
@@ -174,7 +175,7 @@ class ReplicaRunner(TrainingProcess):
         assert self.links is not None
         units = self.stage.units
         mine = {
-            unit.state_name(k): g.numpy() for unit, gs in zip(units, grads, strict=True)
+            unit.state_name(k): to_host(g) for unit, gs in zip(units, grads, strict=True)
             for k, g in gs.items()
         }  # fmt: skip
         meta = {"epoch": epoch, "step": step, "over": over}
@@ -199,7 +200,8 @@ class ReplicaRunner(TrainingProcess):
                 "grads",
                 (messages.DP_GRAD,),
                 lambda m: messages.gradients_problem(m, m.sender in names, self.shapes),
-                f"the gradients of step {step} from the other replicas",
+                f"the gradients of step {step}",
+                "the other replicas",
             )
             self.waiting.setdefault(msg.sender, deque()).append(msg)
         with self.timers.time("update_s"):
@@ -210,7 +212,7 @@ class ReplicaRunner(TrainingProcess):
                     name = unit.state_name(k)
                     total = None
                     for r in range(self.R):
-                        g = own if r == self.r else torch.from_numpy(np.array(got[r].tensors[name]))
+                        g = own if r == self.r else from_host(got[r].tensors[name], self.device)
                         total = g.clone() if total is None else total.add_(g)
                     assert total is not None
                     summed[k] = total.div_(self.R)
@@ -222,6 +224,7 @@ class ReplicaRunner(TrainingProcess):
     def _metrics(self) -> dict[str, Any]:
         return {
             "technique": "dataparallel",
+            "device": str(self.device),
             "role_name": "replica",
             "role_index": self.r,
             "replicas": self.R,

@@ -30,7 +30,7 @@ def digest(weights: dict[str, torch.Tensor]) -> str:
     h = hashlib.sha256()
     for name in sorted(weights):
         h.update(name.encode())
-        h.update(weights[name].detach().contiguous().numpy().tobytes())
+        h.update(weights[name].detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
 
 
@@ -64,8 +64,10 @@ def run(
     store: str = "mixed",
     trace: bool = False,
     interleave: str = "turns",
+    device: torch.device | None = None,
 ) -> SimResult:
-    """Train ``epochs`` epochs of the pipeline cut at ``bounds`` with ``technique``'s store."""
+    """Train ``epochs`` epochs of the pipeline cut at ``bounds`` with ``technique``'s store,
+    every stage on ``device`` (None: the CPU)."""
     hyper = hyper or Hyper(0.05)
     n = len(bounds)
     stages: list[Stage] = []
@@ -78,6 +80,7 @@ def run(
             make_stage(
                 units, infos[lo:hi], technique, hyper, last=s == n - 1, seed=seed,
                 input_shape=infos[lo].in_shape, store=store, microbatch=microbatch,
+                device=device,
             )
         )  # fmt: skip
     result = SimResult({}, modes=[st.choice.modes for st in stages])
@@ -104,7 +107,7 @@ def run(
                 if op.kind == "F":
                     if s == 0:
                         idx = torch.from_numpy(batches[op.mb])
-                        inp, lab = xt[idx], yt[idx]
+                        inp, lab = xt[idx].to(device or "cpu"), yt[idx].to(device or "cpu")
                     elif op.mb in acts[s]:
                         inp, lab = acts[s].pop(op.mb)
                     else:

@@ -39,11 +39,11 @@ def send(
     store = stage.store
     for u, unit in enumerate(stage.units):
         tensors = {
-            unit.state_name(k): t.detach().numpy().copy() for k, t in store.newest(u).items()
+            unit.state_name(k): t.detach().cpu().numpy().copy() for k, t in store.newest(u).items()
         }
         for local, b in unit.module.named_buffers():
             if b.is_floating_point():
-                tensors[unit.state_name(local)] = b.detach().numpy().copy()
+                tensors[unit.state_name(local)] = b.detach().cpu().numpy().copy()
         meta = {
             "snap": absorbed,
             "epoch": epoch,

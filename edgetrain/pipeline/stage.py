@@ -29,6 +29,7 @@ from edgetrain.pipeline.proc import TrainingProcess, collect, training_tensors
 from edgetrain.pipeline.stage_build import stage_momentum, stage_state
 from edgetrain.pipeline.stage_channels import to_tensor
 from edgetrain.pipeline.table import UnitInfo
+from edgetrain.runtime.accelerator import from_host, to_host
 from edgetrain.runtime.base import Final, Ready, WorkerContext
 from edgetrain.runtime.session import Session
 
@@ -185,19 +186,25 @@ class StageRunner(TrainingProcess):
     def _forward(self, epoch: int, j: int, batches: list[np.ndarray]) -> None:
         assert self.links is not None
         if self.s == 0:
-            idx = torch.from_numpy(batches[j])
-            x, y = self.xt[idx], self.yt[idx]
+            idx = torch.from_numpy(batches[j])  # index_select: x[idx] without its indexing cost
+            x, y = self.xt.index_select(0, idx).to(self.device), self.yt.index_select(0, idx)
         else:
             expect = messages.Expect(
                 messages.ACT, self.prev or "", epoch, j, self.act_shape, self.classes
             )
             msg = self.links.receive(
-                "act", (messages.ACT,), lambda m: messages.problem(m, expect), expect.what()
+                "act",
+                (messages.ACT,),
+                lambda m: messages.problem(m, expect),
+                expect.what(),
+                f"stage {self.s - 1}",
             )
             messages.check_order(msg, expect, f"stage {self.s}")
-            x, y = to_tensor(msg.tensors["act"]), to_tensor(msg.tensors["labels"])
+            x = from_host(msg.tensors["act"], self.device)
+            y = to_tensor(msg.tensors["labels"])  # on the host: they travel on
         with self.timers.time("forward_s"):
-            out = self.stage.executor.forward(epoch, j, x, y if self.last else None)
+            labels = y.to(self.device) if self.last else None
+            out = self.stage.executor.forward(epoch, j, x, labels)
         if self.last:
             micro = self.stage.executor.flight[-1]
             loss = micro.loss if micro.loss is not None else math.nan
@@ -209,7 +216,7 @@ class StageRunner(TrainingProcess):
             return
         meta = {"epoch": epoch, "mb": j, "version": self.stage.executor.flight[-1].version}
         self.links.send(
-            "act", messages.ACT, meta, {"act": out.numpy(), "labels": y.numpy()}, epoch, j
+            "act", messages.ACT, meta, {"act": to_host(out), "labels": y.numpy()}, epoch, j
         )
 
     def _backward(self, epoch: int, j: int) -> None:
@@ -218,10 +225,14 @@ class StageRunner(TrainingProcess):
         if not self.last:
             expect = messages.Expect(messages.GRAD, self.next or "", epoch, j, self.out_shape)
             msg = self.links.receive(
-                "grad", (messages.GRAD,), lambda m: messages.problem(m, expect), expect.what()
+                "grad",
+                (messages.GRAD,),
+                lambda m: messages.problem(m, expect),
+                expect.what(),
+                f"stage {self.s + 1}",
             )
             messages.check_order(msg, expect, f"stage {self.s}")
-            grad = to_tensor(msg.tensors["grad"])
+            grad = from_host(msg.tensors["grad"], self.device)
         ex = self.stage.executor
         if ex.flight[0].j != j:
             raise messages.OutOfOrder(f"stage {self.s}: backward {j} is not the oldest in flight")
@@ -232,7 +243,7 @@ class StageRunner(TrainingProcess):
         if self.s > 0:
             assert dx is not None
             self.links.send("grad", messages.GRAD, {"epoch": epoch, "mb": j},
-                            {"grad": dx.numpy()}, epoch, j)  # fmt: skip
+                            {"grad": to_host(dx)}, epoch, j)  # fmt: skip
 
     # ------------------------------------------------------------------ reports
 
@@ -253,6 +264,7 @@ class StageRunner(TrainingProcess):
         t = self.timers
         out: dict[str, Any] = {
             "technique": self.technique,
+            "device": str(self.device),
             "role_name": "stage",
             "role_index": self.s,
             "stages": self.n,

@@ -5,7 +5,7 @@ of them build exactly the same thing from the same seed."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -134,9 +134,12 @@ def make_stage(
     version: int = 0,
     init: Sequence[dict[str, torch.Tensor]] | None = None,
     momentum: Sequence[dict[str, torch.Tensor] | None] | None = None,
+    device: torch.device | None = None,
 ) -> Stage:
     """The stage of ``units`` (``infos``: their table rows; ``input_shape``: the stage input's,
-    per sample). ``init``/``momentum``/``version``: a resumed state."""
+    per sample). ``init``/``momentum``/``version``: a resumed state. ``device`` (None: where the
+    units are, the CPU): where the store keeps every weight, base and pending pair, and where
+    the units' buffers go; the linearity probe runs before, on the CPU."""
     linear = (
         linear_units(units, input_shape)
         if store_mode(technique) == "pairs"
@@ -144,11 +147,34 @@ def make_stage(
     )
     choice = choose_modes(technique, infos, linear, store, microbatch)
     weights = init if init is not None else unit_weights(units)
+    if device is not None:
+        weights = [on_device(w, device) for w in weights]
+        if momentum is not None:
+            momentum = [None if b is None else on_device(b, device) for b in momentum]
     acc, timers = Accountant(), Timers()
     st = StageStore(units, weights, choice.modes, hyper, acc, timers, version, momentum)
+    del weights
     free_module_params(units)
+    if device is not None:
+        move_buffers(units, device)
     ex = StageExecutor(units, st, last=last, seed=seed)
     return Stage(units, st, ex, choice)
+
+
+def on_device(tensors: Mapping[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """``tensors`` on ``device`` (the same tensors where they are there already)."""
+    return {n: t.detach().to(device) for n, t in tensors.items()}
+
+
+def move_buffers(units: Sequence[Unit], device: torch.device) -> None:
+    """Move the units' buffers (running statistics) to ``device``; their parameters are the
+    store's (the modules keep meta tensors, which cannot move)."""
+    for unit in units:
+        for mod in unit.modules():
+            for m in mod.modules():
+                for name, b in m._buffers.items():
+                    if b is not None and b.device != device:
+                        m._buffers[name] = b.to(device)
 
 
 def stage_state(stage: Stage) -> dict[str, np.ndarray]:

@@ -8,6 +8,7 @@ or a failed peer ends the wait) and names what it waited on when it gives up."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 import zmq
 
-from edgetrain.comm import protocol, sockets
+from edgetrain.comm import activity, protocol, sockets
 from edgetrain.comm.transport import Transport
 from edgetrain.comm.wire import Message
 from edgetrain.errors import RunError
@@ -166,15 +167,20 @@ class Links:
         kinds: tuple[str, ...],
         accept: Callable[[Message], str | None],
         what: str,
+        on: str = "a neighbour",
     ) -> Message:
         """The next message on inbox ``name`` that ``accept`` (returning a drop reason or None)
-        takes; what it refuses is counted and dropped."""
+        takes; what it refuses is counted and dropped. While nothing has come, the heartbeats
+        say this process waits on ``on`` for ``what`` (``edgetrain status``)."""
         sock = self.inboxes[name]
         t0 = time.perf_counter()
         deadline = time.monotonic() + self.timeout_s
+        said = contextlib.ExitStack()
+        waiting = False
         try:
             while True:
-                if sock.poll(POLL_MS, zmq.POLLIN):
+                # the first look does not block: only a real wait is said
+                if sock.poll(POLL_MS if waiting else 0, zmq.POLLIN):
                     before = self.traffic.bytes_received
                     got = self.transport.recv(sock, kinds, flags=zmq.NOBLOCK)
                     if got is None:
@@ -195,6 +201,10 @@ class Links:
                         return msg
                     self.traffic.drop(reason, msg.sender)
                     continue
+                if not waiting:
+                    said.enter_context(activity.waiting(on, what))
+                    waiting = True
+                    continue
                 self.serve()
                 if time.monotonic() > deadline:
                     raise PeerLost(
@@ -202,6 +212,7 @@ class Links:
                         "process alive? ([pipeline] recv_timeout_s)"
                     )
         finally:
+            said.close()
             self.timers.add("wait_s", time.perf_counter() - t0)
 
     def sent_by_outbox(self) -> dict[str, int]:

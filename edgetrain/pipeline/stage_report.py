@@ -1,5 +1,6 @@
 """The pipeline family's report: per stage the units held, busy fraction, bubble, bytes sent,
-mcPipe's replay time and the five memory figures beside the formulas; the accuracy curve the
+mcPipe's replay time and the five memory figures beside the formulas (and the accelerator's
+peaks where a stage computed on CUDA); the accuracy curve the
 evaluator scored from snapshots after the run. Pure (reads the metrics rows)."""
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def stage_row(worker: int, row: Mapping[str, Any]) -> dict[str, Any]:
         "role": row.get("role_name"),
         "index": row.get("role_index"),
         "technique": row.get("technique"),
+        "device": row.get("device"),
         "units": row.get("units", []),
         "store_modes": row.get("store_modes", []),
         "m": m,
@@ -136,6 +138,30 @@ def _pct(x: Any) -> str:
     return f"{100 * x:.0f}%" if isinstance(x, (int, float)) else "-"
 
 
+def accelerator_table(stages: list[dict[str, Any]]) -> list[str]:
+    """The accelerator's memory per stage, where stages computed on one (no lines on the CPU)."""
+    key = "accelerator_allocated_peak_bytes"
+    on = [s for s in stages if isinstance((s.get("memory") or {}).get(key), int)]
+    if not on:
+        return []
+    lines = [
+        "",
+        "Accelerator memory per stage, MiB (from training's start: the peak tensors held,",
+        "max_memory_allocated, and the peak the caching allocator reserved, max_memory_reserved;",
+        "on a Jetson the CPU and GPU share one memory, so these overlap the RSS above):",
+        "",
+        "| stage | device | allocated peak | reserved peak |",
+        "|---:|---|---:|---:|",
+    ]
+    for s in on:
+        mem = s["memory"]
+        lines.append(
+            f"| {s['role']} {s['index']} | {s.get('device') or '-'} | {_mib(mem.get(key))} | "
+            f"{_mib(mem.get('accelerator_reserved_peak_bytes'))} |"
+        )
+    return lines
+
+
 def render(stages: list[dict[str, Any]], curve: list[dict[str, Any]]) -> str:
     lines = [
         "## Pipeline stages",
@@ -184,6 +210,7 @@ def render(stages: list[dict[str, Any]], curve: list[dict[str, Any]]) -> str:
             f"{_mib(mem.get('transient_peak_bytes'))} | {_mib(mem.get('activation_peak_bytes'))} | "
             f"{_mib(mem.get('rss_delta_bytes'))} | {_mib(mem.get('cgroup_peak_bytes'))} |"
         )
+    lines += accelerator_table(stages)
     if curve:
         lines += [
             "",

@@ -35,7 +35,7 @@ from torch import nn
 
 from edgetrain.pipeline.accounting import Accountant, Timers, storage_bytes
 from edgetrain.pipeline.chain import Unit
-from edgetrain.pipeline.kernels import Grads, apply_update, weight_grad
+from edgetrain.pipeline.kernels import Grads, sgd_step, weight_grad
 
 Weights = dict[str, torch.Tensor]
 MODES = ("versions", "latest", "pairs")
@@ -68,16 +68,22 @@ def _join(prefix: str, name: str) -> str:
 def unit_grads(unit: Unit, calls: Sequence[LeafCall], weights: Mapping[str, torch.Tensor]) -> Grads:
     """The unit's parameter gradients (unit-local names) from its layer calls, summed over calls
     in call order; a layer that was not called (or got no error) gets zeros."""
+    return _unit_grads(unit, calls, weights)
+
+
+def _unit_grads(
+    unit: Unit, calls: Sequence[LeafCall], weights: Mapping[str, torch.Tensor]
+) -> Grads:
     grads: Grads = {}
     for call in calls:
         leaf = unit.leaves[call.leaf]
         if call.delta is None:
             continue
-        own = {
-            n: weights[_join(leaf.local, n)] for n, _ in leaf.module.named_parameters(recurse=False)
-        }
+        keys = leaf.keys()
+        # a Linear's gradient is a formula of its pair alone: it needs no weights
+        own = None if type(leaf.module) is nn.Linear else {n: weights[k] for n, k in keys.items()}
         for name, g in weight_grad(leaf.module, call.x, call.delta, own).items():
-            key = _join(leaf.local, name)
+            key = keys.get(name) or _join(leaf.local, name)
             grads[key] = g if key not in grads else grads[key] + g
     for name, w in weights.items():
         if name not in grads:
@@ -105,6 +111,16 @@ def fused_sgd(
     ``src`` in place), calls in call order. In place and into ``out`` give the same bits, so
     every store that steps through here (PipeDream's new version, GreedyUpdates' copy, mcPipe's
     replay and fold) computes the same weights."""
+    return _fused_sgd(unit, calls, src, lr, out)
+
+
+def _fused_sgd(
+    unit: Unit,
+    calls: Sequence[LeafCall],
+    src: Mapping[str, torch.Tensor],
+    lr: float,
+    out: Mapping[str, torch.Tensor] | None = None,
+) -> Weights:
     dst = dict(src) if out is None else dict(out)
     done: set[str] = set()  # names already stepped into dst (a later call steps dst again)
     for call in calls:
@@ -201,6 +217,9 @@ class StageStore:
         self.pending: list[_Pending] = []
         self.state: list[_UnitState] = []
         self.fused = [fusable(unit, hyper) for unit in self.units]
+        # latest weights are stepped in place: the store then always holds the same tensors
+        self.in_place = all(m == "latest" for m in modes)
+        self._resident: int | None = None  # resident_bytes, until the held tensors change
         for u, (weights, mode) in enumerate(zip(init, modes, strict=True)):
             w = {n: t.detach().clone().contiguous() for n, t in weights.items()}
             buf = None
@@ -212,6 +231,8 @@ class StageStore:
                     else {n: torch.zeros_like(t) for n, t in w.items()}
                 )
             self.state.append(_UnitState(mode, {version: w}, buf))
+        # a unit's weights, and its gradients (the same shapes): what a step holds on top
+        self._unit_bytes = [_nbytes(st.versions[version].values()) for st in self.state]
 
     # ------------------------------------------------------------------ forward / backward
 
@@ -263,7 +284,7 @@ class StageStore:
             del self.in_flight[v]
         needed = set(self.in_flight)
         lr = self.hyper.lr
-        with self.timers.time("update_s"):
+        with self.timers.time("update_s"), torch.no_grad():
             for u, st in enumerate(self.state):
                 if st.mode == "versions":
                     self._step_versions(u, v, calls[u], needed)
@@ -273,6 +294,8 @@ class StageStore:
                     st.versions = {self.latest + 1: w}
             if "pairs" in self.modes:
                 self._pairs_update(lr, calls, needed)
+        if not self.in_place:
+            self._resident = None
         self.latest += 1
 
     def release(self, v: int) -> None:
@@ -286,7 +309,7 @@ class StageStore:
 
     def apply_grads(self, grads: Sequence[Mapping[str, torch.Tensor]]) -> None:
         """Apply given gradients to every (``latest``) unit: data parallelism's step."""
-        with self.timers.time("update_s"):
+        with self.timers.time("update_s"), torch.no_grad():
             for u, st in enumerate(self.state):
                 if st.mode != "latest":
                     raise RuntimeError("apply_grads needs a store of latest weights")
@@ -309,16 +332,17 @@ class StageStore:
     ) -> Weights:
         """Unit ``u``'s ``src`` stepped by its calls' gradients (taken at weights ``at``, which
         only the generic fallback reads) into ``out`` (None: in place): fused for Linear units
-        under plain SGD, else the shared weight gradient and :func:`apply_update`."""
+        under plain SGD, else the shared weight gradient and :func:`apply_update`. Its callers
+        (an update, a replay) hold ``torch.no_grad()``, entered once for all their units."""
         if self.fused[u]:
-            return fused_sgd(self.units[u], calls, src, lr, out)
+            return _fused_sgd(self.units[u], calls, src, lr, out)
         g = self._grads(u, calls, at)
-        with self.acc.hold(_nbytes(g.values())):
+        with self.acc.hold(self._unit_bytes[u]):
             return self._apply(src, g, lr, buf, out)
 
     def _grads(self, u: int, calls: Sequence[LeafCall], w: Mapping[str, torch.Tensor]) -> Grads:
-        with self.acc.hold(_nbytes(w.values())):
-            return unit_grads(self.units[u], calls, w)
+        with self.acc.hold(self._unit_bytes[u]):
+            return _unit_grads(self.units[u], calls, w)
 
     def _apply(
         self,
@@ -331,7 +355,7 @@ class StageStore:
         h = self.hyper
         result = {}
         for n, t in w.items():
-            result[n] = apply_update(
+            result[n] = sgd_step(  # apply_update's arithmetic; the callers hold no_grad
                 t,
                 g[n],
                 lr,
@@ -390,7 +414,7 @@ class StageStore:
         w = {n: t.clone() for n, t in base.items()}
         buf = {n: t.clone() for n, t in st.momentum.items()} if st.momentum is not None else None
         size = _nbytes(w.values()) + (_nbytes(buf.values()) if buf is not None else 0)
-        with self.acc.hold(size):
+        with self.acc.hold(size), torch.no_grad():
             for entry in self.pending[: v - self.base]:
                 self._step(u, entry.calls[u], w, w, entry.lr, buf)
         return w
@@ -425,7 +449,11 @@ class StageStore:
         return out
 
     def resident_bytes(self) -> int:
-        return storage_bytes(self.tensors())
+        """Bytes of the distinct storages the store holds (counted again after an update
+        that changed which tensors it holds; a store of latest weights steps them in place)."""
+        if self._resident is None:
+            self._resident = storage_bytes(self.tensors())
+        return self._resident
 
     def versions_held(self) -> int:
         """The most weight versions any unit holds now (diagnostic)."""

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 
+from edgetrain.plan.units import parse_bandwidth
 from edgetrain.section import Section
 
 
@@ -20,6 +21,10 @@ class PsSection(Section):
     # "plans/jetson.json"): the technique's cuts for the first epoch. Without one the first
     # iteration goes layer by layer and the trainer plans from what it measured.
     plan: str | None = None
+    # A plan file made for several bandwidths is used at the entry nearest this rate
+    # ("100mbit", "12.5MBps"); unset, each trainer measures its link at start and takes the
+    # entry nearest what it measured. Either way the worker log and the report say which.
+    plan_bandwidth: str | None = None
     # Re-plan from live measurements at every epoch barrier ("epoch") or never; with
     # replan_every = N also every N iterations inside an epoch.
     replan: Literal["epoch", "never"] = "epoch"
@@ -31,11 +36,20 @@ class PsSection(Section):
     # pull waits only while it is more than `staleness` iterations ahead.
     consistency: Literal["bsp", "ssp"] = "bsp"
     staleness: int = Field(2, ge=0)
-    # Emulated round trip: a server holds every reply this long after the request arrived
-    # (a timer, never a sleep: it keeps serving others). Recorded as emulated in the report.
+    # Emulated round trip: a server handles each request half this long after it arrived and
+    # sends each reply half this long after making it, every message on its own timer (never a
+    # sleep): pipelined requests sent together come back together, one round trip later, and
+    # others are served meanwhile. Recorded as emulated in the report.
     hold_ms: float = Field(0.0, ge=0, le=10_000)
     # Without a plan file, ibatch and dynacomm run this many layer-by-layer iterations first and
     # plan from what they measured (the link fit then sees every layer's size).
     cold_start_iterations: int = Field(3, ge=1)
     # Seconds a trainer waits for one reply before naming the server as the problem.
     reply_timeout_s: float = Field(120.0, gt=0)
+
+    @field_validator("plan_bandwidth")
+    @classmethod
+    def _rate(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_bandwidth(v)  # a ValueError names the problem and the fix
+        return v

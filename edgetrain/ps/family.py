@@ -20,7 +20,9 @@ import numpy as np
 
 from edgetrain.comm.control import Controller, CoordinationPolicy, Decision, Event, HandIn, Role
 from edgetrain.errors import RecipeError
+from edgetrain.plan.units import parse_bandwidth
 from edgetrain.ps.config import PsSection
+from edgetrain.ps.plan_entry import choice_line, nearest, plan_entries
 from edgetrain.recipe import Recipe
 from edgetrain.rundir import read_run_json
 from edgetrain.runtime.base import FamilyDefaults, FinalModel, HandInError
@@ -34,23 +36,34 @@ def iterations_per_epoch(samples: Sequence[int], batch: int) -> int:
     return max(1, min(samples) // batch) if samples else 1
 
 
-def plan_cuts(doc: Mapping[str, Any], technique: str) -> dict[str, list[int]] | None:
-    """The technique's cuts in an `edgetrain plan` document (its first bandwidth if several)."""
-    if "bandwidths" in doc and isinstance(doc["bandwidths"], list) and doc["bandwidths"]:
-        doc = doc["bandwidths"][0]
-    entry = doc.get("strategies", {}).get(technique)
-    if not isinstance(entry, dict):
+def plan_directive(
+    doc: Mapping[str, Any], technique: str, path: str, declared: str | None
+) -> dict[str, Any] | None:
+    """What trainers get of a plan file: its entries for ``technique``, the one to use when
+    ``declared`` (``[ps] plan_bandwidth``) or the file chooses it, and the line that says so
+    (``chosen`` None: each trainer measures its link and takes the nearest). None: an entry
+    has no such strategy."""
+    entries = plan_entries(doc, technique)
+    if entries is None:
         return None
-    return {
-        "forward_cuts": [int(c) for c in entry.get("forward_cuts", [])],
-        "backward_cuts": [int(c) for c in entry.get("backward_cuts", [])],
-    }
+    out: dict[str, Any] = {"file": path, "entries": [e.to_dict() for e in entries]}
+    if declared is not None:
+        rate = parse_bandwidth(declared)
+        out["chosen"] = nearest(entries, rate)
+        how = f"declared by [ps] plan_bandwidth = {declared!r}"
+        out["why"] = choice_line(path, entries, out["chosen"], rate, how)
+    elif len(entries) == 1:
+        out["chosen"] = 0
+        out["why"] = choice_line(path, entries, 0, None, "")
+    else:
+        out["chosen"] = None  # each trainer measures and says what it took
+    return out
 
 
 class PsController:
     """At start: the iterations per epoch, and the plan file's cuts for every trainer."""
 
-    def __init__(self, recipe: Recipe, roles: Sequence[Role], plan: dict[str, list[int]] | None):
+    def __init__(self, recipe: Recipe, roles: Sequence[Role], plan: dict[str, Any] | None):
         self.batch = recipe.train.batch_size
         self.roles = list(roles)
         self.plan = plan
@@ -67,6 +80,22 @@ class PsController:
 
     def on_drain(self, done: Mapping[int, Mapping[str, Any]]) -> Decision:
         return Decision()
+
+
+def read_plan(recipe: Recipe, run_dir: Path) -> dict[str, Any] | None:
+    """The ``[ps] plan`` file's directive (None without one); one line if it is unusable."""
+    cfg = PsSection.of(recipe)
+    if cfg.plan is None:
+        return None
+    fix = "write it with `edgetrain plan ... --run-dir RUN`, launch with --run-dir RUN"
+    doc = read_run_json(run_dir, cfg.plan, "[ps] plan", fix)
+    plan = plan_directive(doc, recipe.train.technique, cfg.plan, cfg.plan_bandwidth)
+    if plan is None:
+        raise RecipeError(
+            f"[ps] plan: {run_dir / cfg.plan} has no '{recipe.train.technique}' strategy",
+            "plan with `edgetrain plan --profile ...` (it writes all four strategies)",
+        )
+    return plan
 
 
 class PsFamily(FamilyDefaults):
@@ -86,6 +115,20 @@ class PsFamily(FamilyDefaults):
                 'add [[workers]] role = "server" (and trainers) to the recipe',
             )
 
+    def check_run_dir(self, recipe: Recipe, run_dir: Path | None) -> None:
+        """A ``[ps] plan`` must be readable and hold the technique before the run starts
+        (``run_dir`` None: the launch makes a new directory, which holds no plan)."""
+        plan = PsSection.of(recipe).plan
+        if plan is None:
+            return
+        if run_dir is None:
+            raise RecipeError(
+                f"[ps] plan = {plan!r} is read from the run directory, and this launch would "
+                "make a new one",
+                "launch with --run-dir RUN, the directory `edgetrain plan` wrote to",
+            )
+        read_plan(recipe, run_dir)
+
     def reads(self, recipe: Recipe) -> dict[str, str]:
         plan = PsSection.of(recipe).plan
         return {} if plan is None else {plan: "[ps] plan"}
@@ -99,16 +142,7 @@ class PsFamily(FamilyDefaults):
         )
 
     def controller(self, recipe: Recipe, roles: Sequence[Role], run_dir: Path) -> Controller:
-        cfg = PsSection.of(recipe)
-        cuts = None
-        if cfg.plan is not None:
-            path = run_dir / cfg.plan
-            fix = "write it with `edgetrain plan ... --run-dir RUN`, launch with --run-dir RUN"
-            doc = read_run_json(run_dir, cfg.plan, "[ps] plan", fix)
-            cuts = plan_cuts(doc, recipe.train.technique)
-            if cuts is None:
-                raise RecipeError(f"[ps] plan: {path} has no '{recipe.train.technique}' strategy")
-        return PsController(recipe, roles, cuts)
+        return PsController(recipe, roles, read_plan(recipe, run_dir))
 
     def final_model(
         self, recipe: Recipe, handins: Mapping[int, HandIn], roles: Sequence[Role]
@@ -143,8 +177,8 @@ class PsFamily(FamilyDefaults):
             k: event.data.get(k)
             for k in (
                 "forward_cuts", "backward_cuts", "iteration_s", "predicted_s", "predicted_now_s",
-                "prediction_error", "dt_s", "bandwidth_pull_Bps", "bandwidth_push_Bps",
-                "plan_s", "plans", "next_cuts", "hold_ms",
+                "prediction_error", "dt_s", "rtt_s", "bandwidth_pull_Bps", "bandwidth_push_Bps",
+                "plan_s", "plans", "next_cuts", "hold_ms", "link_source", "link_note",
             )
         }  # fmt: skip
         doc = self._plans.setdefault(epoch, {"epoch": epoch, "trainers": {}})
@@ -163,11 +197,18 @@ class PsFamily(FamilyDefaults):
 
     def predict(self, recipe: Recipe, setting: Setting) -> Prediction | None:
         """The scheduled techniques' cost model (:mod:`edgetrain.ps.schedule_cost`)."""
+        from dataclasses import replace
+
+        from edgetrain.ps.config import PsSection
         from edgetrain.ps.schedule_cost import predict_schedule
 
         roles = recipe.role_names()
         trainers = [i for i, r in enumerate(roles) if r == "trainer"]
         servers = [i for i, r in enumerate(roles) if r == "server"]
+        hold_s = PsSection.of(recipe).hold_ms / 1000.0  # the emulated round trip, if any
+        if hold_s > 0:
+            links = tuple(replace(x, latency_s=max(x.latency_s, hold_s / 2)) for x in setting.links)
+            setting = replace(setting, links=links)
         return predict_schedule(recipe.train.technique, setting, trainers, servers)
 
 

@@ -89,11 +89,19 @@ class SegmentHooks:
     """Hooks on one model, re-armed every iteration with that iteration's segments."""
 
     def __init__(
-        self, model: nn.Module, layout: Layout, wait: Callable[[threading.Event, str], None]
+        self,
+        model: nn.Module,
+        layout: Layout,
+        wait: Callable[[threading.Event, str], None],
+        sync: Callable[[], None] | None = None,
     ) -> None:
+        """``sync``: waits for the device's queued work (``torch.cuda.synchronize`` on a GPU,
+        None on the CPU), called before every time taken, so a layer's time is its compute
+        and not its kernel launches, and a push's gradients exist when it is released."""
         self.layout = layout
         self.layers = len(layout.specs)
         self.wait = wait
+        self.sync = sync or (lambda: None)
         self.module_layer: dict[str, int] = {}
         for i, spec in enumerate(layout.specs):
             for name in (*spec.folded, spec.name):
@@ -142,6 +150,7 @@ class SegmentHooks:
             if idx <= self._current:
                 return
             self._current = idx
+            self.sync()
             before = time.perf_counter()
             head = self._heads.get(idx)
             if head is not None:
@@ -156,6 +165,7 @@ class SegmentHooks:
         def hook(_p: torch.Tensor) -> None:
             self._layer_left[layer] -= 1
             if self._layer_left[layer] == 0:
+                self.sync()
                 self.times.done[layer] = time.perf_counter()
                 seg = self._seg_of[layer]
                 self._seg_left[seg] -= 1
@@ -166,6 +176,7 @@ class SegmentHooks:
 
     def backward_done(self) -> None:
         """After backward: release every push still held (a layer without gradients)."""
+        self.sync()
         self.times.backward_end = time.perf_counter()
         for event in self._seg_ready:
             event.set()

@@ -1,13 +1,15 @@
 """Messages between parameter-server trainers and shards, and their checks.
 
-One transmission is one request/reply pair with every shard that holds part of a segment:
+One transmission is one request/reply pair with every shard that holds part of a segment. A
+trainer keeps several transmissions in flight (pipelined, as a real client would), so every
+request carries a request id ``req``, unique within the trainer, and its replies echo it:
 
-| type | direction | meta | tensors |
+| type | way | meta | tensors |
 |---|---|---|---|
-| ``ps.pull`` | trainer -> shard | ``iter``, ``seg``, ``names``, ``layout`` | none |
-| ``ps.params`` | shard -> trainer | ``iter``, ``seg``, ``held_s`` (version wait) | weights |
-| ``ps.push`` | trainer -> shard | ``iter``, ``seg``, ``layout`` | the gradients |
-| ``ps.ack`` | shard -> trainer | ``iter``, ``seg`` (on receipt) | none |
+| ``ps.pull`` | trainer->shard | ``iter``, ``seg``, ``req``, ``names``, ``layout`` | none |
+| ``ps.params`` | shard->trainer | ``iter``, ``seg``, ``req``, ``held_s`` (version wait) | weights |
+| ``ps.push`` | trainer->shard | ``iter``, ``seg``, ``req``, ``layout`` | the gradients |
+| ``ps.ack`` | shard->trainer | ``iter``, ``seg``, ``req`` (on receipt) | none |
 
 Everything received is checked against the layout (names a shard owns, shapes, dtypes, finite
 values); anything else is dropped and counted by reason.
@@ -37,6 +39,8 @@ def request_fields(meta: Mapping[str, Any], owned: set[str], layout: str) -> str
         return "bad_iter"
     if not is_count(meta.get("seg")):
         return "bad_seg"
+    if not is_count(meta.get("req")):
+        return "bad_req"
     if meta.get("layout") != layout:
         return "wrong_layout"
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):

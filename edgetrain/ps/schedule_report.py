@@ -25,12 +25,16 @@ def ps_report(
     roles = {w["id"]: w.get("role") for w in manifest.get("workers", [])}
     rows: list[dict[str, Any]] = []
     gantt: dict[str, Any] | None = None
+    choices: dict[str, list[int]] = {}  # the plan file line -> trainers that said it
     for wid, events in sorted(workers.items()):
         if roles.get(wid) != "trainer":
             continue
         for e in events:
             if e.get("event") != "epoch" or "iteration_s" not in e:
                 continue
+            for p in e.get("plans") or []:
+                if isinstance(p, dict) and p.get("plan_choice"):
+                    choices.setdefault(str(p["plan_choice"]), []).append(wid)
             rows.append(
                 {
                     "worker": wid,
@@ -57,6 +61,8 @@ def ps_report(
                     "predicted_backward_s": e.get("predicted_backward_s"),
                     "costs": e.get("costs"),
                     "iterations": e.get("iterations"),
+                    "link_source": e.get("link_source"),
+                    "link_note": e.get("link_note"),
                 }
             )
             if e.get("gantt"):
@@ -74,14 +80,21 @@ def ps_report(
         if hold
         else "No emulated round trip (`[ps] hold_ms = 0`)."
     )
-    lines = [
-        "## Parameter server: measured against predicted",
-        "",
-        hold_text,
-        "",
+    lines = ["## Parameter server: measured against predicted", "", hold_text, ""]
+    for line, trainers in choices.items():
+        lines += [f"{line} (trainer {', '.join(map(str, trainers))}).", ""]
+    if any(r["link_source"] not in (None, "fit") for r in rows):
+        lines += [
+            "link: `fit` is the live fit of `dt + bytes / bandwidth`; where it could not tell "
+            "`dt` from the bandwidth (one transfer size seen), a trusted link scaled to the "
+            "measured times was used: the trainer's `start probe`, the `plan file`'s link or "
+            "the `last fit` (`one size`: none, the cuts were kept).",
+            "",
+        ]
+    lines += [
         "| trainer | epoch | forward cuts | backward cuts | measured s | predicted s | error "
-        "| dt ms | pull Mbit/s | push Mbit/s | hidden |",
-        "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| dt ms | pull Mbit/s | push Mbit/s | link | hidden |",
+        "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for r in rows:
         pull = r["bandwidth_pull_Bps"] * 8 / 1e6 if r["bandwidth_pull_Bps"] else None
@@ -92,7 +105,7 @@ def ps_report(
             f"{_cuts(r['backward_cuts'])} | {_f(r['iteration_s'], '.4f')} | "
             f"{_f(r['predicted_s'], '.4f')} | {_f(r['prediction_error'], '+.1%')} | "
             f"{_f(dt_ms, '.2f')} | {_f(pull, '.1f')} | {_f(push, '.1f')} | "
-            f"{_f(r['hidden_share'], '.0%')} |"
+            f"{r['link_source'] or '-'} | {_f(r['hidden_share'], '.0%')} |"
         )
     return {"epochs": rows, "gantt": gantt, "markdown": "\n".join(lines)}
 

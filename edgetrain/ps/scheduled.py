@@ -15,7 +15,6 @@ file, the first iteration goes layer by layer so the fit sees every layer's size
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -31,10 +30,14 @@ from edgetrain.plan.baselines import lbl_cuts
 from edgetrain.plan.costs import LayerCosts
 from edgetrain.plan.simulator import simulate
 from edgetrain.plan.strategies import SCHEDULES, verdict
+from edgetrain.plan.units import describe_bandwidth
 from edgetrain.ps.config import PsSection
 from edgetrain.ps.hooks import SegmentHooks, backward_segments, segments
+from edgetrain.ps.latency import split_round_trip, with_round_trip
 from edgetrain.ps.layout import buffers, build_layout
+from edgetrain.ps.link_trust import LinkChoice, choose_link, guarded_cuts, unidentified
 from edgetrain.ps.livecosts import LinkFit, fit_link, layer_costs, mean_rows
+from edgetrain.ps.plan_entry import PlanEntry, choice_line, nearest
 from edgetrain.ps.server import ShardServer
 from edgetrain.ps.transmitter import Transmission, Transmitter
 from edgetrain.runtime.base import Final, Ready, Runner, WorkerContext
@@ -100,6 +103,13 @@ class ScheduledTrainer:
         self._predicted: float | None = None
         self._plan_s = 0.0
         self._last_eval: tuple[float, float] | None = None
+        # the link trusted while the live fit is not identifiable (link_trust): the start
+        # probe's (else the plan file's), then the last identifiable fit's
+        self._prior: tuple[LinkFit, LinkFit] | None = None
+        self._prior_name = ""
+        self._link: LinkChoice | None = None
+        self._said = ""  # the last re-plan note in the log
+        self._rtt = (0.0, 0.0)  # the round trip (pull, push) of the last link fit (.latency)
 
     # ------------------------------------------------------------------ runner
 
@@ -135,7 +145,9 @@ class ScheduledTrainer:
             Transport.of(ctx), servers, self.layout, self.params, self.cfg.reply_timeout_s
         )
         self.link.start()
-        self.hooks = SegmentHooks(self.trainer.model, self.layout, self.link.wait)
+        device = next(self.trainer.model.parameters()).device
+        sync = torch.cuda.synchronize if device.type == "cuda" else None
+        self.hooks = SegmentHooks(self.trainer.model, self.layout, self.link.wait, sync)
         self.iteration = (ctx.start_epoch - 1) * self.iterations
         self._initial_cuts(session.start_directive.get("plan"))
         steps = run_epochs(
@@ -165,12 +177,25 @@ class ScheduledTrainer:
 
     def _initial_cuts(self, plan: object) -> None:
         L = len(self.layout.specs)
-        if isinstance(plan, dict) and isinstance(plan.get("forward_cuts"), list):
-            self.forward_cuts = [int(c) for c in plan["forward_cuts"] if 0 < int(c) < L]
-            self.backward_cuts = [int(c) for c in plan.get("backward_cuts", []) if 0 < int(c) < L]
+        if isinstance(plan, dict) and isinstance(plan.get("entries"), list):
+            entry, line = self._plan_entry(plan)
+            self.forward_cuts = [c for c in entry.forward_cuts if 0 < c < L]
+            self.backward_cuts = [c for c in entry.backward_cuts if 0 < c < L]
             self._needs_plan = False
+            if self._prior is None and entry.bandwidth_Bps is not None and entry.dt_s is not None:
+                link = LinkFit(entry.dt_s, entry.bandwidth_Bps, 0)
+                self._prior, self._prior_name = (link, link), "plan file"
+            log.info("%s", line)
             self.plans.append(
-                {"at_iteration": self.iteration, "source": "plan file", **self._cuts()}
+                {
+                    "at_iteration": self.iteration,
+                    "source": "plan file",
+                    **self._cuts(),
+                    "plan_file": plan.get("file"),
+                    "plan_bandwidth_Bps": entry.bandwidth_Bps,
+                    "plan_choice": line,
+                    "trusted_link": self._prior_name or None,
+                }
             )
         elif not self.schedule.cost_aware:  # cuts that do not depend on costs
             self.forward_cuts, self.backward_cuts = self.schedule.cutter(self._dummy_costs())
@@ -180,6 +205,41 @@ class ScheduledTrainer:
             self.forward_cuts, self.backward_cuts = lbl_cuts(self._dummy_costs())
             self._needs_plan = True
 
+    def _plan_entry(self, plan: Mapping[str, Any]) -> tuple[PlanEntry, str]:
+        """The plan file's entry this trainer uses, and the line that says which and why: the
+        launcher's choice, else the entry nearest the bandwidth this trainer measures now.
+
+        A trainer that will re-plan measures its link here in any case: an identifiable probe
+        becomes the link it trusts while its live fit is not (a plan file's link is what
+        someone declared; the probe is this run's)."""
+        entries = [PlanEntry.from_dict(e) for e in plan["entries"]]
+        chosen = plan.get("chosen")
+        given = isinstance(chosen, int) and 0 <= chosen < len(entries)
+        probe = self._probe() if not given or self.cfg.replan != "never" else []
+        fit = fit_link(probe)
+        if fit is not None and unidentified(probe) is None:
+            self._prior, self._prior_name = (fit, fit), "start probe"
+        if given:
+            assert isinstance(chosen, int)
+            return entries[chosen], str(plan.get("why") or "")
+        measured = fit.bandwidth if fit is not None else None
+        index = nearest(entries, measured) if measured is not None else 0
+        how = "measured by this trainer at start"
+        return entries[index], choice_line(str(plan.get("file")), entries, index, measured, how)
+
+    def _probe(self) -> list[tuple[int, float]]:
+        """``(bytes, seconds)`` of two pulls of the smallest layer and two of the whole model,
+        alternated (segment 0: kept out of the live fit)."""
+        link = self.link
+        assert link is not None
+        sizes = self.layout.layer_bytes
+        layer = 1 + sizes.index(min((b for b in sizes if b > 0), default=sizes[0]))
+        small, whole = self.layout.tensors(layer, layer), list(self.layout.shapes)
+        before = len(link.log)
+        for names in (small, whole, small, whole):
+            link.wait(link.pull(self.iteration, 0, names), "the link probe")
+        return [(t.nbytes, t.seconds - t.held_s) for t in link.log[before:]]
+
     def _dummy_costs(self) -> LayerCosts:
         ones = np.ones(len(self.layout.specs))
         return LayerCosts(ones, ones, ones, ones, 0.0)
@@ -187,26 +247,47 @@ class ScheduledTrainer:
     def _cuts(self) -> dict[str, list[int]]:
         return {"forward_cuts": list(self.forward_cuts), "backward_cuts": list(self.backward_cuts)}
 
-    def _fits(self) -> tuple[LinkFit | None, LinkFit | None]:
+    def _samples(self) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+        """``(bytes, seconds)`` of the last ``fit_window`` pulls and pushes of segments, the
+        round trip of the pipelined link taken out where it can be told apart (then kept in
+        ``_rtt`` for the costs, :mod:`.latency`)."""
         assert self.link is not None
         window = self.cfg.fit_window
         log_ = [t for t in self.link.log if t.segment > 0]
-        pulls = [(t.nbytes, t.seconds - t.held_s) for t in log_ if t.direction == "pull"][-window:]
-        pushes = [(t.nbytes, t.seconds - t.held_s) for t in log_ if t.direction == "push"][-window:]
-        return fit_link(pulls), fit_link(pushes)
+        split = [
+            split_round_trip(
+                [(t.nbytes, t.seconds - t.held_s, t.lead) for t in log_ if t.direction == d][
+                    -window:
+                ]
+            )
+            for d in ("pull", "push")
+        ]
+        self._rtt = (split[0].rtt, split[1].rtt)
+        return split[0].samples, split[1].samples
+
+    def _choose_link(self) -> LinkChoice | None:
+        """The link to plan and predict with (:mod:`.link_trust`): the fit when it is
+        identifiable (which then becomes the link trusted later), else the trusted one."""
+        choice = choose_link(*self._samples(), self._prior, self._prior_name)
+        if choice is not None and choice.identifiable:
+            self._prior, self._prior_name = (choice.pull, choice.push), "last fit"
+        return choice
 
     def estimate(self) -> LayerCosts | None:
         """The planner's costs from what this trainer measured lately (None: not enough)."""
-        pull, push = self._fits()
-        if pull is None or push is None or not self._fc:
+        choice = self._choose_link()
+        if choice is None or not self._fc:
             return None
+        self._link = choice
+        pull, push = choice.pull, choice.push
         names = [s.name for s in self.layout.specs]
         # the first iterations warm up (allocator, first touch of every buffer): left out once
         # there are enough others
         skip = WARMUP_ITERATIONS if len(self._fc) > WARMUP_ITERATIONS + 2 else 0
         fc = mean_rows(self._fc[skip:][-COMPUTE_WINDOW:])
         bc = mean_rows(self._bc[skip:][-COMPUTE_WINDOW:])
-        return layer_costs(self.layout.layer_bytes, fc, bc, pull, push, names)
+        costs = layer_costs(self.layout.layer_bytes, fc, bc, pull, push, names)
+        return with_round_trip(costs, *self._rtt)  # once per direction: requests are pipelined
 
     def replan(self, reason: str) -> None:
         """Fit, plan with the technique's planner, and predict; the cuts apply from the next
@@ -215,13 +296,22 @@ class ScheduledTrainer:
         costs = self.estimate()
         if costs is None:
             return
+        choice = self._link
+        assert choice is not None
+        note = ""
         if self.schedule.cost_aware:
-            self.forward_cuts, self.backward_cuts = self.schedule.cutter(costs)
+            running = (list(self.forward_cuts), list(self.backward_cuts))
+            candidate = self.schedule.cutter(costs)
+            (self.forward_cuts, self.backward_cuts), note = guarded_cuts(
+                costs, running, candidate, choice
+            )
         self._costs = costs
         self._predicted = simulate(costs, self.forward_cuts, self.backward_cuts).iteration_s
         self._plan_s += time.perf_counter() - t0
-        pull, push = self._fits()
-        assert pull is not None and push is not None
+        said = _link_line(choice, costs, note) if choice.why or note else ""
+        if said and self.schedule.cost_aware and choice.why + note != self._said:
+            self._said = choice.why + note  # (said once while it holds, not every re-plan)
+            log.info("re-plan at iteration %d: %s", self.iteration, said)
         self.plans.append(
             {
                 "at_iteration": self.iteration,
@@ -229,8 +319,10 @@ class ScheduledTrainer:
                 **self._cuts(),
                 "predicted_iteration_s": self._predicted,
                 "dt_s": costs.dt,
-                "bandwidth_pull_Bps": pull.bandwidth,
-                "bandwidth_push_Bps": push.bandwidth,
+                "bandwidth_pull_Bps": choice.pull.bandwidth,
+                "bandwidth_push_Bps": choice.push.bandwidth,
+                **choice.to_dict(),
+                "cuts_note": note,
                 "plan_s": time.perf_counter() - t0,
             }
         )
@@ -249,7 +341,7 @@ class ScheduledTrainer:
         model.zero_grad(set_to_none=True)  # the last iteration's pushes were all acknowledged
         start = time.perf_counter()
         pulls = [link.pull(it, j + 1, self.layout.tensors(a, b)) for j, (a, b) in enumerate(fwd)]
-        grads = [threading.Event() for _ in bwd]
+        grads = [link.signal() for _ in bwd]  # (setting one wakes the link's thread)
         pushes = [
             link.push(it, j + 1, self.layout.tensors(a, b), grads[j])
             for j, (a, b) in enumerate(bwd)
@@ -367,6 +459,9 @@ class ScheduledTrainer:
             "hidden_share": (b["both"] / comm) if b and comm > 0 else None,
             "held_s": float(np.median([i["held_s"] for i in iters])) if iters else None,
             "dt_s": now.dt if now else None,
+            # the pipelined link's round trip per direction (pull, push), paid once a burst;
+            # 0 where it could not be told from dt (one segment: it is then in dt)
+            "rtt_s": list(self._rtt) if now else None,
             "hold_ms": self.cfg.hold_ms,
             "plan_s": self._plan_s,
             "gantt": median_iter["spans"] if median_iter else [],
@@ -374,10 +469,10 @@ class ScheduledTrainer:
             "samples": self.trainer.num_samples,
             **self.ctx.traffic.as_dict(),
         }
-        fits = self._fits()
-        if fits[0] is not None and fits[1] is not None:
-            out["bandwidth_pull_Bps"] = fits[0].bandwidth
-            out["bandwidth_push_Bps"] = fits[1].bandwidth
+        if now is not None and self._link is not None:  # the link the costs above used
+            out["bandwidth_pull_Bps"] = self._link.pull.bandwidth
+            out["bandwidth_push_Bps"] = self._link.push.bandwidth
+            out.update(self._link.to_dict())
         if self.cfg.replan == "epoch" and not self._needs_plan:
             self.replan("epoch barrier")  # the cuts of the next epoch
             out["plan_s"] = self._plan_s
@@ -397,6 +492,18 @@ class ScheduledTrainer:
 
     def serve(self) -> Serve:
         return []
+
+
+def _link_line(choice: LinkChoice, costs: LayerCosts, note: str) -> str:
+    """What a re-plan that could not use its live link fit as it is says in the worker log."""
+    line = f"the live link fit is not identifiable ({choice.why})"
+    if choice.source != "one size":  # a trusted link stood in
+        line += (
+            f"; planned with the {choice.source}'s link scaled to the measured times (dt "
+            f"{costs.dt * 1e3:.3g} ms, pull {describe_bandwidth(choice.pull.bandwidth)}, "
+            f"push {describe_bandwidth(choice.push.bandwidth)})"
+        )
+    return f"{line}; {note}" if note else line
 
 
 def _spans(start: float, times: Any, layers: int, comm: Sequence[Transmission]) -> list[list[Any]]:

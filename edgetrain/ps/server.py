@@ -6,20 +6,20 @@ of iteration i-1's gradients applied); a tensor's update is applied once every l
 pushed it, summed in trainer order (:mod:`edgetrain.ps.gradient_sum`). SSP: each push is applied
 as it comes (scaled by 1/K); a tensor's version is then the slowest live trainer's clock (the
 iterations every trainer has pushed), and a pull for iteration i waits while that is below
-``i - staleness``. Pushes are acknowledged on receipt. With ``[ps] hold_ms`` every reply
-leaves at least that long after its request arrived: an emulated round trip, run by a timer in
-the serve loop (never a sleep: other trainers are served meanwhile).
+``i - staleness``. Pushes are acknowledged on receipt. With ``[ps] hold_ms = R`` the shard
+emulates a link of round trip R (:mod:`edgetrain.ps.delay`): each request is handled R/2 after
+it arrived and each reply leaves R/2 after it was made, every message on its own timer in the
+serve loop (never a sleep: a burst of pipelined requests is answered one round trip after it
+left, not one round trip per request, and other trainers are served meanwhile). Every reply
+echoes its request's ``req``, so a trainer with several requests in flight matches the answers.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import heapq
-import itertools
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,7 @@ from edgetrain.comm.transport import Transport
 from edgetrain.comm.wire import Message
 from edgetrain.ps import messages
 from edgetrain.ps.config import PsSection
+from edgetrain.ps.delay import DelayLine
 from edgetrain.ps.gradient_sum import Aggregator, StaleClock
 from edgetrain.ps.layout import Layout, build_layout
 from edgetrain.runtime.base import Final, Ready, WorkerContext
@@ -50,10 +51,10 @@ class _Pull:
     trainer: int
     it: int
     seg: int
+    req: int
     names: list[str]
     need: int
-    arrived: float
-    ready_at: float | None = None  # when every version it needs was there
+    arrived: float  # when it was handled (with a hold: half the round trip after its receipt)
 
 
 class ShardServer:
@@ -63,10 +64,9 @@ class ShardServer:
         self.ctx = ctx
         self.transport = Transport.of(ctx)
         self.cfg = PsSection.of(ctx.recipe)
-        self.hold = self.cfg.hold_ms / 1000.0
+        self.one_way = self.cfg.hold_ms / 2000.0  # half the emulated round trip
         self.router: zmq.SyncSocket | None = None
-        self._timers: list[tuple[float, int, Callable[[], None]]] = []
-        self._tick = itertools.count()
+        self.delay = DelayLine()
         self.parked: list[_Pull] = []
         # max_lead: the most iterations an answered pull was ahead of its tensors' version (0
         # under BSP; at most ``staleness`` under SSP)
@@ -148,14 +148,26 @@ class ShardServer:
                 self.ctx.traffic.drop(reason, msg.sender)
                 continue
             assert identity is not None
-            if msg.type == messages.PULL:
-                self._on_pull(identity, trainer, msg)
+            if self.one_way > 0:  # the request's half of the emulated round trip
+                handle = functools.partial(self._handle, identity, trainer, msg)
+                self.delay.later(time.monotonic() + self.one_way, handle)
             else:
-                self._on_push(identity, trainer, msg)
+                self._handle(identity, trainer, msg, answer=False)
         self._answer_pulls()
         # the live view's row: what this shard served so far (at most twice a second)
         pushes, pulls = int(self.stats["pushes"]), int(self.stats["pulls"])
         self.session.progress(0, 0, pushes, pushes=pushes, pulls=pulls)
+
+    def _handle(self, identity: bytes, trainer: int, msg: Message, answer: bool = True) -> None:
+        """A checked request, as it arrives over the (emulated) link."""
+        if trainer not in self.trainers:  # failed while its request was on the way
+            return
+        if msg.type == messages.PULL:
+            self._on_pull(identity, trainer, msg)
+        else:
+            self._on_push(identity, trainer, msg)
+        if answer:
+            self._answer_pulls()
 
     def _on_pull(self, identity: bytes, trainer: int, msg: Message) -> None:
         it = int(msg.meta["iter"])
@@ -166,6 +178,7 @@ class ShardServer:
             trainer,
             it,
             int(msg.meta["seg"]),
+            int(msg.meta["req"]),
             list(msg.meta["names"]),
             need,
             time.monotonic(),
@@ -186,10 +199,9 @@ class ShardServer:
                 continue
             while (mean := self.agg[name].ready()) is not None:
                 self._apply(name, mean)
-        ack = {"iter": it, "seg": int(msg.meta["seg"])}
-        self._later(
-            time.monotonic() + self.hold, lambda: self._reply(identity, messages.ACK, ack, {})
-        )
+        ack = {"iter": it, "seg": int(msg.meta["seg"]), "req": int(msg.meta["req"])}
+        reply = functools.partial(self._reply, identity, messages.ACK, ack, {})
+        self.delay.later(time.monotonic() + self.one_way, reply)  # the reply's half
 
     def _apply(self, name: str, grad: np.ndarray) -> None:
         """BSP: apply iteration ``version``'s mean gradient; the version advances by one."""
@@ -235,28 +247,27 @@ class ShardServer:
         waiting = []
         for pull in self.parked:
             if all(self.version[n] >= pull.need for n in pull.names):
-                pull.ready_at = now
                 lead = pull.it - min(self.version[n] for n in pull.names)
                 self.stats["max_lead"] = max(self.stats["max_lead"], lead)
-                self._later(
-                    max(now, pull.arrived + self.hold), functools.partial(self._send_params, pull)
-                )
+                self._answer(pull, now)
             else:
                 waiting.append(pull)
         self.parked = waiting
 
-    def _send_params(self, pull: _Pull) -> None:
-        assert pull.ready_at is not None
-        held = max(0.0, pull.ready_at - (pull.arrived + self.hold))  # waiting for the version
+    def _answer(self, pull: _Pull, now: float) -> None:
+        """The weights as they are now, sent after the reply's half of the round trip."""
+        held = max(0.0, now - pull.arrived)  # parked, waiting for the version
         self.stats["held_s"] += held
         weights = {n: self.tensors[n].detach().numpy().copy() for n in pull.names}
         meta = {
             "iter": pull.it,
             "seg": pull.seg,
+            "req": pull.req,
             "held_s": held,
             "version": min(self.version[n] for n in pull.names),
         }
-        self._reply(pull.identity, messages.PARAMS, meta, weights)
+        reply = functools.partial(self._reply, pull.identity, messages.PARAMS, meta, weights)
+        self.delay.later(now + self.one_way, reply)
 
     def _reply(
         self, identity: bytes, kind: str, meta: dict[str, Any], tensors: dict[str, np.ndarray]
@@ -268,17 +279,10 @@ class ShardServer:
 
     # ------------------------------------------------------------------ timers, checkpoints
 
-    def _later(self, due: float, action: Callable[[], None]) -> None:
-        heapq.heappush(self._timers, (due, next(self._tick), action))
-
     def _run_timers(self, final: bool = False) -> float:
-        """Run every due timer; return the seconds until the next one (the serve loop sleeps
-        at most that long). ``final``: run them all now."""
-        while self._timers and (final or self._timers[0][0] <= time.monotonic()):
-            heapq.heappop(self._timers)[2]()
-        if not self._timers:
-            return 3600.0
-        return max(0.0, self._timers[0][0] - time.monotonic())
+        """Run every due timer of the emulated link; return the seconds until the next one
+        (the serve loop sleeps at most that long). ``final``: run them all now."""
+        return self.delay.run_due(time.monotonic(), final)
 
     def _maybe_checkpoint(self) -> None:
         """At an epoch boundary every checkpoint interval, hand in this shard's part."""

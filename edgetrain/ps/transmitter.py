@@ -1,32 +1,52 @@
-"""A trainer's transmitter: one thread that runs its transmissions to the shards one at a time,
-in order.
+"""A trainer's transmitter: one thread that owns every socket to the shards (ZeroMQ sockets
+are not shared between threads) and keeps the trainer's transmissions in flight, pipelined as a
+real client would.
 
-The cost model assumes a trainer's transmissions never overlap, so every pull and push of an
-iteration is a job in one FIFO, run by one thread that owns every socket to the shards (ZeroMQ
-sockets are not shared between threads). A pull job asks each shard that holds part of its
-segment, copies the replies into the model's parameters and sets the segment's ``ready``
-event; a push job first waits for its segment's gradients (``grad_ready``), sends them and
-waits for the acknowledgements. Every transmission is logged: direction, segment, bytes, start
-and end, and the time a shard held it waiting for a version (synchronisation, not the link).
+Every pull and push of an iteration is a job in one FIFO, in the planned order. The thread
+sends each job's requests as soon as it may, without waiting for the answers to the ones
+before: a pull at once, a push once its segment's gradients exist (``grad_ready``). So N
+transmissions sent together pay one round trip of latency plus their transfers, not N round
+trips. Every request carries an id (``req``) that its replies echo. Answers are applied in the
+order the requests went out, whatever order they arrive in: a pull's replies are copied into
+the model's parameters and its ``ready`` event set, a push's done event is set on its
+acknowledgements.
+
+Every transmission is logged: direction, segment, bytes, when its requests went out, the
+stretch of time the link spent on it, and the time a shard held it waiting for a version
+(synchronisation, not the link). A transmission sent while another of its direction was still
+in flight starts, in the log, where that one ended: it came right behind it and shared its
+round trip (``lead`` False). One sent with nothing of its direction in flight paid a round trip
+of its own (``lead`` True). The logged stretches therefore add up to the time the link was busy,
+and the link fit can tell the round trip apart from the per-transmission overhead
+(:mod:`.latency`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import os
 import queue
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import zmq
 
+from edgetrain.comm import activity
 from edgetrain.comm.transport import Transport
 from edgetrain.comm.wire import Message
 from edgetrain.errors import RunError
 from edgetrain.ps import messages
 from edgetrain.ps.layout import Layout
+
+# How often a push whose gradients are announced by a plain ``threading.Event`` (not a
+# :class:`Signal`, which wakes the thread) is looked at.
+PLAIN_EVENT_POLL_S = 0.005
 
 
 @dataclass(frozen=True)
@@ -37,9 +57,11 @@ class Transmission:
     iteration: int
     segment: int  # 1-based, in the phase's order
     nbytes: int
-    start: float
-    end: float
+    start: float  # when the link began on it: ``sent``, or the end of the one it followed
+    end: float  # when its last answer was applied
     held_s: float
+    sent: float  # when its requests went out
+    lead: bool  # nothing of its direction was in flight when it was sent: it paid a round trip
 
     @property
     def seconds(self) -> float:
@@ -53,6 +75,36 @@ class Job:
     segment: int
     names: tuple[str, ...]
     done: threading.Event  # pull: the segment's parameters are in; push: its gradients went
+
+
+class Signal(threading.Event):
+    """An event whose ``set`` also wakes the transmitter's thread (a segment's gradients
+    exist: its push may go)."""
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        super().__init__()
+        self._wake = wake
+
+    def set(self) -> None:
+        super().set()
+        self._wake()
+
+
+@dataclass
+class _Flight:
+    """A transmission whose requests went out; ``replies`` by shard as they come in."""
+
+    job: Job
+    groups: dict[int, list[str]]  # shard -> the names asked of it
+    sent: float
+    lead: bool
+    deadline: float  # time.monotonic() by which every shard must have answered
+    nbytes: int
+    replies: dict[int, Message] = field(default_factory=dict)
+
+    @property
+    def answered(self) -> bool:
+        return len(self.replies) == len(self.groups)
 
 
 class Transmitter(threading.Thread):
@@ -77,120 +129,251 @@ class Transmitter(threading.Thread):
         self.error: str | None = None
         self._grad_ready: dict[tuple[int, int], threading.Event] = {}
         self._lock = threading.Lock()
+        # the thread's own state
+        self._backlog: deque[Job] = deque()  # queued, not sent yet (a push awaits gradients)
+        self._flights: dict[int, _Flight] = {}  # by request id, in the order they went out
+        self._last_end = {"pull": float("-inf"), "push": float("-inf")}
+        self._req = itertools.count(1)
+        # a pipe that wakes the thread's poll when a job is queued or gradients exist
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._closed = False
 
     # ------------------------------------------------------------------ main thread side
+
+    def signal(self) -> Signal:
+        """An event for :meth:`push`'s ``ready`` that wakes this thread when it is set."""
+        return Signal(self._wake)
 
     def pull(self, iteration: int, segment: int, names: Sequence[str]) -> threading.Event:
         done = threading.Event()
         self.jobs.put(Job("pull", iteration, segment, tuple(names), done))
+        self._wake()
         return done
 
     def push(
         self, iteration: int, segment: int, names: Sequence[str], ready: threading.Event
     ) -> threading.Event:
-        """Queue a push that starts once ``ready`` is set (the segment's gradients exist)."""
+        """Queue a push that goes out once ``ready`` is set (the segment's gradients exist;
+        an event from :meth:`signal` wakes the thread at once, a plain one is looked at every
+        few milliseconds)."""
         with self._lock:
             self._grad_ready[(iteration, segment)] = ready
         done = threading.Event()
         self.jobs.put(Job("push", iteration, segment, tuple(names), done))
+        self._wake()
         return done
 
     def stop(self) -> None:
+        """End the thread (transmissions still in flight are abandoned) and free its pipe."""
         self.jobs.put(None)
+        self._wake()
         self.join(timeout=10)
+        if not self.is_alive() and not self._closed:
+            self._closed = True
+            os.close(self._wake_r)
+            os.close(self._wake_w)
 
     def wait(self, event: threading.Event, what: str) -> None:
-        """Wait for a job's event, or raise naming what failed (a dead shard, a timeout)."""
+        """Wait for a job's event, or raise naming what failed (a dead shard, a timeout);
+        while it waits, the heartbeats say so (``edgetrain status``)."""
         deadline = time.monotonic() + self.reply_timeout_s + 5
-        while not event.wait(0.5):
-            if self.error is not None:
-                raise RunError(self.error)
-            if time.monotonic() > deadline or not self.is_alive():
-                raise RunError(f"{what}: the parameter servers did not answer in time")
+        if not event.is_set():
+            with activity.waiting("the parameter servers", what):
+                while not event.wait(0.5):
+                    if self.error is not None:
+                        raise RunError(self.error)
+                    if time.monotonic() > deadline or not self.is_alive():
+                        raise RunError(f"{what}: the parameter servers did not answer in time")
         if self.error is not None:
             raise RunError(self.error)
+
+    def _wake(self) -> None:
+        if self._closed:
+            return
+        with contextlib.suppress(BlockingIOError):  # (a full pipe wakes the thread already)
+            os.write(self._wake_w, b"\0")
 
     # ------------------------------------------------------------------ the thread
 
     def run(self) -> None:
-        socks = {}
+        socks: dict[int, zmq.SyncSocket] = {}
         try:
             for k, endpoint in self.endpoints.items():
                 socks[k] = self.transport.connect(
                     zmq.DEALER, endpoint, identity=self.transport.name
                 )
-            while (job := self.jobs.get()) is not None:
-                if self.error is None:
-                    self._run(job, socks)
-                job.done.set()  # (on error too: the main thread sees self.error)
+            poller = zmq.Poller()
+            for sock in socks.values():
+                poller.register(sock, zmq.POLLIN)
+            poller.register(self._wake_r, zmq.POLLIN)
+            while self._take_jobs():
+                self._send_ready(socks)
+                ready = dict(poller.poll(self._poll_ms()))
+                if self._wake_r in ready:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self._wake_r, 4096)
+                for k, sock in socks.items():
+                    if sock in ready:
+                        self._receive(sock, k)
+                self._retire()
+                self._check_deadlines()
+                if self.error is not None:
+                    self._release_all()
         except Exception as exc:  # noqa: BLE001 - the main thread reports it
             self.error = f"parameter-server link failed: {type(exc).__name__}: {exc}"
         finally:
+            self._release_all()  # (the main thread sees self.error, if any)
             for sock in socks.values():
                 sock.close(linger=0)
 
-    def _run(self, job: Job, socks: Mapping[int, zmq.SyncSocket]) -> None:
-        if job.direction == "push":
-            with self._lock:
-                ready = self._grad_ready.pop((job.iteration, job.segment))
-            while not ready.wait(0.5):
-                if self.error is not None:
+    def _take_jobs(self) -> bool:
+        """Move queued jobs to the backlog; False once :meth:`stop` was called."""
+        while True:
+            try:
+                job = self.jobs.get_nowait()
+            except queue.Empty:
+                return True
+            if job is None:
+                return False
+            if self.error is not None:
+                job.done.set()  # (the main thread sees self.error)
+            else:
+                self._backlog.append(job)
+
+    def _send_ready(self, socks: Mapping[int, zmq.SyncSocket]) -> None:
+        """Send the backlog's jobs in order, up to a push whose gradients do not exist yet."""
+        while self._backlog and self.error is None:
+            job = self._backlog[0]
+            if job.direction == "push":
+                with self._lock:
+                    ready = self._grad_ready[(job.iteration, job.segment)]
+                if not ready.is_set():
                     return
+                with self._lock:
+                    del self._grad_ready[(job.iteration, job.segment)]
+            self._backlog.popleft()
+            self._send(job, socks)
+
+    def _send(self, job: Job, socks: Mapping[int, zmq.SyncSocket]) -> None:
+        req = next(self._req)
+        lead = all(f.job.direction != job.direction for f in self._flights.values())
         groups = self.layout.by_server(list(job.names))
-        start = time.perf_counter()
+        sent = time.perf_counter()
         nbytes = 0
+        kind = messages.PULL if job.direction == "pull" else messages.PUSH
         for k, names in groups.items():
             meta = {
                 "iter": job.iteration,
                 "seg": job.segment,
+                "req": req,
                 "names": names,
                 "layout": self.layout.digest,
             }
             tensors: dict[str, np.ndarray] = {}
             if job.direction == "push":
                 tensors = {n: _grad(self.params[n]) for n in names}
-            kind = messages.PULL if job.direction == "pull" else messages.PUSH
             msg = self.transport.message(kind, meta, tensors)
             nbytes += self.transport.send(socks[k], msg, peer=f"ps{k}")
-        held = 0.0
-        want = messages.PARAMS if job.direction == "pull" else messages.ACK
-        for k, names in groups.items():
-            reply = self._reply(socks[k], k, want, job)
-            if reply is None:
-                return
-            held = max(held, float(reply.meta.get("held_s", 0.0) or 0.0))
-            if job.direction == "pull":
-                self._copy_in(reply, names, k)
-                nbytes += sum(int(a.nbytes) for a in reply.tensors.values())
-        end = time.perf_counter()
-        self.log.append(
-            Transmission(job.direction, job.iteration, job.segment, nbytes, start, end, held)
-        )
-
-    def _reply(self, sock: zmq.SyncSocket, k: int, want: str, job: Job) -> Message | None:
         deadline = time.monotonic() + self.reply_timeout_s
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not sock.poll(int(min(left, 1.0) * 1000), zmq.POLLIN):
-                if left <= 0:
-                    self.error = (
-                        f"parameter server {k} did not answer {job.direction} {job.segment} of "
-                        f"iteration {job.iteration} within {self.reply_timeout_s:.0f} s"
-                    )
-                    return None
-                continue
+        self._flights[req] = _Flight(job, groups, sent, lead, deadline, nbytes)
+
+    def _poll_ms(self) -> int:
+        """How long the poll may wait: until a reply is overdue, a plain gradient event is
+        looked at again, or at most a second (the wake pipe ends it early)."""
+        wait = 1.0
+        if self._backlog and self._backlog[0].direction == "push":
+            job = self._backlog[0]
+            with self._lock:
+                ready = self._grad_ready.get((job.iteration, job.segment))
+            if not isinstance(ready, Signal):
+                wait = PLAIN_EVENT_POLL_S
+        if self._flights:
+            first = min(f.deadline for f in self._flights.values())
+            wait = min(wait, max(0.0, first - time.monotonic()))
+        return int(wait * 1000)
+
+    def _receive(self, sock: zmq.SyncSocket, k: int) -> None:
+        """Keep every reply waiting on shard ``k``'s socket with the request it answers."""
+        while sock.poll(0, zmq.POLLIN):
             got = self.transport.recv(sock, messages.TO_TRAINER)
             if got is None:
                 continue
             msg = got[1]
+            req = msg.meta.get("req")
+            flight = None
+            if isinstance(req, int) and not isinstance(req, bool):
+                flight = self._flights.get(req)
+            want = None
+            if flight is not None:
+                want = messages.PARAMS if flight.job.direction == "pull" else messages.ACK
             if (
-                msg.type != want
-                or msg.meta.get("iter") != job.iteration
-                or msg.meta.get("seg") != job.segment
+                flight is None
+                or msg.type != want
+                or msg.meta.get("iter") != flight.job.iteration
+                or msg.meta.get("seg") != flight.job.segment
+                or k not in flight.groups
+                or k in flight.replies
             ):
                 self.transport.traffic.drop("unexpected_reply", msg.sender)
                 continue
-            return msg
+            flight.replies[k] = msg
+
+    def _retire(self) -> None:
+        """Apply the answers of the transmissions at the head of the flight list, in the order
+        they went out, as far as every shard has answered."""
+        while self._flights and self.error is None:
+            req, flight = next(iter(self._flights.items()))
+            if not flight.answered:
+                return
+            del self._flights[req]
+            self._finish(flight)
+
+    def _finish(self, flight: _Flight) -> None:
+        job = flight.job
+        held = 0.0
+        nbytes = flight.nbytes
+        for k in sorted(flight.groups):
+            reply = flight.replies[k]
+            held = max(held, float(reply.meta.get("held_s", 0.0) or 0.0))
+            if job.direction == "pull":
+                self._copy_in(reply, flight.groups[k], k)
+                if self.error is not None:
+                    job.done.set()
+                    return
+                nbytes += sum(int(a.nbytes) for a in reply.tensors.values())
+        end = time.perf_counter()
+        d = job.direction
+        start = flight.sent if flight.lead else max(flight.sent, self._last_end[d])
+        self._last_end[d] = end
+        self.log.append(
+            Transmission(
+                d, job.iteration, job.segment, nbytes, start, end, held, flight.sent, flight.lead
+            )
+        )
+        job.done.set()
+
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        for flight in self._flights.values():
+            if now > flight.deadline:
+                job = flight.job
+                k = min(set(flight.groups) - set(flight.replies))
+                self.error = (
+                    f"parameter server {k} did not answer {job.direction} {job.segment} of "
+                    f"iteration {job.iteration} within {self.reply_timeout_s:.0f} s"
+                )
+                return
+
+    def _release_all(self) -> None:
+        """After an error: every waiting job is done (the main thread then sees the error)."""
+        for flight in self._flights.values():
+            flight.job.done.set()
+        for job in self._backlog:
+            job.done.set()
+        self._flights.clear()
+        self._backlog.clear()
 
     def _copy_in(self, reply: Message, names: list[str], k: int) -> None:
         if set(reply.tensors) != set(names):

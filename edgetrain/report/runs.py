@@ -213,6 +213,9 @@ class WorkerState:
     loss: float | None = None
     accuracy: float | None = None
     reported_s_ago: float | None = None
+    # its last heartbeat's record while the run goes: phase, and on whom / for what / for
+    # how long it waits (:mod:`edgetrain.comm.activity`), with heard_s_ago
+    doing: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -224,6 +227,7 @@ class WorkerState:
             "loss": self.loss,
             "test_accuracy": self.accuracy,
             "reported_s_ago": self.reported_s_ago,
+            "doing": self.doing,
         }
 
 
@@ -330,6 +334,8 @@ def run_state(rd: RunDir) -> RunState:
     now = time.time()
     live = status == "running"
     workers = [_worker_state(rd, w, run_id, live, now) for w in _workers(manifest)]
+    if live:
+        workers = _with_activity(workers, rd, now)
     coordinator = current_rows(read_jsonl(rd.metrics_file(COORDINATOR_STEM)), run_id)
     epochs = total_epochs(manifest)
     return RunState(
@@ -341,6 +347,39 @@ def run_state(rd: RunDir) -> RunState:
         epochs,
         workers,
     )
+
+
+def _with_activity(workers: list[WorkerState], rd: RunDir, now: float) -> list[WorkerState]:
+    """``workers`` with what ``RUN/metrics/activity.json`` says each is doing, its ages taken
+    to ``now`` (the launcher rewrites the file every second while the run goes)."""
+    from dataclasses import replace
+
+    from edgetrain.launch.activity_file import ACTIVITY_JSON
+
+    try:
+        doc = json.loads((rd.metrics / ACTIVITY_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return workers
+    seen = doc.get("workers") if isinstance(doc, dict) else None
+    written = _float(doc.get("t")) if isinstance(doc, dict) else None
+    if not isinstance(seen, dict) or written is None:
+        return workers
+    late = max(0.0, now - written)
+    out = []
+    for w in workers:
+        entry = seen.get(str(w.id))
+        if isinstance(entry, dict) and isinstance(entry.get("phase"), str):
+            doing: dict[str, Any] = {
+                k: entry[k] for k in ("phase", "on", "what") if isinstance(entry.get(k), str)
+            }
+            heard = (_float(entry.get("heard_s_ago")) or 0.0) + late
+            doing["heard_s_ago"] = round(heard, 1)
+            waited = _float(entry.get("for_s"))
+            if waited is not None and "on" in doing:
+                doing["for_s"] = round(waited + heard, 1)
+            w = replace(w, doing=doing)
+        out.append(w)
+    return out
 
 
 def worker_ids(manifest: dict[str, Any]) -> list[int]:

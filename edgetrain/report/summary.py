@@ -212,6 +212,7 @@ def build_summary(run_dir: RunDir) -> dict[str, Any]:
         by_class.update(w["bytes_by_class"])
     own = _technique_report(family, technique, manifest, worker_rows, coordinator)
     curve = family_accuracy(curve, own)
+    prediction = _prediction(family, technique, run_dir, manifest, worker_rows)
     return {
         "run": str(run_dir.path),
         "name": manifest.get("name"),
@@ -239,7 +240,24 @@ def build_summary(run_dir: RunDir) -> dict[str, Any]:
         "curve": [p.as_dict() for p in curve],
         "workers": workers,
         **({"technique_report": own} if own else {}),
+        **({"prediction": prediction} if prediction else {}),
     }
+
+
+def _prediction(
+    family: object,
+    technique: object,
+    run_dir: RunDir,
+    manifest: dict[str, Any],
+    workers: Mapping[int, list[dict[str, Any]]],
+) -> dict[str, Any] | None:
+    """The technique's cost model beside the run's measurement (:mod:`.predicted`)."""
+    side = _launcher(family, technique)
+    if side is None:
+        return None
+    from edgetrain.report.predicted import prediction_report
+
+    return prediction_report(run_dir.path, manifest, workers, side)
 
 
 def _launcher(family: object, technique: object) -> Family | None:
@@ -350,4 +368,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
     own = summary.get("technique_report") or {}
     if own.get("markdown"):
         lines += ["", str(own["markdown"]).rstrip()]
+    from edgetrain.report.predicted import markdown
+
+    lines += markdown(summary.get("prediction") or {})
     return "\n".join(lines) + "\n"

@@ -59,11 +59,31 @@ class Layer:
 
 @dataclass(frozen=True)
 class Setting:
-    """Where a run would go: one device per worker (in worker order), the links, the layers."""
+    """Where a run would go: one device per worker (in worker order), the links, the layers
+    (profiled at ``batch`` samples; None: at the recipe's ``[train] batch_size``)."""
 
     devices: Sequence[Device]
     links: Sequence[Link]
     layers: Sequence[Layer]
+    batch: int | None = None
+
+    def at_batch(self, batch: int) -> Setting:
+        """The same setting with its layers scaled linearly to ``batch`` samples (times and
+        activation bytes; unchanged when the layers' batch is not known)."""
+        if self.batch is None or self.batch == batch:
+            return self
+        scale = batch / self.batch
+        layers = tuple(
+            Layer(
+                x.name,
+                x.forward_s * scale,
+                x.backward_s * scale,
+                x.param_bytes,
+                int(x.activation_bytes * scale),
+            )
+            for x in self.layers
+        )
+        return Setting(self.devices, self.links, layers, batch)
 
     def link(self, a: int, b: int) -> Link:
         """The link between workers ``a`` and ``b``: the one named for the pair, else the
@@ -83,10 +103,12 @@ class Setting:
 class Prediction:
     """A technique's predicted iteration: its time, the parts it adds up from (``compute``,
     ``communication``, ``exposed_communication``, ``overhead``, ...), bytes per iteration
-    and one-line notes that say why."""
+    and one-line notes that say why; ``memory_bytes``: predicted resident bytes per worker
+    index, where the model predicts memory."""
 
     technique: str
     iteration_s: float
     parts: Mapping[str, float] = field(default_factory=dict)
     bytes_per_iteration: int = 0
     notes: tuple[str, ...] = ()
+    memory_bytes: Mapping[int, int] = field(default_factory=dict)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from edgetrain.comm import protocol
+from edgetrain.comm import activity, protocol
 from edgetrain.comm.client import CoordinatorClient, Serve
 from edgetrain.comm.wire import Message
 from edgetrain.runtime.context import Final, Roster, WorkerContext
@@ -23,6 +23,10 @@ from edgetrain.runtime.context import Final, Roster, WorkerContext
 log = logging.getLogger(__name__)
 
 PROGRESS_INTERVAL_S = 0.5
+# A training loop polls the coordinator between steps; a poll costs a few microseconds, as much
+# as a small step's bookkeeping, so it reads the socket at most this often (what it brings, a
+# failed peer or a stop, is acted on a few milliseconds later at most).
+POLL_INTERVAL_S = 0.002
 # A worker waits at most this long for a barrier or the drain: the coordinator resends lost
 # messages and the failure policy ends runs whose workers died, so this only ends a run whose
 # coordinator is alive but wedged.
@@ -38,6 +42,10 @@ def finite(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [finite(v) for v in value]
     return value
+
+
+# the phase a role is in once the run starts (activity; every other role: training)
+PHASES = {"server": "serving", "evaluator": "evaluating"}
 
 
 class Session:
@@ -56,7 +64,9 @@ class Session:
         self.drain_updates = 0
         self._on_failed: list[Callable[[set[int]], None]] = []
         self._last_progress = 0.0
+        self._last_poll = 0.0
         client.on_message = self._unasked
+        activity.set_phase(PHASES.get(ctx.role.name, "training"))
 
     # ------------------------------------------------------------------ unasked messages
 
@@ -78,7 +88,12 @@ class Session:
             log.info("new drain directive after a failure: %s", self.drain_directive)
 
     def poll(self) -> None:
-        """Handle what the coordinator sent meanwhile (between steps; never blocks)."""
+        """Handle what the coordinator sent meanwhile (between steps; never blocks), at most
+        every :data:`POLL_INTERVAL_S` seconds."""
+        now = time.monotonic()
+        if now - self._last_poll < POLL_INTERVAL_S:
+            return
+        self._last_poll = now
         self.client.dispatch()
 
     # ------------------------------------------------------------------ reporting
@@ -132,6 +147,7 @@ class Session:
         self, meta: Mapping[str, Any], epoch: int, step: int, serve: Serve = ()
     ) -> dict[str, Any]:
         """Report that training is over; wait for and return the drain directive."""
+        activity.set_phase("draining")
         self.send(protocol.DONE, meta, epoch, step)
         return self.wait_drain(serve)
 
@@ -146,6 +162,7 @@ class Session:
 
     def hand_in(self, final: Final, epoch: int, step: int) -> None:
         """Send the final hand-in with its metrics."""
+        activity.set_phase("handing in")
         meta = {"handin": final.handin.meta, **final.metrics}
         self.send(protocol.FINAL, meta, epoch, step, final.handin.weights)
 

@@ -36,6 +36,7 @@ from edgetrain.comm.security import SecurityConfig, load_keys
 from edgetrain.comm.wire import DEFAULT_LIMITS, Limits, Message
 from edgetrain.errors import Diverged, EdgetrainError
 from edgetrain.recipe import parse_recipe
+from edgetrain.runtime import determinism
 from edgetrain.runtime.base import Runner, WorkerContext
 from edgetrain.runtime.session import Session
 
@@ -220,6 +221,8 @@ def run_worker(opts: WorkerOptions) -> int:
         recipe = parse_recipe(welcome.meta.get("recipe", {}), "recipe from the coordinator")
         role = Role.parse(str(welcome.meta.get("role", "")))
         client.start_heartbeat(recipe.run.heartbeat_s)
+        # Before the role's set-up touches CUDA (where the coordinator allows for a slow start).
+        determinism.apply(recipe.train.deterministic)
         resume_epoch, resume = _resume(welcome)
         wctx = WorkerContext(
             recipe,
@@ -254,12 +257,17 @@ def run_worker(opts: WorkerOptions) -> int:
         log.error("%s", exc)
         _report(client, str(exc), "diverged", epoch=exc.epoch, step=exc.step)
         code = 1
-    except Exception as exc:  # noqa: BLE001 - failures travel back to the coordinator as data
-        message = str(exc) if isinstance(exc, EdgetrainError) else f"{type(exc).__name__}: {exc}"
+    except Exception as raised:  # noqa: BLE001 - failures travel back to the coordinator as data
+        failure = determinism.explain(raised)  # an operation with no deterministic kernel
+        message = (
+            str(failure)
+            if isinstance(failure, EdgetrainError)
+            else f"{type(failure).__name__}: {failure}"
+        )
         # A user's error (a bind address the host lacks, data missing there) is not a crash the
         # run should ride out: the launcher stops the run and exits with 2, as for bad input;
         # its line says all there is (no traceback), a crash's log keeps the traceback.
-        user = isinstance(exc, EdgetrainError) and exc.exit_code == 2
+        user = isinstance(failure, EdgetrainError) and failure.exit_code == 2
         log.error("failed: %s%s", message, "" if user else "\n" + traceback.format_exc())
         _report(client, message, "input" if user else "error")
         code = 1

@@ -28,6 +28,7 @@ from edgetrain.plan.balancer import balance, halt_reason
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.base import TechniqueSide
 from edgetrain.runtime.context import RunRecord
+from edgetrain.runtime.predict import Prediction, Setting
 
 
 def _number(value: Any) -> float | None:
@@ -132,4 +133,11 @@ def report(run: RunRecord) -> dict[str, Any] | None:
     return gossip_report(run.manifest, run.workers, edge=True)
 
 
-SIDE = TechniqueSide(check=check_recipe, controller=controller, report=report)
+def predict(recipe: Recipe, setting: Setting) -> Prediction:
+    """EdgeGossip's cost model (:mod:`edgetrain.gossip.cost_gosgd`)."""
+    from edgetrain.gossip.cost_gosgd import predict_edgegossip
+
+    return predict_edgegossip(recipe, setting)
+
+
+SIDE = TechniqueSide(check=check_recipe, controller=controller, report=report, predict=predict)

@@ -24,6 +24,7 @@ capacity runs in ``setup``, before the run's clock starts, and its time is repor
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import statistics
 import time
@@ -37,7 +38,7 @@ import torch
 import zmq
 from torch import nn
 
-from edgetrain.comm import protocol
+from edgetrain.comm import activity, protocol
 from edgetrain.comm.client import Serve
 from edgetrain.comm.control import HandIn
 from edgetrain.comm.transport import Transport
@@ -535,20 +536,30 @@ class Decentral(NodeHolder):
     def wait(self, upto: int) -> None:
         """Block (serving the inbox and the coordinator) until no expected message of an
         iteration up to ``upto`` is missing, or ``wait_timeout_s`` passed."""
-        node, session = self._node, self._session
         started = time.perf_counter()
         deadline = time.monotonic() + self.xcfg.wait_timeout_s
         self.absorb()
-        while missing := self.expect.blocking(upto):
-            if time.monotonic() > deadline:
-                self.counts["wait_timeouts"] += len(missing)
-                log.warning("gave up waiting for %d messages, e.g. %s", len(missing), missing[0])
-                self.expect.give_up(missing)
-                break
-            if node.inbox.poll(50, zmq.POLLIN):
-                self.absorb(fresh=True)
-            session.poll()
+        with contextlib.ExitStack() as said:
+            waiting = False
+            while missing := self.expect.blocking(upto):
+                if not waiting:  # what the heartbeats say while this goes on (edgetrain status)
+                    said.enter_context(activity.waiting(*_whom(missing)))
+                    waiting = True
+                if self._waited(missing, deadline):
+                    break
         self.times["wait_s"] += time.perf_counter() - started
+
+    def _waited(self, missing: list[Key], deadline: float) -> bool:
+        """One turn of :meth:`wait`: True when the time is up (the missing given up)."""
+        if time.monotonic() > deadline:
+            self.counts["wait_timeouts"] += len(missing)
+            log.warning("gave up waiting for %d messages, e.g. %s", len(missing), missing[0])
+            self.expect.give_up(missing)
+            return True
+        if self._node.inbox.poll(50, zmq.POLLIN):
+            self.absorb(fresh=True)
+        self._session.poll()
+        return False
 
     def sync_upto(self, t: int) -> int | None:
         """The iteration whose messages iteration ``t`` waits for (None: asynchronous)."""
@@ -632,3 +643,11 @@ class Decentral(NodeHolder):
             out["plan"] = self.plan
             self.plan_reported = True
         return out
+
+
+def _whom(missing: list[Key]) -> tuple[str, str]:
+    """Whom a wait for ``missing`` waits on, and for what (``edgetrain status``)."""
+    senders = sorted({k[1] for k in missing})
+    on = ", ".join(f"worker {w}" for w in senders[:4]) + (" ..." if len(senders) > 4 else "")
+    kind, _, t = min(missing, key=lambda k: k[2])
+    return on, f"{kind} of iteration {t}"

@@ -5,8 +5,8 @@ its section, its title in the report and whether it plans DLion's batches.
 Over the family's defaults it adds: the recipe checks that need more than the section (one
 line naming the problem and the fix, exit 2, before anything starts), the controller that plans
 every worker's batch at start (:mod:`.controller`), ``plans/batches.json`` from the first epoch
-report, and the report's batches, idle fractions, iterations and bytes per link class
-(:mod:`.worker_report`).
+report, the report's batches, idle fractions, iterations and bytes per link class
+(:mod:`.worker_report`), and the cost model (:mod:`.cost_model`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from edgetrain.gossip.spread_report import gossip_report
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.base import TechniqueSide
 from edgetrain.runtime.context import RunRecord
+from edgetrain.runtime.predict import Prediction, Setting
 
 
 def batches_file(event: Event) -> dict[str, Any]:
@@ -89,4 +90,15 @@ def exchange_side(
                 out["exchange"] = own
         return out
 
-    return TechniqueSide(check=check, controller=controller, artifacts=batches_file, report=report)
+    def predict(recipe: Recipe, setting: Setting) -> Prediction | None:
+        from edgetrain.gossip.exchange.cost_model import predict_recipe
+
+        return predict_recipe(recipe, setting, model)
+
+    return TechniqueSide(
+        check=check,
+        controller=controller,
+        artifacts=batches_file,
+        report=report,
+        predict=predict,
+    )

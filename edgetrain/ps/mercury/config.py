@@ -64,7 +64,9 @@ class MercurySection(Section):
     # N_o at random (the control the paper lacks); none. None: aware (mercury, not
     # federated), else none.
     resharding: Resharding | None = None
-    federated: bool = False  # data never leaves a device: no resharding
+    # data never leaves a device: no resharding, and (unless scheduler is set) the sequential
+    # scheduler, as the paper's federated runs turned off both [MC §6.6]
+    federated: bool = False
     reshard_fraction: float = Field(0.5, gt=0, lt=1)  # rho: N_p = rho * N_k per round
     # N_o as a fraction of N_p, or "bandwidth": what fits the round's compute windows at the
     # measured link rate, min(N_p, bw * T_cp * iterations / sample bytes)
@@ -183,6 +185,8 @@ def settings(section: MercurySection, technique: str, batch_size: int) -> Settin
         values["sampling"], values["scheduler"] = "uniform", "sequential"
         if values["resharding"] == "aware":
             values["resharding"] = "none"
+    if values["federated"] and "scheduler" not in section.model_fields_set:
+        values["scheduler"] = "sequential"
     if values["resharding"] is None:
         aware = technique == MERCURY and not values["federated"]
         values["resharding"] = "aware" if aware and values["sampling"] == "groupwise" else "none"

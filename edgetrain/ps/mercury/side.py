@@ -159,10 +159,14 @@ def _report(run: RunRecord) -> dict[str, Any] | None:
 
 
 def _predict(recipe: Recipe, setting: Setting) -> Prediction | None:
-    """No iteration-time model yet: Mercury's own model (:mod:`.speedup`) predicts its speed-up
-    over uniform sampling, not an iteration time, so the scheduled techniques' model (the
-    family's default) does not apply."""
-    return None
+    """The iteration-time model (:mod:`.predict`; its speed-up over uniform sampling is Eq. 5,
+    :mod:`.speedup`). The local dataset size is not read here (the refresh is taken as one
+    chunk); callers that know it use :func:`~.predict.predict_mercury` directly."""
+    from edgetrain.ps.mercury.predict import Shape, predict_mercury
+
+    devices = [i for i, r in enumerate(recipe.role_names()) if r == "trainer"]
+    shape = Shape(devices=devices, batch=recipe.train.batch_size)
+    return predict_mercury(run_settings(recipe), setting, shape)
 
 
 def _wire_load(recipe: Recipe, data_bytes: int) -> WireLoad:
@@ -174,6 +178,7 @@ def _wire_load(recipe: Recipe, data_bytes: int) -> WireLoad:
 SIDE = TechniqueSide(
     check=check,
     reads=lambda recipe: {},  # its own controller: no [ps] plan is read
+    check_run_dir=lambda recipe, run_dir: None,  # (nor checked)
     wire_load=_wire_load,
     policy=policy,
     controller=_controller,

@@ -1,0 +1,165 @@
+"""The gossip family's cost model, its shared pieces: the CPU constants, each worker's compute
+and the wire. The techniques' models, each answering its ``predict`` hook with a
+:class:`~edgetrain.runtime.predict.Prediction`: GoSGD and EdgeGossip in :mod:`.cost_gosgd`,
+DLion, Gaia and Ako in :mod:`edgetrain.gossip.exchange.cost_model`. docs/gossip.md ("Cost
+model") says what is modelled and what is not. Pure.
+
+- **Compute.** The setting's layers are profiled on the reference device for one minibatch of
+  the recipe's batch size b; a worker's step at batch m takes ``sum(forward + backward) x m /
+  b`` divided by its device's speed (linear in the batch: a step's fixed part is not modelled).
+- **The technique's own CPU work** (snapshots, sums, top-k, the significance filter, the
+  transport's copies, the optimiser's step) is counted per byte of a float32 vector or per
+  entry with :class:`Constants`, seconds on the reference device divided by the worker's speed.
+  It shares the worker's CPU with compute (on a CPU-quota'd host the transport's thread does).
+  Under a CPU quota (``quota_period_s``) a stretch of work between waits runs at the reference
+  speed while the quota lasts (:func:`wall_s`); the average stays ``speed``.
+- **The wire.** A message of B bytes over a link of rate R takes B / R plus the link's
+  latency (one way). With ``shared_interface`` (the default: the emulator shapes each host's
+  own link) a worker's messages leave one after another through one interface and arrive
+  through one, so its egress (ingress) time is the sum over its messages; otherwise every
+  link is its own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from edgetrain.runtime.predict import Setting
+
+FLOAT = 4  # bytes of a float32 entry: parameters travel and are summed as float32
+
+
+@dataclass(frozen=True)
+class Constants:
+    """CPU seconds of the techniques' own work on the reference device (speed 1), per byte of
+    a float32 vector or per entry, divided by a worker's speed where it runs.
+
+    The defaults were measured on this project's 2-core machine (one torch thread, 4M-entry
+    vectors, out of cache: the conservative figure; at 422k entries, in cache, the per-byte ones
+    are 1.5-4x smaller); ``wire_s_per_byte`` is half the inverse of edgetrain's loopback
+    throughput between two processes at 16 MiB (0.704 GB/s, benchmarks/transport). Give
+    measured ones for another reference device."""
+
+    add_s_per_byte: float = 33e-12  # v += u (a sum, a residual, a merge)
+    copy_s_per_byte: float = 36e-12  # a copy (a snapshot, the flat gradient, a check)
+    take_s_per_byte: float = 181e-12  # a dense take: the float32 copy and its rounding residual
+    step_s_per_byte: float = 93e-12  # the optimiser's step (SGD with momentum)
+    wire_s_per_byte: float = 0.71e-9  # one side of a message: encode and send, or receive
+    select_s_per_entry: float = 5.0e-9  # top-k (sparse.top_k's partition): per entry
+    select_s_per_chosen: float = 19e-9  # ... and per entry chosen (with its gather)
+    significance_s_per_entry: float = 6.05e-9  # Gaia's filter (|step acc| > v |w|, nonzero)
+    scatter_s_per_entry: float = 1.7e-9  # one sparse entry added into a dense vector
+    shared_interface: bool = True  # a worker's messages share its one interface
+    # A device slower than the reference is a CPU quota of ``speed`` reference cores enforced
+    # every quota_period_s (a cgroup's cfs period, as the emulator sets it: 0.1 s): it runs at
+    # the reference speed while its quota lasts and at ``speed`` on average. None: uniformly
+    # slow (a slower core).
+    quota_period_s: float | None = None
+
+
+DEFAULT = Constants()
+
+
+# ---------------------------------------------------------------------- shared pieces
+
+
+def check_setting(setting: Setting, workers: Sequence[int]) -> None:
+    """ValueError unless the setting has layers and a device for every worker."""
+    if not setting.layers:
+        raise ValueError("the setting has no profiled layers")
+    if step_work_s(setting, 1, 1) <= 0:
+        raise ValueError("the setting's layers take no time: give their profiled seconds")
+    if not workers:
+        raise ValueError("a gossip run needs at least one trainer")
+    if max(workers) >= len(setting.devices):
+        raise ValueError(
+            f"the setting names {len(setting.devices)} devices for workers up to "
+            f"{max(workers)}: give one device per worker, in worker order"
+        )
+
+
+def step_compute_s(setting: Setting, worker: int, batch: float, profiled_batch: int) -> float:
+    """Forward and backward of a minibatch of ``batch`` on ``worker``'s device, on average."""
+    return step_work_s(setting, batch, profiled_batch) / setting.devices[worker].speed
+
+
+def step_work_s(setting: Setting, batch: float, profiled_batch: int) -> float:
+    """Forward and backward of a minibatch of ``batch`` on the reference device."""
+    per = sum(layer.forward_s + layer.backward_s for layer in setting.layers)
+    return per * batch / profiled_batch
+
+
+def wall_s(setting: Setting, worker: int, work: float, constants: Constants) -> float:
+    """Seconds ``work`` reference seconds of CPU take on ``worker`` in one stretch: ``work /
+    speed``, or under a CPU quota (``quota_period_s``) the reference speed until the quota
+    runs out, then a stall to the next period, and so on (the quota full at the start: the
+    worker waited before)."""
+    speed = setting.devices[worker].speed
+    period = constants.quota_period_s
+    if period is None or speed >= 1.0 or work <= 0:
+        return work / speed
+    quota = speed * period
+    stalls = max(0, math.ceil(work / quota) - 1)
+    return stalls * period + (work - stalls * quota)
+
+
+def forward_per_sample_s(setting: Setting, worker: int, profiled_batch: int) -> float:
+    """The forward pass of one sample on ``worker``'s device (a ranking's cost)."""
+    per = sum(layer.forward_s for layer in setting.layers)
+    return per / profiled_batch / setting.devices[worker].speed
+
+
+def model_bytes(setting: Setting) -> int:
+    """The model's parameter bytes (float32: 4 an entry)."""
+    return sum(layer.param_bytes for layer in setting.layers)
+
+
+def model_entries(setting: Setting) -> int:
+    return max(1, model_bytes(setting) // FLOAT)
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """``nbytes`` from worker ``src`` to worker ``dst`` (an average where it varies)."""
+
+    src: int
+    dst: int
+    nbytes: float
+
+
+@dataclass(frozen=True)
+class WireTimes:
+    """Each worker's interface busy time per iteration: out and in."""
+
+    egress: Mapping[int, float]
+    ingress: Mapping[int, float]
+
+    @property
+    def busiest(self) -> float:
+        return max([*self.egress.values(), *self.ingress.values(), 0.0])
+
+
+def wire_times(setting: Setting, transfers: Sequence[Transfer], shared: bool) -> WireTimes:
+    """Seconds each worker's interface spends on ``transfers`` (see the module's docstring)."""
+    egress: defaultdict[int, float] = defaultdict(float)
+    ingress: defaultdict[int, float] = defaultdict(float)
+    for t in transfers:
+        s = t.nbytes / setting.link(t.src, t.dst).bandwidth_Bps
+        if shared:
+            egress[t.src] += s
+            ingress[t.dst] += s
+        else:
+            egress[t.src] = max(egress[t.src], s)
+            ingress[t.dst] = max(ingress[t.dst], s)
+    return WireTimes(dict(egress), dict(ingress))
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"
+
+
+def speed_label(setting: Setting, worker: int) -> str:
+    return f"worker {worker} (speed {setting.devices[worker].speed:.2f})"

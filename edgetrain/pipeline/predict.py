@@ -1,0 +1,228 @@
+"""The pipeline family's cost model (its side objects' ``predict`` hook): per-stage compute with
+mcPipe's replay, activation and error bytes per link, the fill and drain bubble, the window's
+round-trip bound, and each stage's resident memory. Pure.
+
+The setting's layers are the model's units in order, profiled on the reference device at the
+run's microbatch (forward and backward seconds, parameter and output-activation bytes of one
+microbatch). A stage's time per microbatch is its units' ``forward + backward`` divided by its
+device's speed, times ``1 + (m_s - 1) * phi`` under mcPipe's pair store (each backward replays
+the stage's pending updates: phi is the weight-gradient share of a unit's compute,
+specification §9.2). A link carries the boundary unit's activation forward and an error of the
+same size back per microbatch.
+
+An asynchronous pipeline (PipeDream, mcPipe, GreedyUpdates) runs at the pace of its slowest
+stage or link, and no faster than stage 0's window allows (Little's law: ``m_0`` microbatches
+in flight over one microbatch's round trip through every stage and link); each epoch adds the
+fill and drain of the other stages. Local is one stage. Data parallelism splits every
+microbatch over R replicas (compute taken to scale as 1/R) and each replica then sends its
+whole gradient to every other replica, after its backward (not overlapped).
+
+Not modelled: the optimiser step's own time, the transport's per-message cost, replicas
+sharing one link, compute that does not scale with a smaller slice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from edgetrain.pipeline import bounds, schedule
+from edgetrain.runtime.predict import Layer, Prediction, Setting
+
+# phi, the weight-gradient share of a unit's forward + backward (a Linear's backward is twice
+# its forward, half of it the weight gradient)
+REPLAY_SHARE = 1.0 / 3.0
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the recipe fixes: the stage workers' (or replicas') indices in order, each stage's
+    units ``[lo, hi)``, the microbatch, how the technique keeps its weights (its module's
+    ``STORE``: ``latest``, ``versions``, ``pairs``, or ``auto`` for mcPipe-auto), the window
+    and the microbatches per epoch."""
+
+    workers: Sequence[int]
+    bounds: Sequence[tuple[int, int]]
+    microbatch: int
+    store: str = "latest"
+    extra: int = 0
+    uniform: int | None = None
+    microbatches: int | None = None
+    momentum: bool = False
+    replay_share: float = REPLAY_SHARE
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """One stage's predicted seconds per microbatch and resident bytes."""
+
+    compute_s: float
+    replay_s: float
+    link_s: float  # to the next stage, both directions (0 for the last)
+    latency_s: float  # one way, to the next stage
+    resident_bytes: int
+    m: int
+
+
+def _pair_elems(layers: Sequence[Layer], k: int, microbatch: int) -> int:
+    """Per-sample input + output elements of unit ``k`` (its input is the previous output)."""
+    out = layers[k].activation_bytes
+    inp = layers[k - 1].activation_bytes if k > 0 else out
+    return max(0, (out + inp) // (bounds.FLOAT * max(1, microbatch)))
+
+
+def stage_costs(setting: Setting, shape: Shape) -> list[StageCost]:
+    """Each stage's cost (a pipeline's stages, or Local's one)."""
+    if len(shape.bounds) != len(shape.workers):
+        raise ValueError(f"{len(shape.bounds)} stage bounds for {len(shape.workers)} workers")
+    return [_stage(setting, shape, s) for s in range(len(shape.bounds))]
+
+
+def _stage(setting: Setting, shape: Shape, s: int) -> StageCost:
+    layers = setting.layers
+    n = len(shape.bounds)
+    store = shape.store
+    lo, hi = shape.bounds[s]
+    worker = shape.workers[s]
+    speed = setting.devices[worker].speed
+    m = schedule.in_flight(s, n, shape.extra, shape.uniform)
+    part = layers[lo:hi]
+    compute = sum(u.forward_s + u.backward_s for u in part) / speed
+    replay = compute * (m - 1) * shape.replay_share if store in ("pairs", "auto") else 0.0
+    link_s = latency = 0.0
+    if s + 1 < n:
+        link = setting.link(worker, shape.workers[s + 1])
+        link_s = 2 * part[-1].activation_bytes / link.bandwidth_Bps
+        latency = link.latency_s
+    sizes = [
+        bounds.UnitSize(u.param_bytes // bounds.FLOAT, _pair_elems(layers, k, shape.microbatch))
+        for k, u in enumerate(part, start=lo)
+    ]
+    resident = bounds.resident(store, m, sizes, shape.microbatch, shape.momentum)
+    return StageCost(compute + replay, replay, link_s, latency, resident, m)
+
+
+def predict_pipelined(technique: str, setting: Setting, shape: Shape) -> Prediction:
+    """A pipelined technique's (or Local's) time per microbatch, with its parts (``technique``
+    names the prediction)."""
+    if not setting.layers:
+        raise ValueError("the setting has no profiled layers")
+    stages = stage_costs(setting, shape)
+    compute = max(st.compute_s for st in stages)
+    link = max(st.link_s for st in stages)
+    round_trip = sum(st.compute_s + st.link_s + 2 * st.latency_s for st in stages)
+    window = round_trip / stages[0].m
+    period = max(compute, link, window)
+    # fill and drain: one microbatch crosses every stage and link once beyond the steady pace
+    fill = max(0.0, round_trip - period)
+    bubble = fill / shape.microbatches if shape.microbatches else 0.0  # None: steady state
+    slowest = max(range(len(stages)), key=lambda s: stages[s].compute_s)
+    parts = {
+        "compute": compute,
+        "replay": stages[slowest].replay_s,
+        "communication": link,
+        "exposed_communication": max(0.0, max(link, window) - compute),
+        "bubble": bubble,
+        "overhead": 0.0,
+    }
+    iteration = period + bubble
+    nbytes = int(sum(2 * setting.layers[hi - 1].activation_bytes for _, hi in shape.bounds[:-1]))
+    notes = [_pace_note(technique, stages, slowest, compute, link, window)]
+    notes.append(f"{shape.microbatch / iteration:,.0f} samples/s predicted")
+    memory = {shape.workers[s]: st.resident_bytes for s, st in enumerate(stages)}
+    return Prediction(technique, iteration, parts, nbytes, tuple(notes), memory)
+
+
+def _pace_note(
+    technique: str,
+    stages: Sequence[StageCost],
+    slowest: int,
+    compute: float,
+    link: float,
+    window: float,
+) -> str:
+    if len(stages) == 1:
+        return f"{technique}: one stage computes every unit"
+    if window >= max(compute, link):
+        return (
+            f"stage 0's window of {stages[0].m} cannot cover a microbatch's round trip "
+            f"({window * stages[0].m * 1e3:.1f} ms): latency sets the pace"
+        )
+    if link > compute:
+        return (
+            f"a link sets the pace: {link * 1e3:.1f} ms per microbatch against "
+            f"{compute * 1e3:.1f} ms of compute"
+        )
+    replay = stages[slowest].replay_s
+    text = f"stage {slowest} sets the pace ({compute * 1e3:.1f} ms per microbatch"
+    return text + (f", {replay * 1e3:.1f} ms of it replay)" if replay else ")")
+
+
+def predict_dataparallel(technique: str, setting: Setting, shape: Shape) -> Prediction:
+    """Data parallelism over ``shape.workers`` (replicas) per microbatch."""
+    if not setting.layers:
+        raise ValueError("the setting has no profiled layers")
+    replicas = list(shape.workers)
+    r = len(replicas)
+    speed = min(setting.devices[w].speed for w in replicas)
+    compute = sum(u.forward_s + u.backward_s for u in setting.layers) / speed / r
+    params = sum(u.param_bytes for u in setting.layers)
+    comm = 0.0
+    if r > 1:
+        links = [setting.link(a, b) for a in replicas for b in replicas if a != b]
+        bandwidth = min(link.bandwidth_Bps for link in links)
+        latency = max(link.latency_s for link in links)
+        comm = (r - 1) * params / bandwidth + latency
+    parts = {
+        "compute": compute,
+        "communication": comm,
+        "exposed_communication": comm,
+        "bubble": 0.0,
+        "overhead": 0.0,
+    }
+    iteration = compute + comm
+    sizes = [
+        bounds.UnitSize(u.param_bytes // bounds.FLOAT, _pair_elems(setting.layers, k, 1))
+        for k, u in enumerate(setting.layers)
+    ]
+    resident = bounds.resident("latest", 1, sizes, shape.microbatch, shape.momentum)
+    note = (
+        f"each replica sends {params * (r - 1) / 1e6:.1f} MB per microbatch: "
+        + ("communication dominates" if comm > compute else "compute dominates")
+        + f" ({comm * 1e3:.1f} ms against {compute * 1e3:.1f} ms)"
+    )
+    return Prediction(
+        technique,
+        iteration,
+        parts,
+        int(params * (r - 1) * r),
+        (note, f"{shape.microbatch / iteration:,.0f} samples/s predicted"),
+        {w: resident for w in replicas},
+    )
+
+
+def min_max_bounds(setting: Setting, shape: Shape) -> list[tuple[int, int]]:
+    """The exact min-max partition of the setting's units over ``shape.workers`` under this
+    model's stage time (compute with replay, or the link to the next stage if slower); the
+    partitioner's own rule (:mod:`.partition`) on this model's costs."""
+    from edgetrain.pipeline.partition import partition
+
+    n = len(shape.workers)
+
+    def cost(i: int, k: int, s: int) -> float:
+        bounds_ = [(0, 0)] * n
+        bounds_[s] = (i, k)
+        one = Shape(
+            workers=shape.workers,
+            bounds=bounds_,
+            microbatch=shape.microbatch,
+            store=shape.store,
+            extra=shape.extra,
+            uniform=shape.uniform,
+            momentum=shape.momentum,
+            replay_share=shape.replay_share,
+        )
+        st = _stage(setting, one, s)
+        return max(st.compute_s, st.link_s if k < len(setting.layers) else 0.0)
+
+    return list(partition(len(setting.layers), n, cost).bounds)

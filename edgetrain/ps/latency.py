@@ -1,0 +1,62 @@
+"""The round trip of a pipelined link, told apart from the per-transmission overhead. Pure.
+
+The transmitter keeps a trainer's transmissions in flight together, as a real client would: a
+burst of them pays one round trip of latency, then each its overhead and its transfer. Its log
+marks the transmission that led a burst (sent with nothing of its direction in flight, it
+waited a round trip) and times every other one from the end of the one before it (its overhead
+and transfer only). So the followers alone fit ``seconds = dt + bytes / bandwidth`` with ``dt``
+the per-transmission overhead, and what a leader took beyond that line is the round trip.
+
+The planner's costs (the paper's model, every transmission pays ``dt`` one after another) then
+describe the pipelined runtime when the round trip is added once per direction
+(:func:`with_round_trip`): to the first layer's pull, since the first pull of an iteration waits
+for it and every later one comes right behind, and to the first layer's push, the last of an
+iteration, whose acknowledgement ends the iteration a round trip after its bytes left. Pull j
+then ends at ``rtt + j*dt + PT[k_j]``. With one segment per direction there are no followers:
+the round trip stays in ``dt``, which is then exact as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgetrain.plan.costs import LayerCosts
+from edgetrain.ps.link_trust import unidentified
+from edgetrain.ps.livecosts import fit_link
+
+
+@dataclass(frozen=True)
+class Split:
+    """One direction's samples with the leaders' round trip taken out, and that round trip."""
+
+    samples: list[tuple[int, float]]  # (bytes, seconds)
+    rtt: float  # seconds; 0 when the followers cannot tell it apart (it then stays in dt)
+
+
+def split_round_trip(samples: Sequence[tuple[int, float, bool]]) -> Split:
+    """``(bytes, seconds, lead)`` of one direction's transmissions: the round trip is the median
+    excess of the leaders over the followers' fit, when the followers identify a line (at
+    least two sizes apart, :func:`~edgetrain.ps.link_trust.unidentified`); otherwise 0 and
+    the samples as they are."""
+    leads = [(b, s) for b, s, lead in samples if lead]
+    follow = [(b, s) for b, s, lead in samples if not lead]
+    fit = fit_link(follow) if leads and unidentified(follow) is None else None
+    if fit is None:
+        return Split([(b, s) for b, s, _ in samples], 0.0)
+    excess = [s - fit.dt - b / fit.bandwidth for b, s in leads]
+    rtt = max(0.0, float(np.median(excess)))
+    return Split([(b, s - rtt if lead else s) for b, s, lead in samples], rtt)
+
+
+def with_round_trip(costs: LayerCosts, pull_rtt: float, push_rtt: float) -> LayerCosts:
+    """The planner's costs of a pipelined link: ``costs`` (``dt`` the per-transmission
+    overhead) with one round trip on the first layer's pull and one on its push."""
+    if pull_rtt < 0 or push_rtt < 0:
+        raise ValueError("a round trip cannot be negative")
+    pt, gt = costs.pt.copy(), costs.gt.copy()
+    pt[0] += pull_rtt
+    gt[0] += push_rtt
+    return LayerCosts(pt, costs.fc, costs.bc, gt, costs.dt, costs.names)

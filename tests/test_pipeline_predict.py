@@ -1,0 +1,140 @@
+"""The pipeline family's cost model against literal tables: per-stage compute with mcPipe's
+replay, the link, stage 0's window bound, Local, data parallelism, resident memory, the min-max
+partition against brute force, and the family hook on a recipe."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from edgetrain.pipeline.predict import (
+    Shape,
+    min_max_bounds,
+    predict_dataparallel,
+    predict_pipelined,
+    stage_costs,
+)
+from edgetrain.recipe import parse_recipe
+from edgetrain.runtime.predict import Device, Layer, Link, Setting
+from edgetrain.runtime.side import launcher_side
+
+# per microbatch of 16: activation bytes 64,000 / 6,400 / 640
+LAYERS = (
+    Layer("fc0", forward_s=0.010, backward_s=0.020, param_bytes=4_000_000, activation_bytes=64_000),
+    Layer("fc1", forward_s=0.005, backward_s=0.010, param_bytes=1_000_000, activation_bytes=6_400),
+    Layer("fc2", forward_s=0.001, backward_s=0.002, param_bytes=40_000, activation_bytes=640),
+)
+# worker 1 is twice as slow; 10 MB/s, no latency
+SETTING = Setting(devices=(Device("a"), Device("b", speed=0.5)), links=(Link(10e6),), layers=LAYERS)
+TWO = Shape(workers=(0, 1), bounds=((0, 1), (1, 3)), microbatch=16, store="versions")
+
+
+def test_stage_costs_literal() -> None:
+    stages = stage_costs(SETTING, TWO)
+    assert [s.compute_s for s in stages] == pytest.approx([0.030, 0.036])
+    assert [s.link_s for s in stages] == pytest.approx([0.0128, 0.0])  # 2 x 64 kB / 10 MB/s
+    assert [s.m for s in stages] == [2, 1]
+    # PipeDream keeps m_s weight versions: 2 x 1M floats at stage 0
+    assert stages[0].resident_bytes == 2 * 4_000_000
+    assert stages[1].resident_bytes == 1_040_000
+
+
+def test_window_bound_then_compute_bound() -> None:
+    # m_0 = 2: one microbatch's round trip 0.030 + 0.0128 + 0.036 over two in flight
+    p = predict_pipelined("pipedream", SETTING, TWO)
+    assert p.iteration_s == pytest.approx((0.030 + 0.0128 + 0.036) / 2)
+    assert "window" in p.notes[0]
+    # one extra in flight: the slow stage sets the pace
+    deeper = Shape(workers=(0, 1), bounds=TWO.bounds, microbatch=16, store="versions", extra=1)
+    p = predict_pipelined("pipedream", SETTING, deeper)
+    assert p.iteration_s == pytest.approx(0.036)
+    assert p.parts["compute"] == pytest.approx(0.036)
+    assert p.parts["exposed_communication"] == 0.0
+    assert p.bytes_per_iteration == 2 * 64_000
+    assert p.notes[0].startswith("stage 1 sets the pace")
+
+
+def test_mcpipe_replays_its_pending_updates() -> None:
+    deeper = Shape(workers=(0, 1), bounds=TWO.bounds, microbatch=16, store="pairs", extra=1)
+    stages = stage_costs(SETTING, deeper)
+    # m = 3 and 2: compute x (1 + (m - 1) / 3)
+    assert [s.compute_s for s in stages] == pytest.approx([0.050, 0.048])
+    assert [s.replay_s for s in stages] == pytest.approx([0.020, 0.012])
+    # pairs: P + (m - 1) x b x (in + out) per sample = 1M + 2 x 16 x 2,000 floats
+    assert stages[0].resident_bytes == (1_000_000 + 2 * 16 * 2_000) * 4
+    p = predict_pipelined("mcpipe", SETTING, deeper)
+    assert p.iteration_s == pytest.approx(0.050)
+    assert p.parts["replay"] == pytest.approx(0.020)
+    assert p.memory_bytes == {0: stages[0].resident_bytes, 1: stages[1].resident_bytes}
+
+
+def test_bubble_is_spread_over_the_epoch() -> None:
+    deeper = Shape(workers=(0, 1), bounds=TWO.bounds, microbatch=16, extra=1, microbatches=10)
+    p = predict_pipelined("greedy", SETTING, deeper)
+    fill = 0.030 + 0.0128 + 0.036 - 0.036
+    assert p.parts["bubble"] == pytest.approx(fill / 10)
+    assert p.iteration_s == pytest.approx(0.036 + fill / 10)
+
+
+def test_local_and_dataparallel() -> None:
+    local = Shape(workers=(0,), bounds=((0, 3),), microbatch=16)
+    p = predict_pipelined("local", SETTING, local)
+    assert p.iteration_s == pytest.approx(0.048)
+    assert p.bytes_per_iteration == 0
+    dp = predict_dataparallel("dataparallel", SETTING, Shape((0, 1), (), 16))
+    # half a microbatch each at the slower replica's pace, then 5.04 MB to the other replica
+    assert dp.parts["compute"] == pytest.approx(0.048)
+    assert dp.parts["communication"] == pytest.approx(0.504)
+    assert dp.iteration_s == pytest.approx(0.552)
+    assert dp.bytes_per_iteration == 2 * 5_040_000
+    assert "communication dominates" in dp.notes[0]
+
+
+def test_min_max_bounds_against_brute_force() -> None:
+    layers = tuple(
+        Layer(f"u{i}", forward_s=f, backward_s=2 * f, param_bytes=4000, activation_bytes=a)
+        for i, (f, a) in enumerate(
+            [(0.004, 8000), (0.001, 400_000), (0.006, 800), (0.002, 16_000), (0.003, 80)]
+        )
+    )
+    setting = Setting(
+        devices=(Device("a"), Device("b", speed=0.7), Device("c", speed=1.5)),
+        links=(Link(20e6),),
+        layers=layers,
+    )
+    for store in ("versions", "pairs"):
+        shape = Shape(workers=(0, 1, 2), bounds=((0, 5),) * 3, microbatch=8, store=store)
+        got = min_max_bounds(setting, shape)
+
+        def worst(b: list[tuple[int, int]], store: str = store) -> float:
+            stages = stage_costs(setting, Shape((0, 1, 2), b, 8, store=store))
+            return max(max(s.compute_s, s.link_s) for s in stages)
+
+        best = min(
+            worst([(0, i), (i, k), (k, 5)]) for i, k in itertools.combinations(range(1, 5), 2)
+        )
+        assert worst(got) == pytest.approx(best)
+
+
+def test_the_family_hook_reads_the_recipe() -> None:
+    recipe = parse_recipe(
+        {
+            "train": {"family": "pipeline", "technique": "mcpipe"},
+            "pipeline": {"split": [1, 2], "window_extra": 1},
+            "workers": [{"role": "stage", "count": 2}, {"role": "evaluator"}],
+        }
+    )
+    p = launcher_side("pipeline", "mcpipe").predict(recipe, SETTING)
+    assert p is not None
+    assert p.iteration_s == pytest.approx(0.050)
+    dp = parse_recipe(
+        {
+            "train": {"family": "pipeline", "technique": "dataparallel", "batch_size": 16},
+            "workers": [{"role": "replica", "count": 2}],
+        }
+    )
+    got = launcher_side("pipeline", "dataparallel").predict(dp, SETTING)
+    assert got is not None and got.iteration_s == pytest.approx(0.552)
+    with pytest.raises(ValueError, match="3 stage bounds for 2 workers"):
+        stage_costs(SETTING, Shape((0, 1), ((0, 1), (1, 2), (2, 3)), 16))

@@ -1,0 +1,75 @@
+"""A cost model's setting from a profile and a testbed spec, against literal tables: layers
+scaled to the batch, one device per worker slot with its CPU share over the reference, and the
+bottleneck rate of each pair's path (LAN, access, WAN, loopback on one host)."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgetrain.emulate.spec import parse_spec
+from edgetrain.runtime.setting_build import (
+    LOOPBACK_BPS,
+    layers_from_profile,
+    setting_from_testbed,
+    worker_hosts,
+)
+
+PROFILE = {
+    "batch_sizes": [32, 64],
+    "layers": [
+        {"name": "fc1", "param_bytes": 400, "activation_bytes": 3200, "fwd_s": 0.004,
+         "bwd_s": 0.008},
+        {"name": "fc2", "param_bytes": 40, "activation_bytes": 320, "fwd_s": 0.001, "bwd_s": 0.002},
+    ],
+}  # fmt: skip
+SPEC = parse_spec(
+    {
+        "name": "two-sites",
+        "wan": "10mbit",
+        "sites": [
+            {
+                "name": "a",
+                "lan": "1gbit",
+                "hosts": [
+                    {"name": "big", "cpu": 1.0, "workers": 2, "memory": "2g"},
+                    {"name": "wifi", "cpu": 0.5, "access": "50mbit"},
+                ],
+            },
+            {"name": "b", "lan": "100mbit", "hosts": [{"name": "far", "cpu": 0.25}]},
+        ],
+    },
+    "spec",
+)
+
+
+def test_layers_scale_to_the_batch() -> None:
+    layers = layers_from_profile(PROFILE, 16)
+    assert [x.name for x in layers] == ["fc1", "fc2"]
+    assert layers[0].forward_s == pytest.approx(0.002)
+    assert layers[0].backward_s == pytest.approx(0.004)
+    assert (layers[0].param_bytes, layers[0].activation_bytes) == (400, 1600)
+    with pytest.raises(ValueError, match="no layers"):
+        layers_from_profile({"layers": []}, 16)
+
+
+def test_devices_and_links_from_the_testbed() -> None:
+    layers = layers_from_profile(PROFILE, 32)
+    s = setting_from_testbed(SPEC, layers, reference_cpu=0.5, latency_s=0.001)
+    assert worker_hosts(SPEC) == ["big", "big", "wifi", "far"]
+    # big's core shared by its two workers: 0.5 each, as fast as the profiled half core
+    assert [d.speed for d in s.devices] == pytest.approx([1.0, 1.0, 1.0, 0.5])
+    assert s.devices[0].memory_bytes == 2 * 2**30
+    assert s.link(0, 1).bandwidth_Bps == LOOPBACK_BPS and s.link(0, 1).latency_s == 0.0
+    assert s.link(0, 2).bandwidth_Bps == pytest.approx(50e6 / 8)  # wifi's access link
+    assert s.link(0, 3).bandwidth_Bps == pytest.approx(10e6 / 8)  # the WAN
+    assert s.link(2, 3).latency_s == 0.001
+    assert len(s.links) == 6
+
+
+def test_fewer_workers_take_the_first_slots() -> None:
+    s = setting_from_testbed(SPEC, layers_from_profile(PROFILE, 32), reference_cpu=1, workers=2)
+    assert [d.name for d in s.devices] == ["big", "big"]
+    with pytest.raises(ValueError, match="4 worker slots for 5 workers"):
+        setting_from_testbed(SPEC, (), reference_cpu=1, workers=5)
+    with pytest.raises(ValueError, match="reference_cpu"):
+        setting_from_testbed(SPEC, (), reference_cpu=0)
