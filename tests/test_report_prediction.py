@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from edgetrain.emulate.spec import load_spec
+from edgetrain.emulate.topology import build
 from edgetrain.launch.hosts import parse_hosts, to_toml
 from edgetrain.report.predicted import compare, markdown, measured_iteration, run_setting
 from edgetrain.runtime.predict import Prediction
@@ -69,7 +70,7 @@ def test_the_setting_of_a_local_run_and_of_a_testbed_run(tmp_path: Path) -> None
         {
             "hosts": [{"address": f"10.0.0.{i}", "name": h.name} for i, (_, h) in
                       enumerate(spec.hosts, start=2)],
-            "testbed": spec.model_dump(mode="json", exclude_none=True),
+            "testbed": build(spec, "10.231.0.0/24").facts().as_dict(),
         },
         "hosts.toml",
     )  # fmt: skip

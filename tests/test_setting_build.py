@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from edgetrain.emulate.spec import parse_spec
+from edgetrain.emulate.topology import build
 from edgetrain.runtime.setting_build import (
     LOOPBACK_BPS,
     layers_from_profile,
@@ -40,6 +41,7 @@ SPEC = parse_spec(
     },
     "spec",
 )
+FACTS = build(SPEC, "10.231.0.0/24").facts()
 
 
 def test_layers_scale_to_the_batch() -> None:
@@ -54,8 +56,8 @@ def test_layers_scale_to_the_batch() -> None:
 
 def test_devices_and_links_from_the_testbed() -> None:
     layers = layers_from_profile(PROFILE, 32)
-    s = setting_from_testbed(SPEC, layers, reference_cpu=0.5, latency_s=0.001)
-    assert worker_hosts(SPEC) == ["big", "big", "wifi", "far"]
+    s = setting_from_testbed(FACTS, layers, reference_cpu=0.5, latency_s=0.001)
+    assert worker_hosts(FACTS) == ["big", "big", "wifi", "far"]
     # big's core shared by its two workers: 0.5 each, as fast as the profiled half core
     assert [d.speed for d in s.devices] == pytest.approx([1.0, 1.0, 1.0, 0.5])
     assert s.devices[0].memory_bytes == 2 * 2**30
@@ -64,12 +66,16 @@ def test_devices_and_links_from_the_testbed() -> None:
     assert s.link(0, 3).bandwidth_Bps == pytest.approx(10e6 / 8)  # the WAN
     assert s.link(2, 3).latency_s == 0.001
     assert len(s.links) == 6
+    # the facts travel as a TOML table and come back the same
+    assert type(FACTS).from_dict(FACTS.as_dict()) == FACTS
+    with pytest.raises(ValueError, match="cpu, link_bps"):
+        type(FACTS).from_dict({"hosts": [{"name": "x", "cpu": -1, "link_bps": 10}]})
 
 
 def test_fewer_workers_take_the_first_slots() -> None:
-    s = setting_from_testbed(SPEC, layers_from_profile(PROFILE, 32), reference_cpu=1, workers=2)
+    s = setting_from_testbed(FACTS, layers_from_profile(PROFILE, 32), reference_cpu=1, workers=2)
     assert [d.name for d in s.devices] == ["big", "big"]
     with pytest.raises(ValueError, match="4 worker slots for 5 workers"):
-        setting_from_testbed(SPEC, (), reference_cpu=1, workers=5)
+        setting_from_testbed(FACTS, (), reference_cpu=1, workers=5)
     with pytest.raises(ValueError, match="reference_cpu"):
-        setting_from_testbed(SPEC, (), reference_cpu=0)
+        setting_from_testbed(FACTS, (), reference_cpu=0)

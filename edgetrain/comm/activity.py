@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+ACTIVITY_JSON = "activity.json"  # in RUN/metrics/, written by the launcher
 MAX_TEXT = 60  # characters of a phase, a peer or a what: a heartbeat stays small
 
 _lock = threading.Lock()

@@ -270,7 +270,7 @@ def hosts_toml(tb: Testbed) -> str:
         "bind": tb.topo.gateway_address,
         "python": tb.python,
         "connect_timeout_s": 10,
-        "testbed": tb.spec.model_dump(mode="json", exclude_none=True),
+        "testbed": tb.topo.facts().as_dict(),
         "ssh_options": [
             "-o",
             f"UserKnownHostsFile={s / 'known_hosts'}",

@@ -19,6 +19,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from edgetrain.emulate.spec import TestbedSpec
+from edgetrain.runtime.setting_build import HostFacts, TestbedFacts
 
 NS_PREFIX = "etb-"
 GATEWAY_HOST = 254
@@ -96,11 +97,14 @@ class Topology:
 
     def path_bps(self, a: str, b: str) -> int:
         """The bottleneck rate between hosts ``a`` and ``b``."""
-        ha, hb = self.host(a), self.host(b)
-        rates = [ha.link_bps, hb.link_bps]
-        if ha.site != hb.site:
-            rates += [r for r in (self.site(ha.site).wan_bps, self.site(hb.site).wan_bps) if r]
-        return min(rates)
+        return self.facts().path_bps(a, b)
+
+    def facts(self) -> TestbedFacts:
+        """What a cost model needs of this testbed (the ``testbed`` table of its hosts file)."""
+        hosts = tuple(
+            HostFacts(h.name, h.cpu, h.link_bps, h.workers, h.memory, h.site) for h in self.hosts
+        )
+        return TestbedFacts(self.name, hosts, {s.name: s.wan_bps for s in self.sites})
 
     def commands(self) -> list[list[str]]:
         """The ``ip``/``tc`` commands that build the network, in order."""

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from edgetrain.comm.activity import ACTIVITY_JSON
 from edgetrain.rundir import atomic_write_json
 
-ACTIVITY_JSON = "activity.json"
 EVERY_S = 1.0
 
 

@@ -78,10 +78,10 @@ def _reference_profile(run_dir: Path) -> tuple[str, dict[str, Any]] | None:
 
 
 def _testbed(run_dir: Path) -> Any:
-    """The testbed spec ``RUN/hosts.toml`` carries (None: not an emulated testbed's)."""
+    """The testbed facts ``RUN/hosts.toml`` carries (None: not an emulated testbed's)."""
     from edgetrain import tomlconfig
-    from edgetrain.emulate.spec import SpecError, parse_spec
     from edgetrain.errors import EdgetrainError
+    from edgetrain.runtime.setting_build import TestbedFacts
 
     path = run_dir / "hosts.toml"
     if not path.is_file():
@@ -89,8 +89,8 @@ def _testbed(run_dir: Path) -> Any:
     try:
         data, _ = tomlconfig.read_toml(path, "hosts file", EdgetrainError, "")
         table = data.get("testbed")
-        return parse_spec(dict(table), str(path)) if isinstance(table, dict) else None
-    except (EdgetrainError, SpecError):
+        return TestbedFacts.from_dict(table) if isinstance(table, dict) else None
+    except (EdgetrainError, ValueError):
         return None
 
 
@@ -106,15 +106,15 @@ def run_setting(
     name, profile = found
     layers = layers_from_profile(profile, batch)
     workers = manifest.get("workers", [])
-    spec = _testbed(run_dir)
-    if spec is not None:
-        cpus = {h.name: h.cpu for _, h in spec.hosts}
+    facts = _testbed(run_dir)
+    if facts is not None:
+        cpus = {h.name: h.cpu for h in facts.hosts}
         device = profile.get("device") or {}
         reference = cpus.get(name) or float(device.get("cores") or 1)
         setting = setting_from_testbed(
-            spec, layers, reference_cpu=reference, workers=len(workers), batch=batch
+            facts, layers, reference_cpu=reference, workers=len(workers), batch=batch
         )
-        return setting, {"profile": name, "testbed": spec.name, "reference_cpu": reference}
+        return setting, {"profile": name, "testbed": facts.name, "reference_cpu": reference}
     devices = tuple(
         Device(f"w{w.get('id', i)}", speed=1.0 / float(w.get("slowdown") or 1.0))
         for i, w in enumerate(workers)

@@ -354,7 +354,7 @@ def _with_activity(workers: list[WorkerState], rd: RunDir, now: float) -> list[W
     to ``now`` (the launcher rewrites the file every second while the run goes)."""
     from dataclasses import replace
 
-    from edgetrain.launch.activity_file import ACTIVITY_JSON
+    from edgetrain.comm.activity import ACTIVITY_JSON
 
     try:
         doc = json.loads((rd.metrics / ACTIVITY_JSON).read_text(encoding="utf-8"))

@@ -1,31 +1,117 @@
 """A cost model's :class:`~edgetrain.runtime.predict.Setting` from what a user has: a profile
 (``RUN/profiles/<host>.json``: each layer's forward and backward seconds at a batch size) and a
-testbed spec (each host's CPU share and memory, each site's LAN and WAN rate). Pure: no files
-are read here, no network is touched.
+testbed's facts (each host's CPU share, memory and link rate, each site's WAN rate: what
+``emulate up`` writes into its ``hosts.toml`` as a ``testbed`` table). Pure: no files are read
+here, no network is touched.
 
 - **Layers**: the profile's, scaled linearly from its first batch size to the run's batch
   (times and activation bytes; parameter bytes stay).
-- **Devices**: one per worker slot, hosts in spec order with ``workers`` slots each (the order
-  of the ``hosts.toml`` that ``emulate up`` writes, so worker i is slot i). A device's speed is
+- **Devices**: one per worker slot, hosts in order with ``workers`` slots each (the order of
+  the ``hosts.toml`` that ``emulate up`` writes, so worker i is slot i). A device's speed is
   its host's CPU share over the workers sharing it, relative to ``reference_cpu``: the cores
   the profile was measured with.
-- **Links**: one per pair of workers, the bottleneck rate of the path between their hosts (its
-  access or LAN link, and both sites' WAN uplinks across sites); workers on one host talk over
+- **Links**: one per pair of workers, the bottleneck rate of the path between their hosts
+  (both hosts' links, and both sites' WAN uplinks across sites); workers on one host talk over
   loopback (:data:`LOOPBACK_BPS`). tbf adds no latency: a link's latency is ``latency_s``.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from edgetrain.emulate.spec import TestbedSpec
-from edgetrain.emulate.topology import build
 from edgetrain.runtime.predict import Device, Layer, Link, Setting
 
 LOOPBACK_BPS = 8e9  # bytes/s: what this project's transport moves between two local processes
-_SUBNET = "10.231.0.0/24"  # any /24: building the topology only names its parts
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """One host: its CPU share in cores, worker slots, memory cap (bytes), site, and its link's
+    rate in bits/s."""
+
+    name: str
+    cpu: float
+    link_bps: int
+    workers: int = 1
+    memory: int | None = None
+    site: str | None = None
+
+
+@dataclass(frozen=True)
+class TestbedFacts:
+    """What a cost model needs of a testbed: its hosts, and each site's WAN rate (bits/s, None:
+    no WAN, one site)."""
+
+    name: str
+    hosts: tuple[HostFacts, ...]
+    wan_bps: Mapping[str, int | None]
+
+    def host(self, name: str) -> HostFacts:
+        return next(h for h in self.hosts if h.name == name)
+
+    def path_bps(self, a: str, b: str) -> int:
+        """The bottleneck rate between hosts ``a`` and ``b``."""
+        ha, hb = self.host(a), self.host(b)
+        rates = [ha.link_bps, hb.link_bps]
+        if ha.site != hb.site:
+            wans = (self.wan_bps.get(ha.site or ""), self.wan_bps.get(hb.site or ""))
+            rates += [r for r in wans if r]
+        return min(rates)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for a TOML table (None left out)."""
+        hosts = [{k: v for k, v in asdict(h).items() if v is not None} for h in self.hosts]
+        sites = [{"name": s, "wan_bps": r} for s, r in self.wan_bps.items() if r is not None]
+        return {"name": self.name, "hosts": hosts, "sites": sites}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TestbedFacts:
+        """The facts from :meth:`as_dict`'s form (ValueError naming what is wrong)."""
+        hosts = data.get("hosts")
+        if not isinstance(hosts, list) or not hosts:
+            raise ValueError("a testbed table needs a list of hosts")
+        out = []
+        for h in hosts:
+            if not isinstance(h, Mapping) or not isinstance(h.get("name"), str):
+                raise ValueError("each testbed host needs a name")
+            cpu, rate, slots = (
+                _positive(h.get("cpu")),
+                _positive(h.get("link_bps")),
+                h.get("workers", 1),
+            )
+            memory = _positive(h.get("memory"))
+            ok = cpu is not None and rate is not None and isinstance(slots, int) and slots >= 1
+            if not ok or (memory is None and h.get("memory") is not None):
+                raise ValueError(f"testbed host {h['name']!r}: cpu, link_bps, workers, memory")
+            assert cpu is not None and rate is not None and isinstance(slots, int)
+            site = h.get("site")
+            out.append(
+                HostFacts(
+                    h["name"],
+                    cpu,
+                    int(rate),
+                    slots,
+                    None if memory is None else int(memory),
+                    site if isinstance(site, str) else None,
+                )
+            )
+        wan: dict[str, int | None] = {}
+        for s in data.get("sites") or []:
+            if isinstance(s, Mapping) and isinstance(s.get("name"), str):
+                wan_rate = _positive(s.get("wan_bps"))
+                wan[s["name"]] = None if wan_rate is None else int(wan_rate)
+        return cls(str(data.get("name") or "testbed"), tuple(out), wan)
+
+
+def _positive(x: Any) -> float | None:
+    """``x`` as a positive finite number, or None."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    return float(x) if math.isfinite(x) and x > 0 else None
 
 
 def layers_from_profile(profile: Mapping[str, Any], batch: int) -> tuple[Layer, ...]:
@@ -47,21 +133,21 @@ def layers_from_profile(profile: Mapping[str, Any], batch: int) -> tuple[Layer, 
     )
 
 
-def worker_hosts(spec: TestbedSpec, workers: int | None = None) -> list[str]:
-    """The host of each worker slot (hosts in spec order, ``workers`` slots each), the first
+def worker_hosts(facts: TestbedFacts, workers: int | None = None) -> list[str]:
+    """The host of each worker slot (hosts in order, ``workers`` slots each), the first
     ``workers`` of them (ValueError when the testbed has fewer)."""
-    slots = [h.name for _, h in spec.hosts for _ in range(h.workers)]
+    slots = [h.name for h in facts.hosts for _ in range(h.workers)]
     if workers is not None:
         if workers > len(slots):
             raise ValueError(
-                f"testbed {spec.name} has {len(slots)} worker slots for {workers} workers"
+                f"testbed {facts.name} has {len(slots)} worker slots for {workers} workers"
             )
         slots = slots[:workers]
     return slots
 
 
 def setting_from_testbed(
-    spec: TestbedSpec,
+    facts: TestbedFacts,
     layers: Sequence[Layer],
     *,
     reference_cpu: float,
@@ -69,16 +155,15 @@ def setting_from_testbed(
     latency_s: float = 0.0,
     batch: int | None = None,
 ) -> Setting:
-    """The setting of ``workers`` workers (default: every slot) placed on ``spec``'s hosts
+    """The setting of ``workers`` workers (default: every slot) placed on the testbed's hosts
     (``batch``: the samples the layers were profiled at, None: the recipe's batch)."""
     if not reference_cpu > 0:
         raise ValueError("reference_cpu (the cores the profile was measured with) must be > 0")
-    topo = build(spec, spec.subnet or _SUBNET)
-    hosts = worker_hosts(spec, workers)
+    hosts = worker_hosts(facts, workers)
     per_host = {name: hosts.count(name) for name in set(hosts)}
     devices = []
     for name in hosts:
-        node = topo.host(name)
+        node = facts.host(name)
         devices.append(
             Device(name, speed=node.cpu / per_host[name] / reference_cpu, memory_bytes=node.memory)
         )
@@ -87,5 +172,5 @@ def setting_from_testbed(
         if hosts[a] == hosts[b]:
             links.append(Link(LOOPBACK_BPS, 0.0, a, b))
         else:
-            links.append(Link(topo.path_bps(hosts[a], hosts[b]) / 8.0, latency_s, a, b))
+            links.append(Link(facts.path_bps(hosts[a], hosts[b]) / 8.0, latency_s, a, b))
     return Setting(tuple(devices), tuple(links), tuple(layers), batch)

@@ -48,8 +48,13 @@ from edgetrain.gossip.exchange.cost_round import (
     time_round,
     update_work,
 )
-from edgetrain.gossip.exchange.dlion import PROBE_EVERY
-from edgetrain.gossip.exchange.sparse import DENSE_BYTES, ENTRY_BYTES, entries_for, sparse_pays
+from edgetrain.gossip.exchange.sparse import (
+    DENSE_BYTES,
+    ENTRY_BYTES,
+    PROBE_EVERY,
+    entries_for,
+    sparse_pays,
+)
 from edgetrain.runtime.predict import Prediction, Setting
 
 

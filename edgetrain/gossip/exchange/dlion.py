@@ -35,11 +35,17 @@ from edgetrain.gossip.exchange.messages import GRAD, WEIGHTS, Header, Key
 from edgetrain.gossip.exchange.schedules import LossGuard, Schedule
 from edgetrain.gossip.exchange.selection import choose_sites, default_count, wan_routes
 from edgetrain.gossip.exchange.side import exchange_side
-from edgetrain.gossip.exchange.sparse import Payload, Residual, entries_for, sparse_pays, to_float32
+from edgetrain.gossip.exchange.sparse import (
+    PROBE_EVERY,
+    Payload,
+    Residual,
+    entries_for,
+    sparse_pays,
+    to_float32,
+)
 from edgetrain.gossip.exchange.weightex import LossEwma, best_and_worst, due, largest_changes
 from edgetrain.runtime.base import WorkerContext
 
-PROBE_EVERY = 50  # select_cost: every 50th iteration sparse regardless, to measure again
 SELECT_ALPHA = 0.3  # EWMA weight of the newest sparse take's time
 Channel = int | tuple[str, str]  # a peer (one link) or ("site", name) (selective WAN)
 Score = Callable[[torch.Tensor], torch.Tensor] | None

@@ -29,6 +29,7 @@ import torch
 
 Kind = Literal["dense", "sparse", "slice"]
 ENTRY_BYTES = 8  # int32 index + float32 value
+PROBE_EVERY = 50  # DLion's select_cost: every 50th iteration sparse regardless, to measure again
 DENSE_BYTES = 4  # a float32 value
 
 
