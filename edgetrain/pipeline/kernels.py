@@ -9,7 +9,7 @@ on demand equal PipeDream's stashed ones bit for bit (specification §6.5).
 
 The formulas hold only for layers whose output is linear in their own parameters; the probe
 finds the others (LSTM, weight-normalised layers, products of parameters), which must be kept
-as weight versions. :func:`apply_update` is the single SGD step (momentum and weight decay with
+as weight versions. :func:`sgd_step` is the single SGD step (momentum and weight decay with
 torch's semantics) every store uses.
 """
 
@@ -174,8 +174,7 @@ def _first(y: object) -> torch.Tensor:
     raise TypeError(f"a layer returned {type(y).__name__}, not a tensor")
 
 
-@torch.no_grad()
-def apply_update(
+def sgd_step(
     w: torch.Tensor,
     g: torch.Tensor,
     lr: float,
@@ -186,21 +185,9 @@ def apply_update(
 ) -> torch.Tensor:
     """One SGD step of ``w`` by ``g`` (torch.optim.SGD's arithmetic, buffer starting at zero):
     ``d = g + wd*w``; ``buf = mu*buf + d`` (in place); ``w - lr*(buf or d)``, written into
-    ``out`` (``w`` itself for an in-place step). Every store steps through here."""
-    return sgd_step(w, g, lr, momentum, weight_decay, buf, out)
-
-
-def sgd_step(
-    w: torch.Tensor,
-    g: torch.Tensor,
-    lr: float,
-    momentum: float = 0.0,
-    weight_decay: float = 0.0,
-    buf: torch.Tensor | None = None,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """:func:`apply_update` for a caller already under ``torch.no_grad()`` (a store stepping
-    many tensors enters it once)."""
+    ``out`` (``w`` itself for an in-place step), for a caller already under
+    ``torch.no_grad()`` (a store stepping many tensors enters it once). Every store steps
+    through here."""
     d = g if weight_decay == 0 else g.add(w, alpha=weight_decay)
     if momentum:
         assert buf is not None, "momentum needs a buffer"

@@ -19,7 +19,7 @@ One stage store serves every schedule; per unit it keeps its weights one of thre
 Every update of a unit goes through one function: :func:`fused_sgd` for a unit of Linear
 layers under plain SGD (the weight-gradient GEMM and the step in one ``addmm``, with no gradient
 tensor to allocate: replaying a pending update costs about one weight gradient), else
-:func:`~edgetrain.pipeline.kernels.apply_update` on gradients from the shared
+:func:`~edgetrain.pipeline.kernels.sgd_step` on gradients from the shared
 :func:`~edgetrain.pipeline.kernels.weight_grad`; so ``pairs`` reproduces ``versions`` bit for
 bit.
 """
@@ -332,7 +332,7 @@ class StageStore:
     ) -> Weights:
         """Unit ``u``'s ``src`` stepped by its calls' gradients (taken at weights ``at``, which
         only the generic fallback reads) into ``out`` (None: in place): fused for Linear units
-        under plain SGD, else the shared weight gradient and :func:`apply_update`. Its callers
+        under plain SGD, else the shared weight gradient and :func:`sgd_step`. Its callers
         (an update, a replay) hold ``torch.no_grad()``, entered once for all their units."""
         if self.fused[u]:
             return _fused_sgd(self.units[u], calls, src, lr, out)
@@ -355,7 +355,7 @@ class StageStore:
         h = self.hyper
         result = {}
         for n, t in w.items():
-            result[n] = sgd_step(  # apply_update's arithmetic; the callers hold no_grad
+            result[n] = sgd_step(  # the callers hold no_grad
                 t,
                 g[n],
                 lr,

@@ -210,9 +210,10 @@ def build_summary(run_dir: RunDir) -> dict[str, Any]:
     by_class: Counter[str] = Counter()
     for w in workers:
         by_class.update(w["bytes_by_class"])
-    own = _technique_report(family, technique, manifest, worker_rows, coordinator)
+    side = _launcher(family, technique)
+    own = _technique_report(side, manifest, worker_rows, coordinator)
     curve = family_accuracy(curve, own)
-    prediction = _prediction(family, technique, run_dir, manifest, worker_rows)
+    prediction = _prediction(side, run_dir, manifest, worker_rows)
     return {
         "run": str(run_dir.path),
         "name": manifest.get("name"),
@@ -245,14 +246,12 @@ def build_summary(run_dir: RunDir) -> dict[str, Any]:
 
 
 def _prediction(
-    family: object,
-    technique: object,
+    side: Family | None,
     run_dir: RunDir,
     manifest: dict[str, Any],
     workers: Mapping[int, list[dict[str, Any]]],
 ) -> dict[str, Any] | None:
     """The technique's cost model beside the run's measurement (:mod:`.predicted`)."""
-    side = _launcher(family, technique)
     if side is None:
         return None
     from edgetrain.report.predicted import prediction_report
@@ -275,15 +274,13 @@ def _launcher(family: object, technique: object) -> Family | None:
 
 
 def _technique_report(
-    family: object,
-    technique: object,
+    side: Family | None,
     manifest: dict[str, Any],
     workers: Mapping[int, list[dict[str, Any]]],
     coordinator: list[dict[str, Any]],
 ) -> dict[str, Any] | None:
     """What the run's technique adds to its report (its ``report`` hook: plain data, with an
     optional ``markdown`` section), from the same metrics rows."""
-    side = _launcher(family, technique)
     if side is None:
         return None
     from edgetrain.runtime.context import RunRecord

@@ -68,8 +68,9 @@ def predict_mercury(s: Settings, setting: Setting, shape: Shape) -> Prediction:
         latency = max(link.latency_s for link in links)
         t_cm = 2 * (k - 1) / k * params / bandwidth + 2 * latency
     per_sample = forward / max(1, shape.batch)
-    refresh = _refresh_samples(s, shape) * per_sample if s.importance else 0.0
-    chunk = min(s.refresh_chunk, _refresh_samples(s, shape)) * per_sample if s.importance else 0.0
+    scored = _refresh_samples(s, shape) if s.importance else 0  # samples a refresh scores
+    refresh = scored * per_sample
+    chunk = min(s.refresh_chunk, scored) * per_sample
     reshard = 0.0
     if s.resharding != "none" and shape.samples_per_device and math.isfinite(bandwidth):
         rounds = s.reshard_every or max(1, shape.samples_per_device // max(1, shape.batch))
