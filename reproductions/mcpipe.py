@@ -35,16 +35,25 @@ digits, one seed. ``--smoke`` (the test suite): local processes, digits, a small
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import Any
 
 from edgetrain.experiment import cli, report
+from edgetrain.experiment.beds import Bed
 from edgetrain.experiment.runner import Runner
 from reproductions import mcpipe_claims as claims
 from reproductions import mcpipe_measure as measure
-from reproductions.mcpipe_accuracy import phase_accuracy, targets_of, topology_bed
+from reproductions.mcpipe_accuracy import (
+    link_bed,
+    phase_accuracy,
+    phase_extra,
+    targets_of,
+    topology_bed,
+)
 from reproductions.mcpipe_link import phase_link
 from reproductions.mcpipe_memory import memory_bed, phase_fits, phase_memory, replayed
 from reproductions.mcpipe_plan import QUICK_HELP, SMOKE_HELP, Plan, cuts, plan_for, replay_estimates
+from reproductions.mcpipe_regime import chosen_workload, phase_regime
 from reproductions.mcpipe_runs import RUN_TIMEOUT_S, Ctx
 from reproductions.mcpipe_sim import phase_sim
 from reproductions.mcpipe_text import sections
@@ -65,6 +74,7 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
     if p.mode == "quick":  # one testbed for everything
         with topology_bed(ctx, p.topologies[0]) as b:
             res["memory"] = phase_memory(ctx, b)
+            p = _regime(ctx, b)
             phase_accuracy(ctx, p.topologies[0], b, acc)
     else:
         with memory_bed(ctx) as b:
@@ -75,23 +85,47 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
     if p.mode != "quick":
         for n in p.topologies:
             with topology_bed(ctx, n) as b:
+                if n == p.topologies[0]:
+                    p = _regime(ctx, b)
                 phase_accuracy(ctx, n, b, acc)
+                for key, w, hosts, lan, arms in p.extra:
+                    if lan == "1gbit" and hosts == n and w is not None:
+                        phase_extra(ctx, key, w, hosts, arms, b, acc)
+        for key, w, hosts, lan, arms in p.extra:
+            if lan != "1gbit" or hosts not in p.topologies or w is None:
+                with link_bed(ctx, hosts, lan) as b:
+                    phase_extra(ctx, key, w or p.accuracy, hosts, arms, b, acc)
     res["pilot"] = acc["pilot"]
+    res["pilots"] = {t: {k: v for k, v in d.items() if k != "curve"}
+                     for t, d in (acc.get("pilots") or {}).items()}  # fmt: skip
     res["replay_estimates"] = {
         str(n): replay_estimates(p.accuracy, cuts(p.accuracy, n, "time")) for n in p.topologies
     }
-    res["targets"] = targets_of(acc["pilot"].get("curve", []), p.budget_s)
+    curves = [d.get("curve", []) for d in (acc.get("pilots") or {}).values()]
+    res["targets"] = targets_of(curves, p.budget_s)
     rows = [
         measure.accuracy_row(s, t, seed, n, res["targets"], p.budget_s)
         for n, t, seed, s in acc["summaries"].values()
     ]
     res["accuracy"] = rows
+    res["extra"] = [
+        {**measure.accuracy_row(s, t, seed, hosts, res["targets"], p.budget_s), "setting": key}
+        for key, hosts, t, seed, s in (acc.get("extra") or {}).values()
+    ]
     built = claims.build(res, p)
-    runs = [{k: v for k, v in r.items() if k != "curve"} for r in rows]
+    runs = [{k: v for k, v in r.items() if k != "curve"} for r in rows + res["extra"]]
     return report.write(out, "mcpipe", "mcPipe", built, runs, sections(res, p), {"results": res})
 
 
-main = cli.entry("mcpipe", __doc__, reproduce, 3, QUICK_HELP, SMOKE_HELP)
+def _regime(ctx: Ctx, b: Bed) -> Plan:
+    """Regime first: the prediction (kept), and the plan with the workload it chose."""
+    regime = phase_regime(ctx, b)
+    ctx.results["regime"] = regime
+    ctx.p = replace(ctx.p, accuracy=chosen_workload(ctx.p, regime))
+    return ctx.p
+
+
+main = cli.entry("mcpipe", __doc__, reproduce, 5, QUICK_HELP, SMOKE_HELP)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from typing import Any
 
 from edgetrain.experiment import cli
 from edgetrain.experiment.pilot import PILOT_SEED
-from reproductions.mcpipe_recipes import MLP_WIDE, RunSpec, Workload
+from reproductions.mcpipe_recipes import MLP_DEEP, MLP_WIDE, RunSpec, Workload
 
 TECHNIQUES = ("local", "dataparallel", "pipedream", "greedy", "mcpipe")
 PIPELINES = ("pipedream", "greedy", "mcpipe")
@@ -66,6 +66,17 @@ class Plan:
     fits: MemConfig | None = None
     link: bool = False
     pilot_seed: int = PILOT_SEED
+    # regime first: the headline workload's candidates (the cost model chooses; none: accuracy)
+    candidates: tuple[Workload, ...] = ()
+    # more settings of the map, measured after the headline: (key, workload (None: the chosen
+    # headline workload), hosts, lan, arms measured); on extra_seeds seeds
+    extra: tuple[tuple[str, Workload | None, int, str, tuple[str, ...]], ...] = ()
+    extra_seeds: int = 3
+    greedy_stale: int | None = 2  # GreedyUpdates with this window_extra, beside e = 0
+
+    @property
+    def headline_candidates(self) -> tuple[Workload, ...]:
+        return self.candidates or (self.accuracy,)
 
 
 def unit_infos(w: Workload) -> list[Any]:
@@ -85,12 +96,24 @@ def unit_infos(w: Workload) -> list[Any]:
 def cuts(w: Workload, stages: int, objective: str) -> tuple[int, ...]:
     """Units per stage of the exact min-max partition (PipeDream's costs, so that every
     technique runs the same cuts), with multiply-accumulates standing for time."""
-    from edgetrain.pipeline.costs import Setting, cost_function
+    from edgetrain.pipeline import predict
     from edgetrain.pipeline.partition import partition
+    from edgetrain.runtime.predict import Device, Link, Setting
 
     infos = unit_infos(w)
-    st = Setting(technique="pipedream", stages=stages, microbatch=w.microbatch)
-    part = partition(len(infos), stages, cost_function(infos, objective, st))
+    setting = Setting(
+        tuple(Device(f"stage{s}") for s in range(stages)),
+        (Link(1e12),),
+        predict.unit_layers(infos, w.microbatch),
+    )
+    shape = predict.Shape(
+        workers=tuple(range(stages)),
+        bounds=[(0, len(infos))] * stages,
+        microbatch=w.microbatch,
+        store=predict.store_of("pipedream"),
+    )
+    cost = predict.cost_function(setting, shape, objective, infos, links=False)
+    part = partition(len(infos), stages, cost)
     return tuple(hi - lo for lo, hi in part.bounds)
 
 
@@ -153,6 +176,13 @@ def plan_for(args: argparse.Namespace, root: Path | None) -> Plan:
         for split in ((2, 2), (1, 2, 1))
         for e in (0, 1)
     )
-    return Plan(
-        "full", seeds, False, wide, 90.0, 125, (2, 3), TECHNIQUES, tuple(memory), sim, fits, True
+    deep = Workload("mnist", "mlp", MLP_DEEP, root=root)
+    cnn2 = Workload("mnist", "cnn2", root=root)
+    extra = (
+        ("slow-link", None, 2, "10mbit", ("pipedream", "mcpipe")),
+        ("cnn2", cnn2, 2, "1gbit", ("local", "pipedream", "mcpipe")),
     )
+    return Plan(
+        "full", seeds, False, wide, 90.0, 125, (2, 3), TECHNIQUES, tuple(memory), sim, fits, True,
+        candidates=(wide, deep), extra=extra,
+    )  # fmt: skip

@@ -17,7 +17,10 @@ from typing import Any
 from edgetrain.experiment import recipes
 
 MMAP_THRESHOLD = 131072  # memory runs: freed versions and pairs go back to the OS at once
+CHUNK_MIB = 1.0  # memory runs: chunked unit kernels (specification §6.7: c = 0.25 M floats)
 MLP_WIDE = {"hidden": [2048, 2048, 2048]}  # the FC-heavy MLP of the specification's §7.5
+# a deeper MLP of equal layers: stages of about equal compute on 2 and 3 hosts
+MLP_DEEP = {"hidden": [1024] * 6}
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class RunSpec:
     microbatches: int | None = None  # per epoch
     epochs: int = 100
     snapshot_every: int = 0
-    memory: bool = False  # a memory run: fixed glibc mmap threshold
+    memory: bool = False  # a memory run: fixed glibc mmap threshold, chunked unit kernels
     heartbeat_s: float | None = None  # None: the recipe's default
 
     @property
@@ -79,6 +82,7 @@ def recipe(w: Workload, r: RunSpec, name: str) -> str:
         pipeline["microbatches"] = r.microbatches
     if r.memory:
         pipeline["mmap_threshold"] = MMAP_THRESHOLD
+        pipeline["chunk_mib"] = CHUNK_MIB
     workers = [{"role": r.role, "count": r.workers}]
     if r.evaluator:
         workers.append({"role": "evaluator", "count": 1})

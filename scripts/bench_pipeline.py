@@ -26,6 +26,13 @@ The arms run interleaved (AB, then BA in the next repetition), repeated; each re
 ratio pairs the two arms of that repetition. PyTorch's arms need ``torch.distributed`` (the
 Jetson wheels lack it): where it is not available they are skipped with a line; edgetrain
 itself never imports it.
+
+``--link RATE`` (e.g. ``100mbit``) adds the ``dataparallel`` pair on a shaped link:
+``dataparallel@RATE``, the same two arms across two emulated hosts (network namespaces joined
+through veths shaped with ``tc tbf`` at RATE in both directions, built by edgetrain's own
+emulator; needs root), edgetrain launched on them over ssh, DDP's two ranks started in the same
+hosts with the rendezvous on the first host's address; each epoch capped at
+``--link-microbatches`` microbatches for both arms (``bench_pipeline_link.py``).
 """
 
 from __future__ import annotations
@@ -47,6 +54,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_pipeline_link as shaped  # noqa: E402  (the --link arms' testbed)
 
 COMPARISONS = ("local", "dataparallel", "pipedream")
 DEFAULT_OUT = "benchmarks/pipeline/bench-pipeline.json"
@@ -55,6 +65,7 @@ LR = 0.05
 MOMENTUM = 0.9
 HIDDEN = (256, 256, 256)
 SPLIT = (2, 2)  # units per stage for the pipelines (the MLP has 4)
+LINK_MICROBATCHES = 30  # microbatches per epoch on the shaped link (both arms)
 
 
 @dataclass(frozen=True)
@@ -169,6 +180,33 @@ def positive(text: str) -> int:
     return n
 
 
+def link_rate(text: str) -> str:
+    """A ``--link`` rate, checked (``100mbit``, ``1gbit``, ``500kbit``), as written."""
+    try:
+        shaped.rate_bps(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text.strip().lower()
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One comparison to run: its key in the results, its spec, and its link (None: loopback)."""
+
+    key: str
+    spec: Spec
+    link: str | None = None
+
+
+def plan(args: argparse.Namespace) -> list[Planned]:
+    """The comparisons a run makes, in order: ``--only``'s over loopback (none with
+    ``--link-only``), then with ``--link RATE`` the ``dataparallel`` pair on the shaped link."""
+    out = [] if args.link_only else [Planned(n, SPECS[n]) for n in args.only]
+    if args.link:
+        out.append(Planned(f"dataparallel@{args.link}", SPECS["dataparallel"], args.link))
+    return out
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="scripts/bench_pipeline", description=(__doc__ or "").split("\n\n")[0]
@@ -192,6 +230,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", default=DEFAULT_OUT, help=f"JSON file (default {DEFAULT_OUT})")
     ap.add_argument("--format", choices=("text", "json"), default="text")
     ap.add_argument("--timeout", type=positive, default=300, help="seconds per run (300)")
+    ap.add_argument(
+        "--link", type=link_rate, metavar="RATE",
+        help="also compare dataparallel with DDP across 2 emulated hosts on a tc tbf link at "
+        "RATE both ways, e.g. 100mbit (needs root; default: loopback only)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--link-only", action="store_true",
+        help="with --link: only the shaped-link comparison, none over loopback",
+    )  # fmt: skip
+    ap.add_argument(
+        "--link-microbatches", type=positive, default=LINK_MICROBATCHES, metavar="N",
+        help=f"microbatches per epoch on the link, both arms (default {LINK_MICROBATCHES})",
+    )  # fmt: skip
+    ap.add_argument("--master", default="127.0.0.1", help=argparse.SUPPRESS)
+    ap.add_argument("--microbatches", type=positive, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--peer", choices=("plain", "ddp", "pp"), help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--world", type=int, default=1, help=argparse.SUPPRESS)
@@ -201,17 +254,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.epochs = args.epochs or (6 if args.quick else 10)
     if args.epochs < 2 and not args.peer:
         ap.error("--epochs must be at least 2 (epoch 1 is the warm-up, left out)")
+    if args.link_only and not args.link:
+        ap.error("--link-only needs --link RATE (e.g. --link 100mbit)")
     args.tree = args.tree.resolve()
     if not (args.tree / "edgetrain" / "__init__.py").is_file():
         ap.error(f"--tree {args.tree} holds no edgetrain package; give a checkout's root")
     return args
 
 
-def recipe_text(spec: Spec, epochs: int) -> str:
-    """The edgetrain recipe of a comparison's edgetrain arm."""
+def recipe_text(spec: Spec, epochs: int, microbatches: int | None = None) -> str:
+    """The edgetrain recipe of a comparison's edgetrain arm (``microbatches``: at most that
+    many per epoch)."""
     workers = {"local": ("stage", 1), "dataparallel": ("replica", 2), "pipedream": ("stage", 2)}
     role, count = workers[spec.technique]
-    pipeline = f"\n[pipeline]\nsplit = {list(SPLIT)}\n" if spec.technique == "pipedream" else ""
+    keys = [f"split = {list(SPLIT)}"] if spec.technique == "pipedream" else []
+    keys += [f"microbatches = {microbatches}"] if microbatches else []
+    pipeline = "\n[pipeline]\n" + "".join(k + "\n" for k in keys) if keys else ""
     return (
         f'[run]\nname = "bench-{spec.name}"\nseed = 0\ncheckpoint_every = 0\n\n'
         '[data]\ndataset = "digits"\n\n'
@@ -245,17 +303,27 @@ def _peer_setup() -> tuple[Any, Any, Any, Any]:
     return recipe, model, xt, yt
 
 
-def _init_gloo(rank: int, world: int, port: int) -> Any:
+def _init_gloo(rank: int, world: int, port: int, master: str = "127.0.0.1") -> Any:
     import torch.distributed as dist
 
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+        "gloo", init_method=f"tcp://{master}:{port}", rank=rank, world_size=world
     )
     return dist
 
 
-def peer(kind: str, rank: int, world: int, port: int, epochs: int, pp_mb: int | None) -> None:
-    """Train one PyTorch peer process; print its epochs as one JSON line."""
+def peer(
+    kind: str,
+    rank: int,
+    world: int,
+    port: int,
+    epochs: int,
+    pp_mb: int | None,
+    master: str = "127.0.0.1",
+    cap: int | None = None,
+) -> None:
+    """Train one PyTorch peer process (``cap``: at most that many microbatches per epoch, as
+    edgetrain's ``[pipeline] microbatches``); print its epochs as one JSON line."""
     import numpy as np
     import torch
     import torch.nn.functional as F
@@ -265,7 +333,7 @@ def peer(kind: str, rank: int, world: int, port: int, epochs: int, pp_mb: int | 
 
     _, model, xt, yt = _peer_setup()
     samples = len(xt)
-    dist = _init_gloo(rank, world, port) if kind != "plain" else None
+    dist = _init_gloo(rank, world, port, master) if kind != "plain" else None
     rows = []
     if kind == "pp":
         assert dist is not None
@@ -276,13 +344,13 @@ def peer(kind: str, rank: int, world: int, port: int, epochs: int, pp_mb: int | 
         units = build_units(model, "mlp")
         lo = sum(SPLIT[:rank])
         part = nn.Sequential(*[m for u in units[lo : lo + SPLIT[rank]] for m in u.modules()])
-        m = feed.per_epoch(samples, MICROBATCH)
+        m = feed.per_epoch(samples, MICROBATCH, cap)
         chunk = min(pp_mb or m, m)
         stage = PipelineStage(part, rank, world, torch.device("cpu"))
         schedule = Schedule1F1B(stage, n_microbatches=chunk, loss_fn=F.cross_entropy)
         opt = torch.optim.SGD(part.parameters(), lr=LR, momentum=MOMENTUM)
         for epoch in range(1, epochs + 1):
-            order = feed.epoch_order(samples, MICROBATCH, 0, epoch)
+            order = feed.epoch_order(samples, MICROBATCH, 0, epoch, cap)
             steps = len(order) // chunk
             dist.barrier()
             t0 = time.perf_counter()
@@ -307,7 +375,7 @@ def peer(kind: str, rank: int, world: int, port: int, epochs: int, pp_mb: int | 
             net = DistributedDataParallel(model)
         opt = torch.optim.SGD(net.parameters(), lr=LR, momentum=MOMENTUM)
         for epoch in range(1, epochs + 1):
-            order = feed.epoch_order(samples, MICROBATCH, 0, epoch)
+            order = feed.epoch_order(samples, MICROBATCH, 0, epoch, cap)
             if dist is not None:
                 dist.barrier()
             t0 = time.perf_counter()
@@ -348,11 +416,18 @@ def _tail(text: str, n: int = 2000) -> str:
 
 
 def run_peer(
-    spec: Spec, epochs: int, pp_mb: int | None, timeout: int
+    spec: Spec,
+    epochs: int,
+    pp_mb: int | None,
+    timeout: int,
+    link: shaped.Link | None = None,
+    cap: int | None = None,
 ) -> list[list[dict[str, Any]]]:
-    """Start the peer's processes, wait for them, and return each one's epochs."""
-    port = _free_port()
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    """Start the peer's processes (with ``link``, each rank on its emulated host), wait for
+    them, and return each one's epochs."""
+    port = _free_port()  # free here; a fresh host namespace listens on nothing but ssh
+    ifname = shaped.IFNAME if link else "lo"
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": ifname, "OMP_NUM_THREADS": "1"}
     procs = []
     for rank in range(spec.processes):
         argv = [
@@ -362,6 +437,10 @@ def run_peer(
         ]  # fmt: skip
         if pp_mb:
             argv += ["--pp-microbatches", str(pp_mb)]
+        if cap:
+            argv += ["--microbatches", str(cap)]
+        if link:
+            argv = link.rank_command(rank, [*argv, "--master", link.master])
         procs.append(
             subprocess.Popen(
                 argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
@@ -383,13 +462,25 @@ def run_peer(
 
 
 def run_edgetrain(
-    spec: Spec, epochs: int, tmp: Path, rep: int, timeout: int, tree: Path = REPO
+    spec: Spec,
+    epochs: int,
+    tmp: Path,
+    rep: int,
+    timeout: int,
+    tree: Path = REPO,
+    hosts: Path | None = None,
+    microbatches: int | None = None,
+    key: str | None = None,
 ) -> Path:
-    """Launch the comparison's edgetrain run as a user does; its run directory."""
-    recipe = tmp / f"{spec.name}.toml"
-    recipe.write_text(recipe_text(spec, epochs))
-    run_dir = tmp / f"{spec.name}-{rep}"
+    """Launch the comparison's edgetrain run as a user does (with ``hosts``, on those hosts
+    over ssh); its run directory."""
+    key = key or spec.name
+    recipe = tmp / f"{key}.toml"
+    recipe.write_text(recipe_text(spec, epochs, microbatches))
+    run_dir = tmp / f"{key}-{rep}"
     argv = [sys.executable, "-m", "edgetrain", "launch", str(recipe), "--run-dir", str(run_dir)]
+    if hosts is not None:
+        argv += ["--hosts", str(hosts)]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(
         argv, capture_output=True, text=True, timeout=timeout, cwd=tmp, env=env, check=False
@@ -400,9 +491,19 @@ def run_edgetrain(
 
 
 def measure(
-    spec: Spec, args: argparse.Namespace, tmp: Path, has_dist: bool, log: Any
+    spec: Spec,
+    args: argparse.Namespace,
+    tmp: Path,
+    has_dist: bool,
+    log: Any,
+    link: shaped.Link | None = None,
+    key: str | None = None,
 ) -> dict[str, Any]:
-    """The comparison's repetitions, arms interleaved; per-repetition values and summaries."""
+    """The comparison's repetitions, arms interleaved; per-repetition values and summaries.
+    With ``link``, both arms run across its two emulated hosts, ``--link-microbatches`` per
+    epoch."""
+    key = key or spec.name
+    cap = args.link_microbatches if link else None
     et_vals: list[float] = []
     peer_vals: list[float] = []
     ratios: list[float] = []
@@ -414,12 +515,16 @@ def measure(
             if arm == "peer" and not has_dist and spec.peer != "plain":
                 continue
             if arm == "edgetrain":
-                run_dir = run_edgetrain(spec, args.epochs, tmp, rep, args.timeout, args.tree)
+                hosts = link.hosts_file if link else None
+                run_dir = run_edgetrain(
+                    spec, args.epochs, tmp, rep, args.timeout, args.tree, hosts, cap, key
+                )
                 w = window(edgetrain_rows(run_dir / "metrics"), first)
             else:
-                w = window(run_peer(spec, args.epochs, args.pp_microbatches, args.timeout), first)
+                outs = run_peer(spec, args.epochs, args.pp_microbatches, args.timeout, link, cap)
+                w = window(outs, first)
             got[arm] = w[spec.metric]
-            print(f"  {spec.name} {rep + 1}/{args.repeats} {arm}: {w[spec.metric]:.6g}", file=log)
+            print(f"  {key} {rep + 1}/{args.repeats} {arm}: {w[spec.metric]:.6g}", file=log)
         et_vals.append(got["edgetrain"])
         if "peer" in got:
             peer_vals.append(got["peer"])
@@ -432,6 +537,8 @@ def measure(
         "edgetrain": et_vals,
         "edgetrain_summary": summary(et_vals),
     }
+    if link:
+        result["link"] = {**shaped.link_facts(link.bps), "microbatches_per_epoch": cap}
     if ratios:
         result.update(
             {
@@ -466,8 +573,9 @@ def table(result: dict[str, Any]) -> str:
         f"pipeline per-step speed, edgetrain beside PyTorch: median [min, max] of "
         f"{result['repeats']} repetitions, arms interleaved, epochs 2-{result['epochs']} of "
         "each run by its training clock",
-        f"{'comparison':<13} {'edgetrain':<36} {'PyTorch':<36} {'ratio':<22} goal",
     ]
+    wide = max([13, *(len(name) for name in result["comparisons"])])
+    lines.append(f"{'comparison':<{wide}} {'edgetrain':<36} {'PyTorch':<36} {'ratio':<22} goal")
     for name, c in result["comparisons"].items():
         et = _fmt(c["metric"], c["edgetrain_summary"])
         if "ratio_summary" in c:
@@ -478,25 +586,47 @@ def table(result: dict[str, Any]) -> str:
             goal = f"{op} {c['goal']['ratio']}  {'met' if c['meets_goal'] else 'not met'}"
         else:
             peer_s, rs, goal = "skipped: no torch.distributed", "-", "-"
-        lines.append(f"{name:<13} {et:<36} {peer_s:<36} {rs:<22} {goal}")
-        lines.append(f"{'':<13} {'':<36} ({c['peer']})")
+        lines.append(f"{name:<{wide}} {et:<36} {peer_s:<36} {rs:<22} {goal}")
+        where = f", {c['link']['rate']} tbf link" if "link" in c else ""
+        lines.append(f"{'':<{wide}} {'':<36} ({c['peer']}{where})")
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.peer:
-        peer(args.peer, args.rank, args.world, args.port, args.epochs, args.pp_microbatches)
+        peer(
+            args.peer, args.rank, args.world, args.port, args.epochs, args.pp_microbatches,
+            args.master, args.microbatches,
+        )  # fmt: skip
         return 0
+    if args.link:
+        why = shaped.requirements_unavailable()
+        if why is not None:
+            print(
+                f"scripts/bench_pipeline: --link cannot build its emulated hosts here: {why}; "
+                "run it as root where `edgetrain emulate up` works, or leave --link out",
+                file=sys.stderr,
+            )
+            return 2
     has_dist = _distributed_available()
     if not has_dist:
         print("torch.distributed is not available: the DDP and Schedule1F1B arms are skipped")
     load_before = os.getloadavg()
     started = time.time()
+    comps: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
-        comps = {
-            name: measure(SPECS[name], args, Path(tmp), has_dist, sys.stderr) for name in args.only
-        }
+        for item in plan(args):
+            if item.link is None:
+                comps[item.key] = measure(item.spec, args, Path(tmp), has_dist, sys.stderr)
+                continue
+            with shaped.emulated_link(
+                shaped.rate_bps(item.link), Path(tmp) / "emulate", args.tree, sys.executable,
+                lambda msg: print(msg, file=sys.stderr),
+            ) as link:  # fmt: skip
+                comps[item.key] = measure(
+                    item.spec, args, Path(tmp), has_dist, sys.stderr, link, item.key
+                )
     import torch
 
     result = {
@@ -514,6 +644,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             "threads_per_process": 1,
             "pipeline_split": list(SPLIT),
             "pp_microbatches_per_step": args.pp_microbatches or "one epoch's",
+            "link": (
+                {
+                    **shaped.link_facts(shaped.rate_bps(args.link)),
+                    "microbatches_per_epoch": args.link_microbatches,
+                }
+                if args.link
+                else "loopback"
+            ),
         },  # fmt: skip
         "machine": {
             "host": platform.node(),
@@ -540,4 +678,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (with --link): the clean-up has run
+        print("scripts/bench_pipeline: interrupted; nothing written", file=sys.stderr)
+        sys.exit(130)

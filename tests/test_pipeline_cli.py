@@ -61,9 +61,9 @@ def test_plan_writes_the_partition_and_launch_trains_with_it(
     run = tmp_path / "RUN"
     code, _, err = run_cli(
         capsys, "profile", "-m", "mlp", "-i", "1x8x8", "-b", "16", "--run-dir", str(run),
-        "--host-name", "h", "--repeats", "1", "--warmup", "0", "--min-time", "0",
+        "--host-name", "h", "--repeats", "5", "--warmup", "2", "--min-time", "0.2",
     )  # fmt: skip
-    assert code == 0, err
+    assert code == 0, err  # (a one-repeat profile on a busy machine could flip the cut)
     # stage 1's host three times slower: the min-max cuts move the second layer to stage 0
     code, out, err = run_cli(
         capsys, "plan", "--pipeline", "--profile", str(run / "profiles" / "h.json"),

@@ -163,24 +163,31 @@ def test_vgg16_by_parameters_reproduces_the_specifications_cuts() -> None:
 
     from edgetrain.models import build_model
     from edgetrain.pipeline.chain import build_units
-    from edgetrain.pipeline.costs import Setting, cost_function
+    from edgetrain.pipeline.predict import Shape, choose, stage_memory, store_of, unit_layers
     from edgetrain.pipeline.table import unit_table
+    from edgetrain.runtime.predict import Device, Link, Setting
 
     with torch.device("meta"):
         model = build_model("vgg16", (1, 28, 28), 10)
     infos = unit_table(build_units(model, "vgg16"), (1, 28, 28))
     assert len(infos) == 16 and infos[0].pair_elems * 16 / infos[0].params == 1664
     names = [u.name for u in infos]
-    for n, first in ((2, ["1.classifier.3"]), (3, ["1.classifier.0", "1.classifier.3"])):
-        st = Setting(technique="mcpipe", stages=n, microbatch=16)
-        got = partition(len(infos), n, cost_function(infos, "params", st))
-        assert [names[lo] for lo, _ in got.bounds[1:]] == first
-    st = Setting(technique="mcpipe", stages=2, microbatch=16)
-    got = partition(len(infos), 2, cost_function(infos, "params", st))
-    from edgetrain.pipeline.costs import estimate
+    pairs = tuple(u.pair_elems for u in infos)
 
-    mib = [round(estimate(infos, lo, hi, s, st).resident / 2**20) for s, (lo, hi) in
-           enumerate(got.bounds)]  # fmt: skip
+    def shape(n: int) -> Shape:
+        return Shape(tuple(range(n)), [(0, 16)] * n, 16, store_of("mcpipe"), pair_elems=pairs)
+
+    def setting(n: int) -> Setting:
+        return Setting(
+            tuple(Device(f"s{s}") for s in range(n)), (Link(1e9),), unit_layers(infos, 16)
+        )
+
+    for n, first in ((2, ["1.classifier.3"]), (3, ["1.classifier.0", "1.classifier.3"])):
+        got = choose(setting(n), shape(n), "params", infos)
+        assert [names[lo] for lo, _ in got.bounds[1:]] == first
+    got = choose(setting(2), shape(2), "params", infos)
+    cut = Shape((0, 1), got.bounds, 16, "pairs", pair_elems=pairs)
+    mib = [round(stage_memory(infos, cut, s).resident / 2**20) for s in range(2)]
     assert mib == [478, 64]  # the specification's table: 478 (mcPipe) and 64 MiB
 
 

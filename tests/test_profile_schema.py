@@ -58,6 +58,8 @@ def test_text_output_shows_the_ratio(tmp_path: Path, capsys: pytest.CaptureFixtu
         (["--model", "mlp", "--input", "3x"], "--input '3x'"),
         (["--model", "mlp", "--batch-sizes", "8,0"], "--batch-sizes '8,0'"),
         (["--model", "mlp", "--batch-sizes", "a"], "--batch-sizes 'a'"),
+        (["--model", "mlp", "--model-option", "hiden=[8]"], "has no option 'hiden'"),
+        (["--model", "mlp", "--model-option", "hidden"], "expected KEY=VALUE"),
         (["--model", "mlp", "--host-name", "a/b"], "host name 'a/b'"),
         (["--peer", "localhost:80"], "not an endpoint"),
         (["--peer", "tcp://127.0.0.1:9", "--probe-timeout", "0.3"], "did not answer"),
@@ -76,6 +78,20 @@ def test_bad_input_is_one_line_and_exit_2(
     assert code == 2
     assert needle in err and err.count("\n") == 1, err
     assert not (tmp_path / "profiles").exists()
+
+
+def test_model_options_shape_the_profiled_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--model-option builds the zoo model a recipe's [model] table describes."""
+    argv = ["profile", "--model", "mlp", "--input", "1x8x8", "--batch-sizes", "4", *FAST]
+    argv += ["--model-option", "hidden=[32, 16]", "--format", "json"]
+    code, out, err = run_profile(capsys, *argv)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["model_options"] == {"hidden": [32, 16]}
+    params = [layer["param_bytes"] for layer in data["layers"]]
+    assert params == [4 * (64 * 32 + 32), 4 * (32 * 16 + 16), 4 * (16 * 10 + 10)]
 
 
 def test_serve_subcommand_and_options_both_parse(capsys: pytest.CaptureFixture[str]) -> None:

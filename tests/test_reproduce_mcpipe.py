@@ -46,14 +46,30 @@ def test_smoke_reproduction_writes_the_report_and_resumes(tmp_path: Path) -> Non
     assert claims["R-MP-M1"]["ours"]["median"] >= 2.5
     results = doc["results"]
     assert results["pilot"]["seed"] == 0 and results["targets"]["late"] > 0  # fixed by the pilot
+    assert set(results["pilots"]) == {"mcpipe", "local"}  # two pilots fix the targets
     assert [(r["arm"], r["seed"]) for r in doc["runs"]] == [("pipedream", 1), ("mcpipe", 1)]
+    # the report names the commit that made it
+    assert doc["commit"] and isinstance(doc["commit_dirty"], bool)
+    # regime first: the prediction was written before the runs, from a profile, and the cost
+    # model's error over the runs it predicted is a claim
+    regime = json.loads((out / "regime.json").read_text())
+    assert regime["before_measured_runs"] and regime["chosen"] == "mlp-256-256-256"
+    arms = regime["settings"]["mlp-256-256-256-n2-1gbit"]["arms"]
+    assert set(arms) == {"local", "pipedream", "mcpipe"}
+    assert all(a["iteration_s"] > 0 for a in arms.values())
+    first_run = min(p.stat().st_mtime for p in (out / "runs").glob("acc2-*/report/summary.json"))
+    assert (out / "regime.json").stat().st_mtime < first_run
+    assert "R-MP-RE" in claims and len(claims["R-MP-RE"]["details"]["runs"]) == 2
     md = (out / "paper-vs-edgetrain.md").read_text()
-    assert "| R-MP-M1 |" in md and "## Memory per stage" in md and "## Pilot" in md
+    assert "| R-MP-M1 |" in md and "## Memory per stage" in md and "## Pilots" in md
+    assert "## Regime: the cost model's prediction" in md and "Made by commit" in md
     # resumable: a second pass finds every run done and launches nothing
     mtimes = {p: p.stat().st_mtime for p in (out / "runs").glob("*/report/summary.json")}
-    assert len(mtimes) == 5  # two memory runs, the pilot, two arms
+    assert len(mtimes) == 6  # two memory runs, two pilots, two arms
+    regime_mtime = (out / "regime.json").stat().st_mtime
     assert mcpipe.main(["--smoke", "--out", str(out), "--format", "json"]) == 0
     assert {p: p.stat().st_mtime for p in mtimes} == mtimes
+    assert (out / "regime.json").stat().st_mtime == regime_mtime  # never rewritten
 
 
 def _acc(arm: str, seed: int, n: int, early: float | None, late: float | None, at: float) -> dict:
@@ -76,6 +92,78 @@ def test_accuracy_claims_from_literal_rows() -> None:
     # neither Local nor data parallelism reached the target: counted with their 95 s
     assert behind.ours is not None and behind.ours.median == pytest.approx(95.0 / 50.0)
     assert behind.direction_agrees is True and "lower bound" in behind.deviations
+
+
+def _curve(*points: tuple[float, float, int]) -> list[dict]:
+    return [{"train_s": t, "accuracy": a, "microbatches": m, "sha256": None} for t, a, m in points]
+
+
+def test_targets_from_two_pilots_sit_under_the_lower_plateau() -> None:
+    from reproductions.mcpipe_accuracy import targets_of
+
+    # budget 80 s: a quarter at 20 s, half at 40 s; the second half's best is the plateau
+    fast = _curve((10, 0.80, 100), (20, 0.90, 200), (40, 0.95, 400), (60, 0.96, 600))
+    slow = _curve((10, 0.70, 50), (20, 0.85, 100), (40, 0.93, 200), (80, 0.935, 400))
+    got = targets_of([fast, slow], 80.0)
+    # early: the lower at 20 s; late: the lower at 40 s (0.93), capped at 0.935 - 0.005
+    assert got == {"early": 0.85, "late": 0.93}
+    # one lucky pilot alone would put late at 0.95; with a plateau of 0.952 the cap binds
+    lucky = _curve((20, 0.90, 200), (40, 0.95, 400), (80, 0.952, 800))
+    assert targets_of([lucky], 80.0) == {"early": 0.9, "late": 0.947}
+    assert targets_of([[]], 80.0) == {}
+
+
+def test_regime_claims_set_measured_direction_against_prediction() -> None:
+    from types import SimpleNamespace
+
+    from reproductions.mcpipe_regime import choose, speedups
+    from reproductions.mcpipe_regime_claims import prediction_errors, regime_claims
+
+    arms = {"local": {"iteration_s": 0.1}, "mcpipe": {"iteration_s": 0.05}, "dp": {}}
+    assert speedups(arms) == {"local": 1.0, "mcpipe": 2.0, "dp": None}
+    predicted = {
+        "a-n3-1gbit": {"speedup": {"mcpipe": 1.4}},
+        "b-n3-1gbit": {"speedup": {"mcpipe": 1.9}},
+    }
+    assert choose(predicted, ["a", "b"], 3) == "b"
+    assert choose(predicted, ["a", "c"], 3) == "a"
+
+    def row(arm: str, seed: int, n: int, seconds: float, mbs: int, **kw: object) -> dict:
+        point = {"train_s": seconds, "accuracy": 0.9, "microbatches": mbs}
+        return {"arm": arm, "seed": seed, "topology": n, "curve": [point], "run": f"{arm}{seed}",
+                **kw}  # fmt: skip
+
+    settings = {
+        "b-n2-1gbit": {
+            "speedup": {"local": 1.0, "mcpipe": 1.5},
+            "arms": {"local": {"iteration_s": 0.1}, "mcpipe": {"iteration_s": 0.0625}},
+        },
+        "b-n2-10mbit": {
+            "speedup": {"local": 1.0, "mcpipe": 0.5},
+            "arms": {"local": {"iteration_s": 0.1}, "mcpipe": {"iteration_s": 0.2}},
+        },
+    }
+    res = {
+        "regime": {"chosen": "b", "settings": settings},
+        # Local 0.1 s per microbatch; mcPipe 0.05 on 1 Gbit/s, 0.25 on 10 Mbit/s
+        "accuracy": [row("local", s, 2, 10.0, 100) for s in (1, 2)]
+        + [row("mcpipe", s, 2, 10.0, 200) for s in (1, 2)],
+        "extra": [row("mcpipe", s, 2, 10.0, 40, setting="slow", run=f"x{s}") for s in (1, 2)],
+    }
+    p = SimpleNamespace(topologies=(2,), extra=(("slow", None, 2, "10mbit", ("mcpipe",)),))
+    got = {c.id: c for c in regime_claims(res, p)}
+    fast, slow = got["R-MP-R b-n2-1gbit"], got["R-MP-R b-n2-10mbit"]
+    assert fast.ours is not None and fast.ours.median == pytest.approx(2.0)
+    assert fast.direction_agrees is True and fast.paper_value == "> 1"
+    assert slow.ours is not None and slow.ours.median == pytest.approx(0.4)
+    assert slow.direction_agrees is True and slow.paper_value == "<= 1"
+    errors = {(e["setting"], e["arm"], e["seed"]): e["error"] for e in prediction_errors(res, p)}
+    # Local is measured once and stands beside both settings: counted once
+    assert errors[("b-n2-1gbit", "local", 1)] == pytest.approx(0.0)
+    assert errors[("b-n2-1gbit", "mcpipe", 1)] == pytest.approx(0.05 / 0.0625 - 1)
+    assert errors[("b-n2-10mbit", "mcpipe", 2)] == pytest.approx(0.25 / 0.2 - 1)
+    assert len(errors) == 6
+    assert got["R-MP-RE"].direction_agrees is False  # median 0.2 > 0.15
 
 
 def _mem(config: str, technique: str, index: int, m: int, resident: int, **kw: object) -> dict:

@@ -82,7 +82,8 @@ def plan(
         str | None, typer.Option(help="--pipeline: slowdown per stage's host, e.g. 1,1,1.5.")
     ] = None,
     testbed: Annotated[
-        Path | None, typer.Option(help="--pipeline: caps and speeds from a testbed spec's hosts.")
+        Path | None,
+        typer.Option(help="--pipeline: caps, speeds and links from a testbed spec's worker slots."),
     ] = None,
     hosts: Annotated[
         Path | None,

@@ -2,12 +2,16 @@
 
 The unit table comes from the recipe's model (or the profile's), per-unit times from the
 profile (scaled to the microbatch) or, without one, from multiply-accumulates; host memory caps
-and speeds from ``--memory-cap``/``--speeds``, a testbed spec (``--testbed``, its hosts in
-order) or a hosts file's ``memory`` (``--hosts``, the stages' slots in order). The exact
-min-max partitioner does the rest (:mod:`edgetrain.pipeline.partition`)."""
+and speeds from ``--memory-cap``/``--speeds``, a testbed spec (``--testbed``: its worker slots
+in order, their CPU shares over the profile's and the paths' rates, as the run's report reads
+them) or a hosts file's ``memory`` (``--hosts``, the stages' slots in order); links from
+``--bandwidth``, the testbed, or loopback. The family's cost model
+(:mod:`edgetrain.pipeline.predict`) chooses the cuts with the exact min-max partitioner and
+predicts the time per microbatch the run's report will set beside the measured one."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -51,15 +55,34 @@ def _floats(text: str | None, n: int, what: str) -> list[float]:
     return values
 
 
-def _testbed(path: Path, n: int) -> tuple[list[int | None], list[float]]:
-    """Memory caps and speed factors (1 / CPU share) of the first ``n`` hosts of a spec."""
+def _testbed_setting(path: Path, n: int, layers: tuple[Any, ...], reference_cpu: float) -> Any:
+    """The cost model's setting of ``n`` stages on a testbed spec's first worker slots, as the
+    run's report builds it (:func:`~edgetrain.runtime.setting_build.setting_from_testbed`)."""
     from edgetrain.emulate.spec import load_spec
+    from edgetrain.emulate.topology import build
+    from edgetrain.runtime.setting_build import setting_from_testbed
 
     spec = load_spec(path)
-    hosts = [h for site in spec.sites for h in site.hosts]
-    if len(hosts) < n:
-        raise EdgetrainError(f"testbed {path} has {len(hosts)} hosts for {n} stages")
-    return [h.memory for h in hosts[:n]], [1.0 / h.cpu for h in hosts[:n]]
+    facts = build(spec, spec.subnet or "10.0.0.0/24").facts()
+    try:
+        return setting_from_testbed(facts, layers, reference_cpu=reference_cpu, workers=n)
+    except ValueError as exc:
+        raise EdgetrainError(f"--testbed {path}: {exc}") from None
+
+
+def _reference_cpu(profile: Path | None, prof: dict[str, Any] | None, testbed: Path) -> float:
+    """The cores the profile was measured with: its host's CPU share on the testbed (the
+    profile file is named after its host), else its device's cores, else 1."""
+    from edgetrain.emulate.spec import load_spec
+
+    if profile is not None:
+        spec = load_spec(testbed)
+        for site in spec.sites:
+            for h in site.hosts:
+                if h.name == profile.stem:
+                    return float(h.cpu)
+    device = (prof or {}).get("device") or {}
+    return float(device.get("cores") or 1)
 
 
 def _hosts_caps(path: Path, n: int) -> list[int | None]:
@@ -74,14 +97,17 @@ def _hosts_caps(path: Path, n: int) -> list[int | None]:
     return [h.memory for h in slots[:n]]
 
 
-def _profile_times(profile: dict[str, Any], units: list[Any], microbatch: int) -> list[float]:
-    """Per-unit fwd + bwd seconds from a profile's layers (matched by name), scaled from the
-    profile's batch size to the microbatch."""
+def _profile_times(
+    profile: dict[str, Any], units: list[Any], microbatch: int
+) -> list[tuple[float, float]]:
+    """Per-unit forward and backward seconds from a profile's layers (matched by name), scaled
+    from the profile's batch size to the microbatch."""
     layers = {str(x.get("name")): x for x in profile.get("layers", []) if isinstance(x, dict)}
     batch = (profile.get("batch_sizes") or [microbatch])[0]
     out = []
+    scale = microbatch / batch
     for unit in units:
-        total = 0.0
+        fwd = bwd = 0.0
         for leaf in unit.leaves:
             name = unit.state_name(leaf.local)
             if name not in layers:
@@ -89,8 +115,9 @@ def _profile_times(profile: dict[str, Any], units: list[Any], microbatch: int) -
                     f"the profile has no layer {name!r}: it was made for another model",
                     "profile the recipe's model (edgetrain profile --model ...)",
                 )
-            total += float(layers[name]["fwd_s"]) + float(layers[name]["bwd_s"])
-        out.append(total * microbatch / batch)
+            fwd += float(layers[name]["fwd_s"])
+            bwd += float(layers[name]["bwd_s"])
+        out.append((fwd * scale, bwd * scale))
     return out
 
 
@@ -117,13 +144,15 @@ def plan_pipeline(
     from edgetrain.models import build_model
     from edgetrain.pipeline.chain import build_units
     from edgetrain.pipeline.config import PipelineSection
-    from edgetrain.pipeline.costs import OBJECTIVES, Setting, cost_function
-    from edgetrain.pipeline.partition import PartitionError, partition
+    from edgetrain.pipeline.partition import PartitionError
     from edgetrain.pipeline.partition_file import plan_document
+    from edgetrain.pipeline.predict import OBJECTIVES, Shape, choose, store_of, unit_layers
     from edgetrain.pipeline.table import unit_table
     from edgetrain.plan.units import parse_bandwidth
     from edgetrain.profile.schema import read_profile
     from edgetrain.rundir import atomic_write_json
+    from edgetrain.runtime.predict import Device, Link, Setting
+    from edgetrain.runtime.setting_build import LOOPBACK_BPS
 
     if objective not in OBJECTIVES:
         raise EdgetrainError(f"--objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
@@ -145,6 +174,7 @@ def plan_pipeline(
         uniform, store = cfg.window, cfg.store
         momentum = recipe.train.momentum > 0
         n = stages or recipe.role_names().count("stage")
+        microbatches = cfg.microbatches
     else:
         assert prof is not None
         if not prof.get("model") or not prof.get("input"):
@@ -156,6 +186,7 @@ def plan_pipeline(
         b = microbatch or int((prof.get("batch_sizes") or [16])[0])
         extra, uniform, store, momentum = window_extra or 0, None, "mixed", False
         n = stages or 0
+        microbatches = None
     if n < 1:
         raise EdgetrainError("give --stages N (or a recipe with stage workers)")
     with torch.device("meta"):
@@ -163,32 +194,45 @@ def plan_pipeline(
     units = build_units(model, model_name)
     infos = unit_table(units, shape)
     times = _profile_times(prof, units, b) if prof is not None and prof.get("layers") else None
-    caps, speed = _sizes(memory_cap, n, "--memory-cap"), _floats(speeds, n, "--speeds")
+    layers = unit_layers(infos, b, times)
     if testbed is not None and hosts is not None:
         raise EdgetrainError("give --testbed SPEC or --hosts FILE, not both")
-    if testbed is not None:
-        caps, speed = _testbed(testbed, n)
-    if hosts is not None:
-        caps = _hosts_caps(hosts, n)
     try:
         rate = parse_bandwidth(bandwidth) if bandwidth else None
     except ValueError as exc:
         raise unit_error(exc) from None
-    setting = Setting(
-        technique=tech, stages=n, microbatch=b, extra=extra, uniform=uniform, momentum=momentum,
-        store=store, speeds=speed, caps=caps, bandwidth=rate, times=times,
+    if testbed is not None:
+        ref = _reference_cpu(profile, prof, testbed) if times is not None else 1.0
+        setting = _testbed_setting(testbed, n, layers, ref)
+        if rate is not None:
+            setting = replace(setting, links=(Link(rate),))
+    else:
+        caps, slowdown = _sizes(memory_cap, n, "--memory-cap"), _floats(speeds, n, "--speeds")
+        if hosts is not None:
+            caps = _hosts_caps(hosts, n)
+        devices = tuple(
+            Device(f"stage{s}", speed=1.0 / slowdown[s], memory_bytes=caps[s]) for s in range(n)
+        )
+        setting = Setting(devices, (Link(rate or LOOPBACK_BPS),), layers, b)
+    cuts = Shape(
+        workers=tuple(range(n)), bounds=[(0, len(infos))] * n, microbatch=b,
+        store=store_of(tech, store), extra=extra, uniform=uniform, microbatches=microbatches,
+        momentum=momentum, pair_elems=tuple(u.pair_elems for u in infos),
     )  # fmt: skip
     try:
-        part = partition(len(infos), n, cost_function(infos, objective, setting))
+        part = choose(setting, cuts, objective, infos, links=times is not None)
     except PartitionError as exc:
-        raise EdgetrainError(f"{exc}", _cap_hint(infos, setting, caps)) from None
+        raise EdgetrainError(f"{exc}", _cap_hint(infos, setting, cuts, tech)) from None
     inputs = {
         "profile": str(profile) if profile else None,
         "recipe": str(recipe_path) if recipe_path else None,
         "testbed": str(testbed) if testbed else None,
         "hosts": str(hosts) if hosts else None,
     }
-    doc = plan_document(infos, part, objective, setting, model_name, inputs)
+    doc = plan_document(
+        infos, part, objective, technique=tech, store=store, setting=setting, shape=cuts,
+        timed=times is not None, model=model_name, inputs=inputs,
+    )  # fmt: skip
     written, existing = None, None
     if run_dir is None and profile is not None and profile.parent.name == "profiles":
         run_dir = profile.parent.parent
@@ -208,19 +252,37 @@ def plan_pipeline(
         err_console.print(f"wrote {written}")
 
 
-def _cap_hint(infos: list[Any], setting: Any, caps: list[int | None]) -> str:
+def _cap_hint(infos: list[Any], setting: Any, shape: Any, technique: str) -> str:
     """The fix for an infeasible partition: the largest unit's memory against the caps."""
-    from edgetrain.pipeline.costs import estimate
+    from edgetrain.pipeline.predict import stage_memory
 
-    worst = max(range(len(infos)), key=lambda k: estimate(infos, k, k + 1, 0, setting).memory)
-    need = estimate(infos, worst, worst + 1, 0, setting).memory
+    def need(k: int) -> int:
+        cut = [(k, k + 1)] + [(0, 0)] * (len(shape.workers) - 1)
+        return stage_memory(infos, replace(shape, bounds=cut), 0).memory
+
+    worst = max(range(len(infos)), key=need)
+    caps = [d.memory_bytes for d in setting.devices[: len(shape.workers)]]
     cap = min((c for c in caps if c), default=None)
-    unit = infos[worst]
+    m = len(shape.workers) + shape.extra if shape.uniform is None else shape.uniform
     return (
-        f"unit {unit.name} alone needs {need / MiB:.0f} MiB under {setting.technique} "
-        f"(m = {setting.m(0)}) against a cap of {cap / MiB if cap else 0:.0f} MiB; use mcpipe, "
+        f"unit {infos[worst].name} alone needs {need(worst) / MiB:.0f} MiB under {technique} "
+        f"(m = {m}) against a cap of {cap / MiB if cap else 0:.0f} MiB; use mcpipe, "
         "--objective memory, more stages, or hosts with more memory"
     )
+
+
+def _predicted_lines(predicted: dict[str, Any] | None) -> list[str]:
+    """The cost model's time per microbatch and its parts (or why there is none)."""
+    if not predicted:
+        return ["no profile: costs are relative (multiply-accumulates); give --profile for "
+                "predicted seconds"]  # fmt: skip
+    parts = predicted["parts"]
+    names = ("compute", "replay", "communication", "exposed_communication", "bubble")
+    text = ", ".join(f"{k.replace('_', ' ')} {parts[k] * 1e3:.2f}" for k in names if k in parts)
+    rate = predicted.get("samples_per_s")
+    head = f"predicted: {predicted['iteration_s'] * 1e3:.2f} ms per microbatch"
+    head += f" ({rate:,.0f} samples/s)" if rate else ""
+    return [f"{head}; ms: {text}", *predicted["notes"][:1]]
 
 
 def _render(
@@ -232,7 +294,11 @@ def _render(
         title=f"pipeline plan · {doc['model']} · {doc['technique']} · objective {doc['objective']}"
         f" · b {doc['microbatch']}"
     )
-    for col in ("stage", "units", "params", "m", "cost", "resident MiB", "memory MiB", "cap MiB"):
+    predicted = doc.get("predicted")
+    cols = ["stage", "units", "params", "m", "cost", "resident MiB", "memory MiB", "cap MiB"]
+    if predicted:
+        cols[5:5] = ["compute ms", "replay ms", "link ms"]
+    for col in cols:
         table.add_column(col, justify="left" if col == "units" else "right")
     for s in doc["stages"]:
         mem = s["est_memory"]
@@ -240,12 +306,18 @@ def _render(
         names = s["unit_names"]
         span = f"{names[0]} .. {names[-1]} ({len(names)})" if len(names) > 1 else names[0]
         cap = s.get("cap_bytes")
-        table.add_row(
+        row = [
             str(s["index"]), span, f"{s['params']:,}", str(s["m"]), f"{s['cost']:.4g}",
             f"{mem['resident'] / MiB:.1f}", f"{total / MiB:.1f}",
             f"{cap / MiB:.0f}" if cap else "-",
-        )  # fmt: skip
+        ]  # fmt: skip
+        if predicted:
+            st = s["predicted"]
+            row[5:5] = [f"{st[k] * 1e3:.2f}" for k in ("compute_s", "replay_s", "link_s")]
+        table.add_row(*row)
     console.print(table)
+    for line in _predicted_lines(predicted):
+        console.print(line, markup=False)
     if rate is not None:
         console.print(f"link bandwidth: {describe_bandwidth(rate)}")
     if written is not None:

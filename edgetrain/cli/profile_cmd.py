@@ -50,6 +50,27 @@ def parse_levels(text: str) -> tuple[float, ...]:
     return levels
 
 
+def parse_model_options(items: list[str] | None) -> dict[str, Any]:
+    """['hidden=[2048, 2048]', 'width=2'] -> {'hidden': [2048, 2048], 'width': 2}: each value
+    read as a TOML value (as a recipe's ``[model]`` table writes it), else as a string."""
+    import tomllib
+
+    out: dict[str, Any] = {}
+    for item in items or ():
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise EdgetrainError(
+                f"--model-option '{item}': expected KEY=VALUE",
+                "for example --model-option 'hidden=[2048, 2048]'",
+            )
+        try:
+            out[key] = tomllib.loads(f"v = {text.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[key] = text.strip()
+    return out
+
+
 @contextmanager
 def _progress(enabled: bool) -> Iterator[Any]:
     """A rich progress bar on stderr; yields the callback the library calls."""
@@ -84,6 +105,14 @@ def profile(
         str, typer.Option("--input", "-i", help="Input shape CxHxW (or HxW).")
     ] = "3x32x32",
     classes: Annotated[int, typer.Option("--classes", "-c", min=2, help="Classes.")] = 10,
+    model_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model-option",
+            help="A zoo model's option as KEY=VALUE, as the recipe's [model] table has it "
+            "(repeatable), e.g. 'hidden=[2048, 2048]'.",
+        ),
+    ] = None,
     batch_sizes: Annotated[
         str, typer.Option("--batch-sizes", "-b", help="Comma-separated batch sizes.")
     ] = "32",
@@ -137,6 +166,7 @@ def profile(
 
     Examples:
       edgetrain profile --model resnet18 --input 3x32x32 --batch-sizes 8,16,32 --run-dir RUN
+      edgetrain profile --model mlp --model-option 'hidden=[2048, 2048]' --input 1x28x28
       edgetrain profile --model model.onnx --run-dir RUN
       edgetrain profile --peer tcp://10.0.0.2:5555 --run-dir RUN
       edgetrain profile --model lenet5 --input 1x28x28 --contention --run-dir RUN
@@ -174,6 +204,7 @@ def profile(
         probe=ProbeConfig(connect_timeout_s=probe_timeout).up_to(probe_max_mib * 2**20),
         torch_model=torch_model,
         run_dir=run_dir,
+        model_options=parse_model_options(model_option),
     )
     with _progress(err_console.is_terminal) as progress:
         data = make_profile(req, progress)

@@ -140,14 +140,48 @@ def write(
     extra: dict[str, Any] | None = None,
     preamble: str = "",
 ) -> dict[str, Any]:
-    """Write ``OUT/paper-vs-edgetrain.{json,md}``; return the JSON document."""
+    """Write ``OUT/paper-vs-edgetrain.{json,md}``; return the JSON document. Both name the
+    commit of the code that made the report (``commit``; ``commit_dirty``: the working tree
+    had uncommitted changes to tracked files)."""
+    commit = code_commit()
     doc = {
         "paper": paper,
+        "commit": commit["commit"],
+        "commit_dirty": commit["dirty"],
         "claims": [c.as_dict() for c in claims],
         "runs": list(runs),
         **(extra or {}),
     }
+    made_by = f"Made by commit `{commit['commit'] or 'unknown (not a git checkout)'}`" + (
+        " with uncommitted changes" if commit["dirty"] else ""
+    )
+    preamble = f"{made_by}.\n\n{preamble}" if preamble else f"{made_by}."
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / JSON_NAME, doc)
     atomic_write_text(out / MD_NAME, render_markdown(paper, title, claims, sections, preamble))
     return doc
+
+
+def code_commit() -> dict[str, Any]:
+    """The commit of the code running (this package's checkout) and whether its tracked files
+    differ from it: ``{"commit": sha or None, "dirty": bool or None}``."""
+    import subprocess
+
+    from edgetrain.rundir import git_revision
+
+    root = Path(__file__).resolve().parents[2]
+    sha = git_revision(root)
+    if sha is None:
+        return {"commit": None, "dirty": None}
+    try:
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return {"commit": sha, "dirty": None}
+    return {"commit": sha, "dirty": bool(status.stdout.strip()) if status.returncode == 0 else None}

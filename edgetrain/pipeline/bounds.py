@@ -63,12 +63,20 @@ def resident(
 
 
 def transient(
-    store: str, units: Sequence[UnitSize], momentum: bool = False, fused: bool = False
+    store: str,
+    units: Sequence[UnitSize],
+    momentum: bool = False,
+    fused: bool = False,
+    chunk: int = 0,
 ) -> int:
-    """The largest temporary on top of the resident bytes during an operation (unchunked
-    kernels): a weight-gradient (none for ``fused`` Linear steps under plain SGD), and for
-    mcPipe the weight being replayed (and its momentum)."""
+    """The largest temporary on top of the resident bytes during an operation: a
+    weight-gradient (none for ``fused`` Linear steps under plain SGD), and for mcPipe the
+    weight being replayed (and its momentum). Unchunked kernels (``chunk`` 0) hold a whole
+    unit's; chunked ones (``chunk`` weight elements, Linear/Conv units) one chunk of each, so
+    at most ``2c`` for every schedule under plain SGD (``3c`` for mcPipe with momentum)."""
     biggest = max((u.params for u in units), default=0)
+    if chunk > 0:
+        biggest = min(biggest, chunk)
     grad = 0 if fused else biggest
     if store in ("pairs", "auto"):
         return (1 + int(momentum)) * biggest * FLOAT + grad * FLOAT

@@ -53,6 +53,11 @@ class PipelineSection(Section):
     # data-parallel replicas stop after that step (they agree on it in their gradient
     # exchange), so arms with different speeds can be compared over the same time.
     budget_s: float | None = Field(None, gt=0)
+    # Chunked unit kernels (memory runs): Linear and Conv layers compute their forward,
+    # weight gradient and update (and mcPipe its newest weight) by output-row / channel
+    # chunks of at most this many MiB of weights, in every schedule alike, so mcPipe's
+    # transient is one chunk, not a unit's weights. 0: off (whole-layer kernels).
+    chunk_mib: float = Field(0.0, ge=0, le=4096, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _check(self) -> PipelineSection:

@@ -28,9 +28,11 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from edgetrain.pipeline.accounting import storage_bytes
 from edgetrain.pipeline.chain import Unit
+from edgetrain.pipeline.chunked import ChunkedLayer
 from edgetrain.pipeline.stores import LeafCall, StageStore
 from edgetrain.pipeline.swap import call_with, param_slots
 
@@ -135,8 +137,27 @@ class StageExecutor:
             for li, leaf in enumerate(unit.leaves):
                 if not one:
                     self._hooks.append(leaf.module.register_forward_hook(self._leaf_hook(u, li)))
+        # chunked unit kernels (the store's run-level chunk size): the Linear/Conv layers it
+        # chunks run their forward through the store's chunks, as an instance ``forward``
+        self._chunked: list[nn.Module] = []
+        for u, per in enumerate(store.chunks):
+            for li, rows in per.items():
+                mod = self.units[u].leaves[li].module
+                mod.forward = self._chunked_forward(u, li, mod, rows)
+                self._chunked.append(mod)
 
     # ------------------------------------------------------------------ hooks
+
+    def _chunked_forward(
+        self, u: int, li: int, mod: nn.Module, rows: list[slice]
+    ) -> Callable[[torch.Tensor], torch.Tensor]:
+        store = self.store
+
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = ChunkedLayer.apply(x, mod, store, (u, li, self._version), rows)
+            return out
+
+        return forward
 
     def _leaf_hook(self, u: int, li: int) -> Callable[..., Any]:
         def hook(_mod: torch.nn.Module, inp: tuple[Any, ...], out: Any) -> Any:
@@ -319,6 +340,9 @@ class StageExecutor:
     def close(self) -> None:
         for h in self._hooks:
             h.remove()
+        for mod in self._chunked:  # the class's forward again
+            mod.__dict__.pop("forward", None)
+        self._chunked = []
 
 
 class _Nothing:

@@ -160,25 +160,34 @@ def model_table(recipe: Recipe) -> tuple[Any, tuple[int, int, int], int]:
     return infos, data.input_shape, len(data.x_train)
 
 
-def setting_of(recipe: Recipe, stages: int) -> Any:
-    from edgetrain.pipeline.costs import Setting
+def launch_partition(recipe: Recipe, infos: Any, stages: int) -> Any:
+    """The partition the launch makes without a plan or a split: the cost model's
+    (:func:`~edgetrain.pipeline.predict.choose`) under ``[pipeline] objective`` with
+    multiply-accumulates standing for time (no profile, no device speeds or memory caps)."""
+    from edgetrain.pipeline.predict import Shape, choose, store_of, unit_layers
+    from edgetrain.runtime.predict import Device, Link
+    from edgetrain.runtime.setting_build import LOOPBACK_BPS
 
     cfg = PipelineSection.of(recipe)
-    return Setting(
-        technique=recipe.train.technique,
-        stages=stages,
-        microbatch=microbatch_of(recipe),
+    b = microbatch_of(recipe)
+    devices = tuple(Device(f"stage{s}") for s in range(stages))
+    setting = Setting(devices, (Link(LOOPBACK_BPS),), unit_layers(infos, b))
+    shape = Shape(
+        workers=tuple(range(stages)),
+        bounds=[(0, len(infos))] * stages,
+        microbatch=b,
+        store=store_of(recipe.train.technique, cfg.store),
         extra=cfg.window_extra,
         uniform=cfg.window,
         momentum=recipe.train.momentum > 0,
-        store=cfg.store,
+        pair_elems=tuple(u.pair_elems for u in infos),
     )
+    return choose(setting, shape, cfg.objective, infos, links=False)
 
 
 def choose_bounds(recipe: Recipe, run_dir: Path) -> tuple[list[tuple[int, int]], dict[str, Any]]:
     """The stages' units and where they came from (plan file, split or the partitioner)."""
-    from edgetrain.pipeline.costs import cost_function
-    from edgetrain.pipeline.partition import PartitionError, bounds_of, partition
+    from edgetrain.pipeline.partition import PartitionError, bounds_of
     from edgetrain.pipeline.partition_file import bounds_from_plan
 
     cfg = PipelineSection.of(recipe)
@@ -195,7 +204,7 @@ def choose_bounds(recipe: Recipe, run_dir: Path) -> tuple[list[tuple[int, int]],
     if cfg.split is not None:
         return list(bounds_of(list(cfg.split))), {"source": "split"}
     try:
-        part = partition(len(infos), n, cost_function(infos, cfg.objective, setting_of(recipe, n)))
+        part = launch_partition(recipe, infos, n)
     except PartitionError as exc:
         raise RecipeError(f"[pipeline] {exc}") from None
     return list(part.bounds), {"source": "partitioner", "objective": cfg.objective}
@@ -372,9 +381,8 @@ def shape_of(recipe: Recipe, setting: Setting, role: str) -> Any:
     """The cost model's :class:`~edgetrain.pipeline.predict.Shape` of ``recipe``: its ``role``
     workers (stages, or replicas of the whole model), the technique's weight store and
     window, and the stages' units."""
-    from edgetrain.pipeline.costs import store_of
     from edgetrain.pipeline.partition import bounds_of
-    from edgetrain.pipeline.predict import Shape, min_max_bounds
+    from edgetrain.pipeline.predict import Shape, min_max_bounds, store_of
 
     cfg = PipelineSection.of(recipe)
     workers = [i for i, r in enumerate(recipe.role_names()) if r == role]
@@ -382,11 +390,12 @@ def shape_of(recipe: Recipe, setting: Setting, role: str) -> Any:
         workers=workers,
         bounds=[(0, len(setting.layers))],
         microbatch=microbatch_of(recipe),
-        store=store_of(setting_of(recipe, len(workers))),
+        store=store_of(recipe.train.technique, cfg.store),
         extra=cfg.window_extra,
         uniform=cfg.window,
         microbatches=cfg.microbatches,
         momentum=recipe.train.momentum > 0,
+        pair_elems=_unit_pairs(recipe, [x.name for x in setting.layers]),
     )
     if role != STAGE:
         return shape
@@ -395,6 +404,29 @@ def shape_of(recipe: Recipe, setting: Setting, role: str) -> Any:
     else:
         bounds = min_max_bounds(setting, shape)
     return replace(shape, bounds=bounds)
+
+
+def _unit_pairs(recipe: Recipe, names: Sequence[str]) -> tuple[int, ...] | None:
+    """Each unit's input + output elements per sample from the recipe's unit table (built on
+    the meta device), as ``plan --pipeline`` reads them; None where the setting's layers are
+    not the model's units (a model cut at block granularity, another model)."""
+    import torch
+
+    from edgetrain.errors import ModelError
+    from edgetrain.models import build_model
+    from edgetrain.pipeline.chain import build_units
+    from edgetrain.pipeline.table import unit_table
+
+    shape = _guess_shape(recipe)
+    try:
+        with torch.device("meta"):
+            model = build_model(recipe.model.name, shape, 10, recipe.model.options)
+        infos = unit_table(build_units(model, recipe.model.name), shape)
+    except ModelError:
+        return None
+    if [u.name for u in infos] != list(names):
+        return None
+    return tuple(u.pair_elems for u in infos)
 
 
 FAMILY = PipelineFamily()

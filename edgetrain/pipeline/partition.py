@@ -99,3 +99,77 @@ def partition(units: int, stages: int, cost: Cost, tol: float = 1e-9) -> Partiti
         else:  # pragma: no cover - the DP above guarantees a choice
             raise PartitionError("partition search failed")
     return Partition(tuple(out), tuple(costs))
+
+
+def partition_paced(
+    units: int, stages: int, cost: Cost, trip: Cost, window: int, tol: float = 1e-9
+) -> Partition:
+    """The partition with the shortest period ``max(bottleneck, sum of trip(i, k, s) / window)``:
+    an asynchronous pipeline's pace when stage 0's ``window`` microbatches in flight must cover
+    one microbatch's round trip (``trip``: a stage's share of it, its compute and link). Exact:
+    the min-max partition (:func:`partition`, with its tie-breaks) unless the window binds;
+    then each candidate bottleneck T gets the least round trip with every stage cost within T
+    (the longer the bottleneck allowed, the shorter the trip, so a bisection over the stage
+    costs finds the crossing), and a strictly faster partition replaces the min-max one."""
+    base = partition(units, stages, cost, tol)
+    c = {(i, k, s): cost(i, k, s) for s in range(stages) for i in range(units)
+         for k in range(i + 1, units + 1)}  # fmt: skip
+    r = {key: trip(*key) for key in c}
+
+    def period(bounds: tuple[tuple[int, int], ...]) -> float:
+        keys = [(lo, hi, s) for s, (lo, hi) in enumerate(bounds)]
+        return max(max(c[k] for k in keys), sum(r[k] for k in keys) / window)
+
+    first = period(base.bounds)
+    if first <= base.bottleneck * (1 + tol):
+        return base
+    limits = sorted({v for v in c.values() if base.bottleneck <= v < math.inf})
+
+    def paced(j: int) -> tuple[float, tuple[tuple[int, int], ...]]:
+        bounds = _least_trip(units, stages, c, r, limits[j], tol)
+        return period(bounds), bounds
+
+    lo, hi = 0, len(limits)  # the first limit at or past the crossing
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if limits[mid] * window >= sum(r[b, e, s] for s, (b, e) in enumerate(paced(mid)[1])):
+            hi = mid
+        else:
+            lo = mid + 1
+    options = [paced(j) for j in (lo - 1, lo) if 0 <= j < len(limits)]
+    best, bounds = min(options, key=lambda o: o[0])
+    if best >= first * (1 - tol):
+        return base
+    return Partition(bounds, tuple(c[b, e, s] for s, (b, e) in enumerate(bounds)))
+
+
+def _least_trip(
+    units: int,
+    stages: int,
+    c: dict[tuple[int, int, int], float],
+    r: dict[tuple[int, int, int], float],
+    limit: float,
+    tol: float,
+) -> tuple[tuple[int, int], ...]:
+    """The cuts with the least sum of ``r`` among those whose every stage cost is within
+    ``limit`` (the lexicographically smallest among ties)."""
+    inf = math.inf
+    least = [[inf] * (units + 1) for _ in range(stages + 1)]
+    least[stages][units] = 0.0
+    for s in range(stages - 1, -1, -1):
+        for i in range(units - 1, -1, -1):
+            least[s][i] = min(
+                (r[i, k, s] + least[s + 1][k] for k in range(i + 1, units + 1)
+                 if c[i, k, s] <= limit and least[s + 1][k] < inf),
+                default=inf,
+            )  # fmt: skip
+    out, i = [], 0
+    for s in range(stages):
+        goal = least[s][i] * (1 + tol) + tol
+        k = next(
+            k for k in range(i + 1, units + 1)
+            if c[i, k, s] <= limit and r[i, k, s] + least[s + 1][k] <= goal
+        )  # fmt: skip
+        out.append((i, k))
+        i = k
+    return tuple(out)

@@ -5,10 +5,10 @@ round-trip bound, and each stage's resident memory. Pure.
 The setting's layers are the model's units in order, profiled on the reference device at the
 run's microbatch (forward and backward seconds, parameter and output-activation bytes of one
 microbatch). A stage's time per microbatch is its units' ``forward + backward`` divided by its
-device's speed, times ``1 + (m_s - 1) * phi`` under mcPipe's pair store (each backward replays
-the stage's pending updates: phi is the weight-gradient share of a unit's compute,
-specification §9.2). A link carries the boundary unit's activation forward and an error of the
-same size back per microbatch.
+device's speed; under mcPipe's pair store each forward also replays the stage's ``m_s - 1``
+pending updates, a weight gradient each: phi of a unit's compute (specification §9.2), half of
+the model's first unit's, whose backward computes no input error. A link carries the boundary
+unit's activation forward and an error of the same size back per microbatch.
 
 An asynchronous pipeline (PipeDream, mcPipe, GreedyUpdates) runs at the pace of its slowest
 stage or link, and no faster than stage 0's window allows (Little's law: ``m_0`` microbatches
@@ -23,15 +23,26 @@ sharing one link, compute that does not scale with a smaller slice.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from edgetrain.pipeline import bounds, schedule
+from edgetrain.pipeline.partition import Cost, Partition, partition, partition_paced
+from edgetrain.pipeline.store_mode import store_mode
 from edgetrain.runtime.predict import Layer, Prediction, Setting
+
+if TYPE_CHECKING:  # the unit table imports torch; the model only reads its fields
+    from edgetrain.pipeline.table import UnitInfo
+
+OBJECTIVES = ("time", "params", "memory")
 
 # phi, the weight-gradient share of a unit's forward + backward (a Linear's backward is twice
 # its forward, half of it the weight gradient)
 REPLAY_SHARE = 1.0 / 3.0
+# the model's first unit computes no input error: its weight gradient is half its backward + forward
+FIRST_UNIT_SHARE = 1.0 / 2.0
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,9 @@ class Shape:
     microbatches: int | None = None
     momentum: bool = False
     replay_share: float = REPLAY_SHARE
+    # each unit's input + output elements per sample (the unit table's ``pair_elems``); None:
+    # from the layers' activation bytes
+    pair_elems: Sequence[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -88,14 +102,27 @@ def _stage(setting: Setting, shape: Shape, s: int) -> StageCost:
     m = schedule.in_flight(s, n, shape.extra, shape.uniform)
     part = layers[lo:hi]
     compute = sum(u.forward_s + u.backward_s for u in part) / speed
-    replay = compute * (m - 1) * shape.replay_share if store in ("pairs", "auto") else 0.0
+    replay = 0.0
+    if store in ("pairs", "auto"):
+        # one weight gradient per pending update: phi of a unit's forward + backward, but half
+        # of the model's first unit's, whose backward computes no input error (the
+        # specification's count of multiply-accumulates, section 6.6)
+        grads = sum(
+            (u.forward_s + u.backward_s) * (FIRST_UNIT_SHARE if k == 0 else shape.replay_share)
+            for k, u in enumerate(part, start=lo)
+        )
+        replay = grads / speed * (m - 1)
     link_s = latency = 0.0
     if s + 1 < n:
         link = setting.link(worker, shape.workers[s + 1])
         link_s = 2 * part[-1].activation_bytes / link.bandwidth_Bps
         latency = link.latency_s
+    pairs = shape.pair_elems
     sizes = [
-        bounds.UnitSize(u.param_bytes // bounds.FLOAT, _pair_elems(layers, k, shape.microbatch))
+        bounds.UnitSize(
+            u.param_bytes // bounds.FLOAT,
+            pairs[k] if pairs is not None else _pair_elems(layers, k, shape.microbatch),
+        )
         for k, u in enumerate(part, start=lo)
     ]
     resident = bounds.resident(store, m, sizes, shape.microbatch, shape.momentum)
@@ -202,27 +229,134 @@ def predict_dataparallel(technique: str, setting: Setting, shape: Shape) -> Pred
 
 
 def min_max_bounds(setting: Setting, shape: Shape) -> list[tuple[int, int]]:
-    """The exact min-max partition of the setting's units over ``shape.workers`` under this
-    model's stage time (compute with replay, or the link to the next stage if slower); the
-    partitioner's own rule (:mod:`.partition`) on this model's costs."""
-    from edgetrain.pipeline.partition import partition
+    """The stages' units the plan would choose for ``shape.workers`` under this model's stage
+    time (:func:`choose`, objective ``time``; device memory is not checked here)."""
+    return list(choose(setting, shape, "time", caps=False).bounds)
 
-    n = len(shape.workers)
+
+def store_of(technique: str, store: str = "mixed") -> str:
+    """How ``technique``'s stages keep their weights (:class:`Shape`'s ``store``): its module's
+    ``STORE``, or ``auto`` for mcPipe with ``[pipeline] store = "auto"``."""
+    mode = store_mode(technique)
+    return "auto" if mode == "pairs" and store == "auto" else mode
+
+
+def unit_layers(
+    infos: Sequence[UnitInfo],
+    microbatch: int,
+    times: Sequence[tuple[float, float]] | None = None,
+) -> tuple[Layer, ...]:
+    """The unit table as the model's layers at ``microbatch`` samples: each unit's forward and
+    backward seconds from ``times`` (a profile's, at the microbatch), else multiply-accumulates
+    standing for time (forward ``b x MACs``, backward twice that, once for the first unit,
+    which computes no input error: relative, not seconds); its
+    parameter bytes and the output activation of one microbatch."""
+    if times is not None and len(times) != len(infos):
+        raise ValueError(f"{len(times)} unit times for {len(infos)} units")
+    out = []
+    for k, u in enumerate(infos):
+        # the model's first unit computes no input error: its backward is its weight gradient
+        grads = 1.0 if k == 0 else 2.0
+        fwd, bwd = (
+            times[k] if times is not None else (microbatch * u.macs, grads * microbatch * u.macs)
+        )
+        act = microbatch * u.out_elems * bounds.FLOAT
+        out.append(Layer(u.name, float(fwd), float(bwd), u.param_bytes, act))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """A stage's memory from the unit table: resident weights (+ pairs, + optimiser state),
+    the largest transient, the saved activations of its ``m`` microbatches; its parameters."""
+
+    resident: int
+    transient: int
+    activations: int
+    params: int
+
+    @property
+    def memory(self) -> int:
+        return self.resident + self.transient + self.activations
+
+
+def stage_memory(infos: Sequence[UnitInfo], shape: Shape, s: int) -> StageMemory:
+    """Stage ``s``'s memory (:mod:`.bounds`'s formulas on the unit table's sizes)."""
+    lo, hi = shape.bounds[s]
+    part = infos[lo:hi]
+    m = schedule.in_flight(s, len(shape.bounds), shape.extra, shape.uniform)
+    sizes = [bounds.UnitSize(u.params, u.pair_elems) for u in part]
+    res = bounds.resident(shape.store, m, sizes, shape.microbatch, shape.momentum)
+    linear = all(leaf.kind == "Linear" for u in part for leaf in u.leaves)
+    fused = linear and not shape.momentum
+    trans = bounds.transient(shape.store, sizes, shape.momentum, fused=fused)
+    acts = m * shape.microbatch * bounds.FLOAT * sum(u.in_elems + u.pair_elems for u in part)
+    return StageMemory(res, trans, acts, sum(u.params for u in part))
+
+
+def _alone(shape: Shape, s: int, lo: int, hi: int) -> Shape:
+    """``shape`` with only stage ``s``'s units set (the others empty): one candidate stage."""
+    cut = [(0, 0)] * len(shape.workers)
+    cut[s] = (lo, hi)
+    return replace(shape, bounds=cut)
+
+
+def cost_function(
+    setting: Setting,
+    shape: Shape,
+    objective: str,
+    infos: Sequence[UnitInfo] | None = None,
+    *,
+    links: bool = True,
+    caps: bool = True,
+) -> Cost:
+    """``cost(i, k, s)`` of units ``[i, k)`` on stage ``s`` for the partitioner: ``time``, the
+    stage's compute with replay or its link to the next stage if slower (``links`` False: the
+    layers' times are not seconds, so no link is compared); ``params``, its parameters;
+    ``memory``, its memory over its device's. With ``caps``, a stage over its device's memory
+    (:func:`stage_memory` with the unit table ``infos``, else its resident bytes) costs inf."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
+    units = len(setting.layers)
 
     def cost(i: int, k: int, s: int) -> float:
-        bounds_ = [(0, 0)] * n
-        bounds_[s] = (i, k)
-        one = Shape(
-            workers=shape.workers,
-            bounds=bounds_,
-            microbatch=shape.microbatch,
-            store=shape.store,
-            extra=shape.extra,
-            uniform=shape.uniform,
-            momentum=shape.momentum,
-            replay_share=shape.replay_share,
-        )
+        one = _alone(shape, s, i, k)
         st = _stage(setting, one, s)
-        return max(st.compute_s, st.link_s if k < len(setting.layers) else 0.0)
+        need = stage_memory(infos, one, s).memory if infos is not None else st.resident_bytes
+        cap = setting.devices[shape.workers[s]].memory_bytes if caps else None
+        if cap is not None and need > cap:
+            return math.inf
+        if objective == "time":
+            return max(st.compute_s, st.link_s if links and k < units else 0.0)
+        if objective == "params":
+            return float(sum(u.param_bytes // bounds.FLOAT for u in setting.layers[i:k]))
+        return need / cap if cap else float(need)
 
-    return list(partition(len(setting.layers), n, cost).bounds)
+    return cost
+
+
+def choose(
+    setting: Setting,
+    shape: Shape,
+    objective: str,
+    infos: Sequence[UnitInfo] | None = None,
+    *,
+    links: bool = True,
+    caps: bool = True,
+) -> Partition:
+    """The stages' units under ``objective`` (:func:`cost_function`) by the exact min-max
+    partitioner; under ``time``, when stage 0's window sets the pace (a microbatch's round
+    trip over ``m_0`` is longer than the slowest stage), the cuts with the shortest predicted
+    period instead (:func:`~edgetrain.pipeline.partition.partition_paced`). Raises
+    :class:`~edgetrain.pipeline.partition.PartitionError` when no cut fits."""
+    cost = cost_function(setting, shape, objective, infos, links=links, caps=caps)
+    n, units = len(shape.workers), len(setting.layers)
+    if objective != "time" or n == 1:
+        return partition(units, n, cost)
+
+    def trip(i: int, k: int, s: int) -> float:
+        st = _stage(setting, _alone(shape, s, i, k), s)
+        return st.compute_s + (st.link_s + 2 * st.latency_s if links else 0.0)
+
+    window = schedule.in_flight(0, n, shape.extra, shape.uniform)
+    return partition_paced(units, n, cost, trip, window)

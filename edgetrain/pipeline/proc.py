@@ -24,6 +24,7 @@ from edgetrain.data.dataset import Dataset
 from edgetrain.errors import EdgetrainError
 from edgetrain.pipeline import accounting, snapshots
 from edgetrain.pipeline.chain import Unit, build_units
+from edgetrain.pipeline.chunked import chunk_elems
 from edgetrain.pipeline.config import PipelineSection
 from edgetrain.pipeline.stage_build import Stage, make_stage
 from edgetrain.pipeline.stage_channels import Links
@@ -201,6 +202,7 @@ class TrainingProcess:
             units, infos, technique, hyper_of(recipe), last=last, seed=recipe.run.seed,
             input_shape=input_shape, store=store, microbatch=self.b, version=version,
             init=init, momentum=mom, device=self.device,
+            chunk=chunk_elems(self.cfg.chunk_mib),
         )  # fmt: skip
         stage.store.timers = self.timers
         return stage

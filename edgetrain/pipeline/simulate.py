@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from edgetrain.pipeline import feed, schedule
+from edgetrain.pipeline.chunked import chunk_elems
 from edgetrain.pipeline.stage_build import Stage, cut, make_stage, stage_state
 from edgetrain.pipeline.stores import Hyper
 from edgetrain.pipeline.table import unit_table
@@ -65,9 +66,11 @@ def run(
     trace: bool = False,
     interleave: str = "turns",
     device: torch.device | None = None,
+    chunk_mib: float = 0.0,
 ) -> SimResult:
     """Train ``epochs`` epochs of the pipeline cut at ``bounds`` with ``technique``'s store,
-    every stage on ``device`` (None: the CPU)."""
+    every stage on ``device`` (None: the CPU), with chunked unit kernels of ``chunk_mib`` MiB
+    (0: off), as ``[pipeline] chunk_mib``."""
     hyper = hyper or Hyper(0.05)
     n = len(bounds)
     stages: list[Stage] = []
@@ -80,7 +83,7 @@ def run(
             make_stage(
                 units, infos[lo:hi], technique, hyper, last=s == n - 1, seed=seed,
                 input_shape=infos[lo].in_shape, store=store, microbatch=microbatch,
-                device=device,
+                device=device, chunk=chunk_elems(chunk_mib),
             )
         )  # fmt: skip
     result = SimResult({}, modes=[st.choice.modes for st in stages])

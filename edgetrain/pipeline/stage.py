@@ -23,7 +23,7 @@ import torch
 from edgetrain.comm.control import HandIn
 from edgetrain.errors import Diverged, EdgetrainError
 from edgetrain.pipeline import feed, messages, schedule, snapshots
-from edgetrain.pipeline.bounds import UnitSize, paper_bound, resident
+from edgetrain.pipeline.bounds import UnitSize, paper_bound, resident, transient
 from edgetrain.pipeline.chain import Unit
 from edgetrain.pipeline.proc import TrainingProcess, collect, training_tensors
 from edgetrain.pipeline.stage_build import stage_momentum, stage_state
@@ -290,6 +290,7 @@ class StageRunner(TrainingProcess):
         momentum = self.ctx.recipe.train.momentum > 0
         omega = sum(u.params for u in self.infos_all)
         params = sum(u.params for u in self.infos)
+        store = self.stage.store
         return {
             "m": m,
             "params": params,
@@ -302,4 +303,13 @@ class StageRunner(TrainingProcess):
             "greedy_bytes": resident("latest", m, sizes, self.b, momentum),
             "paper_bound_bytes": paper_bound(omega, self.n, m),
             "paper_stash_bytes": 4.0 * m * omega / self.n,
+            # the largest temporary the store's kernels hold (chunked: one chunk of each)
+            "chunk_elems": store.chunk_elems,
+            "transient_bound_bytes": transient(
+                "pairs" if "pairs" in store.modes else "latest",
+                sizes,
+                momentum,
+                fused=all(store.fused),
+                chunk=store.chunk_elems,
+            ),  # fmt: skip
         }

@@ -135,11 +135,13 @@ def make_stage(
     init: Sequence[dict[str, torch.Tensor]] | None = None,
     momentum: Sequence[dict[str, torch.Tensor] | None] | None = None,
     device: torch.device | None = None,
+    chunk: int = 0,
 ) -> Stage:
     """The stage of ``units`` (``infos``: their table rows; ``input_shape``: the stage input's,
     per sample). ``init``/``momentum``/``version``: a resumed state. ``device`` (None: where the
     units are, the CPU): where the store keeps every weight, base and pending pair, and where
-    the units' buffers go; the linearity probe runs before, on the CPU."""
+    the units' buffers go; the linearity probe runs before, on the CPU. ``chunk``: weight
+    elements per chunk of the chunked unit kernels (0: off)."""
     linear = (
         linear_units(units, input_shape)
         if store_mode(technique) == "pairs"
@@ -152,7 +154,9 @@ def make_stage(
         if momentum is not None:
             momentum = [None if b is None else on_device(b, device) for b in momentum]
     acc, timers = Accountant(), Timers()
-    st = StageStore(units, weights, choice.modes, hyper, acc, timers, version, momentum)
+    st = StageStore(
+        units, weights, choice.modes, hyper, acc, timers, version, momentum, chunk=chunk
+    )
     del weights
     free_module_params(units)
     if device is not None:

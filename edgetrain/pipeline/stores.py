@@ -35,6 +35,7 @@ from torch import nn
 
 from edgetrain.pipeline.accounting import Accountant, Timers, storage_bytes
 from edgetrain.pipeline.chain import Unit
+from edgetrain.pipeline.chunked import Chunk, Rows, chunkable, row_chunks, step_chunk
 from edgetrain.pipeline.kernels import Grads, sgd_step, weight_grad
 
 Weights = dict[str, torch.Tensor]
@@ -200,7 +201,10 @@ class StageStore:
         timers: Timers | None = None,
         version: int = 0,
         momentum: Sequence[Mapping[str, torch.Tensor] | None] | None = None,
+        chunk: int = 0,
     ) -> None:
+        """``chunk``: weight elements per chunk of the chunked unit kernels
+        (:mod:`edgetrain.pipeline.chunked`; 0: off), used by every mode alike."""
         if not (len(units) == len(init) == len(modes)):
             raise ValueError("units, initial weights and modes must have one entry per unit")
         for m in modes:
@@ -233,6 +237,23 @@ class StageStore:
             self.state.append(_UnitState(mode, {version: w}, buf))
         # a unit's weights, and its gradients (the same shapes): what a step holds on top
         self._unit_bytes = [_nbytes(st.versions[version].values()) for st in self.state]
+        # chunked kernels: per unit, {leaf index: its row chunks} for its Linear/Conv layers,
+        # and the unit-local names of those layers' parameters
+        self.chunk_elems = chunk
+        self.chunks: list[dict[int, list[Rows]]] = []
+        self._chunk_keys: list[frozenset[str]] = []
+        for unit, st in zip(self.units, self.state, strict=True):
+            w = st.versions[version]
+            per: dict[int, list[Rows]] = {}
+            if chunk > 0:
+                for li, leaf in enumerate(unit.leaves):
+                    wkey = leaf.keys().get("weight")
+                    if chunkable(leaf.module) and wkey in w:
+                        per[li] = row_chunks(w[wkey].shape, chunk)
+            self.chunks.append(per)
+            self._chunk_keys.append(
+                frozenset(k for li in per for k in unit.leaves[li].keys().values())
+            )
 
     # ------------------------------------------------------------------ forward / backward
 
@@ -260,8 +281,117 @@ class StageStore:
         st = self.state[u]
         if v == self.base:
             return st.versions[self.base]
+        if self.chunks[u]:  # the chunked layers' rows come one chunk at a time
+            return self._materialise_rest(u, v)
         with self.timers.time("replay_s"):
             return self._materialise(u, v)
+
+    # ------------------------------------------------------------------ chunked kernels
+
+    def _chunk_views(self, u: int, li: int, w: Mapping[str, torch.Tensor], rows: Rows) -> Chunk:
+        keys = self.units[u].leaves[li].keys()
+        b = keys.get("bias")
+        return w[keys["weight"]][rows], (w[b][rows] if b is not None and b in w else None)
+
+    def chunk(self, u: int, li: int, v: int, rows: Rows) -> Chunk:
+        """The rows ``rows`` of layer ``li`` of unit ``u`` at version ``v`` for a chunked
+        forward: views of the weights a ``versions``/``latest`` unit keeps (or of mcPipe's
+        base); for a newer version of a ``pairs`` unit, that chunk of the base cloned and the
+        pending updates replayed onto it (the transient: one chunk, plus one chunk of
+        gradient)."""
+        kept = self._kept(u, v)
+        if kept is not None:
+            return self._chunk_views(u, li, kept, rows)
+        st = self.state[u]
+        base = st.versions[self.base]
+        if v == self.base:
+            return self._chunk_views(u, li, base, rows)
+        with self.timers.time("replay_s"), torch.no_grad():
+            bw, bb = self._chunk_views(u, li, base, rows)
+            w = (bw.clone(), bb.clone() if bb is not None else None)
+            buf: Chunk | None = None
+            size = _nbytes(t for t in w if t is not None)
+            if st.momentum is not None:
+                mw, mb = self._chunk_views(u, li, st.momentum, rows)
+                buf = (mw.clone(), mb.clone() if mb is not None else None)
+                size *= 2
+            module = self.units[u].leaves[li].module
+            h = self.hyper
+            with self.acc.hold(size):
+                for entry in self.pending[: v - self.base]:
+                    pairs = [(c.x, c.delta) for c in entry.calls[u] if c.leaf == li]
+                    step_chunk(
+                        module, [(x, d) for x, d in pairs if d is not None], w, w, rows,
+                        entry.lr, h.momentum, h.weight_decay, self.fused[u], buf, self.acc.hold,
+                    )  # fmt: skip
+            return w
+
+    def whole(self, u: int, li: int, v: int) -> torch.Tensor:
+        """Layer ``li``'s whole weight for the backward of a microbatch that used ``v``."""
+        keys = self.units[u].leaves[li].keys()
+        return self.backward_weights(u, v)[keys["weight"]]
+
+    def _materialise_rest(self, u: int, v: int) -> Weights:
+        """Unit ``u``'s weights for a chunked forward at version ``v`` of a ``pairs`` unit:
+        the layers that are not chunked materialised (if any), the chunked ones' base tensors
+        as placeholders (their forward reads its rows through :meth:`chunk`)."""
+        st = self.state[u]
+        base = st.versions[self.base]
+        ckeys = self._chunk_keys[u]
+        if all(k in ckeys for k in base):
+            return base
+        with self.timers.time("replay_s"), torch.no_grad():
+            rest = [n for n in base if n not in ckeys]
+            w = {n: base[n].clone() for n in rest}
+            buf = {n: st.momentum[n].clone() for n in rest} if st.momentum is not None else None
+            size = _nbytes(w.values()) * (2 if buf is not None else 1)
+            per = self.chunks[u]
+            with self.acc.hold(size):
+                for entry in self.pending[: v - self.base]:
+                    others = [c for c in entry.calls[u] if c.leaf not in per]
+                    g = _unit_grads(self.units[u], others, w)
+                    with self.acc.hold(_nbytes(g.values())):
+                        self._apply(w, g, entry.lr, buf)
+        return {n: w.get(n, t) for n, t in base.items()}
+
+    def _step_chunked(
+        self,
+        u: int,
+        calls: Sequence[LeafCall],
+        at: Mapping[str, torch.Tensor],
+        src: Weights,
+        lr: float,
+        buf: Weights | None,
+        out: Weights | None,
+    ) -> Weights:
+        """Unit ``u``'s step with chunked kernels for its chunked layers (chunk by chunk,
+        through :func:`~edgetrain.pipeline.chunked.step_chunk`) and the usual step for the
+        rest of its parameters."""
+        h = self.hyper
+        unit, per, ckeys = self.units[u], self.chunks[u], self._chunk_keys[u]
+        dst = src if out is None else out
+        for li, chunks in per.items():
+            module = unit.leaves[li].module
+            pairs = [(c.x, c.delta) for c in calls if c.leaf == li and c.delta is not None]
+            for rows in chunks:
+                s_ = self._chunk_views(u, li, src, rows)
+                d_ = s_ if out is None else self._chunk_views(u, li, dst, rows)
+                b_ = self._chunk_views(u, li, buf, rows) if buf is not None else None
+                step_chunk(
+                    module, pairs, s_, d_, rows, lr, h.momentum, h.weight_decay,
+                    self.fused[u], b_, self.acc.hold,
+                )  # fmt: skip
+        rest = [n for n in src if n not in ckeys]
+        if rest:
+            others = [c for c in calls if c.leaf not in per]
+            g = _unit_grads(unit, others, {n: at[n] for n in rest})
+            with self.acc.hold(_nbytes(g.values())):
+                self._apply(
+                    {n: src[n] for n in rest}, g, lr,
+                    {n: buf[n] for n in rest} if buf is not None else None,
+                    {n: dst[n] for n in rest} if out is not None else None,
+                )  # fmt: skip
+        return dict(dst)
 
     def backward_weights(self, u: int, v: int) -> Weights:
         """Unit ``u``'s weights for the backward of a microbatch that used version ``v``."""
@@ -332,8 +462,11 @@ class StageStore:
     ) -> Weights:
         """Unit ``u``'s ``src`` stepped by its calls' gradients (taken at weights ``at``, which
         only the generic fallback reads) into ``out`` (None: in place): fused for Linear units
-        under plain SGD, else the shared weight gradient and :func:`sgd_step`. Its callers
-        (an update, a replay) hold ``torch.no_grad()``, entered once for all their units."""
+        under plain SGD, else the shared weight gradient and :func:`sgd_step`; chunk by chunk
+        with chunked kernels. Its callers (an update, a replay) hold ``torch.no_grad()``,
+        entered once for all their units."""
+        if self.chunks[u]:
+            return self._step_chunked(u, calls, at, src, lr, buf, out)
         if self.fused[u]:
             return _fused_sgd(self.units[u], calls, src, lr, out)
         g = self._grads(u, calls, at)
@@ -408,15 +541,20 @@ class StageStore:
         self.base += 1
 
     def _materialise(self, u: int, v: int) -> Weights:
-        """Unit ``u`` at version ``v`` > base: the base cloned, the pending pairs replayed."""
+        """Unit ``u`` at version ``v`` > base: the pending pairs replayed onto the base, the
+        first one stepping the base into a new tensor (no copy of the base first: a step into
+        ``out`` and in place give the same bits), the others in place."""
         st = self.state[u]
         base = st.versions[self.base]
-        w = {n: t.clone() for n, t in base.items()}
+        w = {n: torch.empty_like(t) for n, t in base.items()}
         buf = {n: t.clone() for n, t in st.momentum.items()} if st.momentum is not None else None
         size = _nbytes(w.values()) + (_nbytes(buf.values()) if buf is not None else 0)
         with self.acc.hold(size), torch.no_grad():
-            for entry in self.pending[: v - self.base]:
-                self._step(u, entry.calls[u], w, w, entry.lr, buf)
+            for k, entry in enumerate(self.pending[: v - self.base]):
+                if k == 0:
+                    self._step(u, entry.calls[u], base, base, entry.lr, buf, w)
+                else:
+                    self._step(u, entry.calls[u], w, w, entry.lr, buf)
         return w
 
     # ------------------------------------------------------------------ whole state

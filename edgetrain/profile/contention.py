@@ -125,7 +125,8 @@ def run_contention(
                 "--contention needs a model to run", "give a zoo model, or --torch-model for ONNX"
             )
         name, shape = req.torch_model, tuple(onnx_shape)
-    model = build_model(name, shape, req.classes)
+    options = dict(req.model_options) if name == req.model else {}
+    model = build_model(name, shape, req.classes, options)
     records = measure_contention(model, shape, cfg, name, levels, progress=progress)
     past = read_history(history) if history is not None else []
     if history is not None:

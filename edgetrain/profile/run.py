@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ class ProfileRequest:
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     torch_model: str | None = None
     run_dir: Path | None = None
+    model_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         schema.check_host_name(self.host)
@@ -46,6 +47,8 @@ class ProfileRequest:
             check_endpoint(p)
         if self.model is not None:
             _check_model(self.model, self.torch_model)
+        if self.model_options:
+            _check_options(self.model, self.model_options)
         if self.threads is not None and self.threads < 1:
             raise EdgetrainError(f"--threads {self.threads} must be >= 1")
         if self.device.startswith("cuda"):
@@ -55,6 +58,22 @@ class ProfileRequest:
                 raise EdgetrainError(f"--device {self.device}: no CUDA device here", "use cpu")
         elif self.device != "cpu":
             raise EdgetrainError(f"--device {self.device!r} unknown", "use cpu or cuda")
+
+
+def _check_options(model: str | None, options: Mapping[str, Any]) -> None:
+    """A zoo model's options (as a recipe's ``[model]`` table gives them), checked before
+    anything is measured."""
+    from edgetrain.errors import ModelError
+    from edgetrain.models.zoo import check_model_config
+
+    if model is None or model.lower().endswith(".onnx") or Path(model).is_file():
+        raise EdgetrainError(
+            "--model-option applies to a zoo model", "drop --model-option or name a zoo model"
+        )
+    try:
+        check_model_config(model, dict(options))
+    except ModelError as exc:
+        raise EdgetrainError(f"--model-option: {exc.problem}", exc.fix) from None
 
 
 def _check_model(model: str, torch_model: str | None) -> None:
@@ -117,10 +136,13 @@ def _compute(req: ProfileRequest, progress: Progress | None) -> dict[str, Any]:
         from edgetrain.profile.onnx_costs import profile_onnx
 
         return profile_onnx(Path(req.model), cfg, req.torch_model, req.classes, progress)
-    model = build_model(req.model, req.input_shape, req.classes)
+    model = build_model(req.model, req.input_shape, req.classes, dict(req.model_options))
     specs = layer_specs(model, req.input_shape)
     cp = profile_compute(model, specs, req.input_shape, cfg, progress)
-    return compute_fields(req.model, req.input_shape, req.batch_sizes, cp, "measured")
+    out = compute_fields(req.model, req.input_shape, req.batch_sizes, cp, "measured")
+    if req.model_options:
+        out["model_options"] = dict(req.model_options)
+    return out
 
 
 def save_profile(run_dir: Path, data: dict[str, Any]) -> Path:

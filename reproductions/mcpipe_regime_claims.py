@@ -1,0 +1,176 @@
+"""The mcPipe reproduction's regime map, measured against its prediction: per setting, mcPipe's
+and PipeDream's speed per microbatch over Local's, predicted (``OUT/regime.json``, written
+before the runs) and measured, and the cost model's error over every run it predicted. Pure.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from edgetrain.experiment.claims import Row, number
+from edgetrain.experiment.report import Claim, Stat
+from edgetrain.experiment.text import fmt
+
+GOAL_ERROR = 0.15  # issue 29: median |measured / predicted - 1| of the time per microbatch
+
+
+def per_microbatch(row: Mapping[str, Any]) -> float | None:
+    """A run's training seconds per microbatch at its last snapshot (None: no snapshot)."""
+    curve = row.get("curve") or []
+    if not curve:
+        return None
+    last = curve[-1]
+    t, mb = number(last.get("train_s")), number(last.get("microbatches"))
+    return t / mb if t and mb else None
+
+
+def setting_rows(res: Mapping[str, Any], p: Any) -> dict[str, list[Row]]:
+    """The measured rows of every setting of the map, by the map's key; Local's runs (on one
+    host, its link unused) stand beside every setting of the headline workload."""
+    regime = res.get("regime") or {}
+    chosen = regime.get("chosen")
+    rows = res.get("accuracy") or []
+    local = [r for r in rows if r["arm"] == "local"]
+    out: dict[str, list[Row]] = {}
+    for n in p.topologies:
+        out[f"{chosen}-n{n}-1gbit"] = [r for r in rows if r["topology"] == n] + [
+            r for r in local if r["topology"] != n
+        ]
+    for r in res.get("extra") or []:
+        key = _extra_key(p, r["setting"], chosen)
+        out.setdefault(key, [])
+        out[key].append(r)
+    for key, got in out.items():
+        if key.startswith(f"{chosen}-") and not any(r["arm"] == "local" for r in got):
+            got += local
+    return out
+
+
+def _extra_key(p: Any, key: str, chosen: str | None) -> str:
+    for k, w, hosts, lan, _ in p.extra:
+        if k == key:
+            return f"{w.label if w is not None else chosen}-n{hosts}-{lan}"
+    return key
+
+
+def speedup_by_seed(rows: Sequence[Row], arm: str) -> dict[int, float]:
+    """Per seed, Local's time per microbatch over ``arm``'s (> 1: ahead of Local)."""
+    local = {r["seed"]: per_microbatch(r) for r in rows if r["arm"] == "local"}
+    out = {}
+    for r in rows:
+        if r["arm"] == arm and (mine := per_microbatch(r)) and (base := local.get(r["seed"])):
+            out[r["seed"]] = base / mine
+    return out
+
+
+def regime_claims(res: Mapping[str, Any], p: Any) -> list[Claim]:
+    """One claim per measured setting (mcPipe against Local, predicted direction against the
+    measured one) and the cost model's error over every run it predicted."""
+    regime = res.get("regime") or {}
+    settings = regime.get("settings") or {}
+    if not settings:
+        return []
+    out = []
+    measured = setting_rows(res, p)
+    for key, rows in measured.items():
+        pred = settings.get(key) or {}
+        predicted = (pred.get("speedup") or {}).get("mcpipe")
+        got = speedup_by_seed(rows, "mcpipe")
+        if not got or predicted is None:
+            continue
+        seeds = sorted(got)
+        vals = [got[s] for s in seeds]
+        agrees = all((v > 1) == (predicted > 1) for v in vals)
+        notes = "; ".join(
+            (pred.get("arms") or {}).get("mcpipe", {}).get("notes") or []
+        )  # the model's own why
+        out.append(
+            Claim(
+                f"R-MP-R {key}",
+                f"regime map: mcPipe's speed per microbatch over Local's on {key} (predicted "
+                f"{predicted:.2f}x before the runs; the side of 1 is the claim)",
+                "> 1" if predicted > 1 else "<= 1",
+                Stat.of(vals),
+                "x",
+                seeds,
+                agrees,
+                f"predicted {predicted:.2f}x: {notes}" if notes else f"predicted {predicted:.2f}x",
+                {"predicted": predicted, "per_seed": dict(zip(seeds, vals, strict=True))},
+            )
+        )
+    errors = prediction_errors(res, p)
+    vals = [abs(e["error"]) for e in errors]
+    if vals:
+        med = statistics.median(vals)
+        out.append(
+            Claim(
+                "R-MP-RE",
+                "cost model: |measured / predicted - 1| of the time per microbatch over every "
+                f"run it predicted ({len(vals)} runs; median over runs, not seeds)",
+                f"<= {GOAL_ERROR:g}",
+                Stat.of(vals),
+                "",
+                sorted({e["seed"] for e in errors}),
+                med <= GOAL_ERROR,
+                "the profile was measured on one emulated laptop before the runs; the model "
+                "leaves out per-message costs and the optimiser step",
+                {"runs": errors},
+            )
+        )
+    return out
+
+
+def prediction_errors(res: Mapping[str, Any], p: Any) -> list[dict[str, Any]]:
+    """Every measured run whose arm the map predicted: measured / predicted - 1."""
+    settings = (res.get("regime") or {}).get("settings") or {}
+    out = []
+    seen: set[tuple[Any, ...]] = set()
+    for key, rows in setting_rows(res, p).items():
+        arms = (settings.get(key) or {}).get("arms") or {}
+        for r in rows:
+            pred = (arms.get(r["arm"]) or {}).get("iteration_s")
+            mine = per_microbatch(r)
+            ident = (r["arm"], r["seed"], r.get("run"))
+            if pred and mine and ident not in seen:
+                seen.add(ident)
+                out.append(
+                    {"setting": key, "arm": r["arm"], "seed": r["seed"],
+                     "predicted_s": pred, "measured_s": mine, "error": mine / pred - 1}
+                )  # fmt: skip
+    return out
+
+
+def regime_table(res: Mapping[str, Any], p: Any) -> str:
+    """The map: every setting and arm, predicted (before the runs) beside measured."""
+    regime = res.get("regime") or {}
+    settings = regime.get("settings") or {}
+    if not settings:
+        return "No prediction was made (no profile)."
+    measured = setting_rows(res, p)
+    lines = [
+        f"Written {regime.get('written_at')} by commit `{regime.get('commit')}`"
+        + (" with uncommitted changes" if regime.get("commit_dirty") else "")
+        + f", before the first measured run. Candidates {', '.join(regime.get('candidates', []))};"
+        f" chosen **{regime.get('chosen')}** ({regime.get('rule')}). Times per microbatch; "
+        "vs Local: Local's time over the arm's (> 1: ahead). Measured: median over seeds.",
+        "",
+        "| setting | arm | predicted ms | predicted vs Local | measured ms | measured vs Local "
+        "| why (the model) |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for key, doc in settings.items():
+        rows = measured.get(key) or []
+        for arm, a in (doc.get("arms") or {}).items():
+            mine = [v for r in rows if r["arm"] == arm and (v := per_microbatch(r))]
+            speed = list(speedup_by_seed(rows, arm).values())
+            pred_ms = a.get("iteration_s")
+            lines.append(
+                f"| {key} | {arm} | {fmt(pred_ms * 1e3 if pred_ms else None, '.1f')} | "
+                f"{fmt((doc.get('speedup') or {}).get(arm), '.2f')} | "
+                f"{fmt(statistics.median(mine) * 1e3 if mine else None, '.1f')} | "
+                f"{fmt(statistics.median(speed) if speed else None, '.2f')} | "
+                f"{(a.get('notes') or [''])[0]} |"
+            )
+    return "\n".join(lines)
