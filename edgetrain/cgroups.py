@@ -49,11 +49,21 @@ def shares(cpu: float) -> int:
     return max(2, round(SHARES_PER_CORE * cpu))
 
 
-def limit(group: Path, cpu: float) -> None:
-    """Give the CPU group ``group`` a quota of ``cpu`` cores and the matching weight."""
-    write(group / "cpu.cfs_period_us", str(CFS_PERIOD_US))
-    write(group / "cpu.cfs_quota_us", str(max(MIN_QUOTA_US, round(cpu * CFS_PERIOD_US))))
-    write(group / "cpu.shares", str(shares(cpu)))
+def quota_files(cpu: float, period_us: int = CFS_PERIOD_US) -> dict[str, str]:
+    """What :func:`limit` writes, file by file, in order: the period first (the kernel checks
+    a quota against the period already set), the quota of ``cpu`` cores of it, the weight."""
+    return {
+        "cpu.cfs_period_us": str(period_us),
+        "cpu.cfs_quota_us": str(max(MIN_QUOTA_US, round(cpu * period_us))),
+        "cpu.shares": str(shares(cpu)),
+    }
+
+
+def limit(group: Path, cpu: float, period_us: int = CFS_PERIOD_US) -> None:
+    """Give the CPU group ``group`` a quota of ``cpu`` cores every ``period_us`` microseconds
+    and the matching weight."""
+    for name, value in quota_files(cpu, period_us).items():
+        write(group / name, value)
 
 
 def rmdir(d: Path, timeout: float = 2.5) -> OSError | None:

@@ -39,6 +39,8 @@ MAX_THREADS = 1024
 #: of ``shape``), 4 GiB of float32, and no side of ``shape`` over MAX_SIDE.
 MAX_SYNTHETIC_VALUES = 2**30
 MAX_SIDE = 4096
+#: The most times the launcher restarts one worker (``[run] restart``).
+MAX_RESTARTS = 100
 
 
 class _Section(BaseModel):
@@ -63,6 +65,9 @@ class RunSection(_Section):
     heartbeat_s: float = Field(1.0, gt=0, le=60)
     # Every N epochs the coordinator writes RUN/checkpoints/epoch-N/ (0: never).
     checkpoint_every: int = Field(5, ge=0)
+    # A worker process that dies is started again up to this many times (back-off 1, 2, 4 s
+    # ...) and rejoins the running run with live state (0: lost workers stay lost).
+    restart: int = Field(0, ge=0, le=MAX_RESTARTS)
     # Transport security: "curve" encrypts and authenticates with the keys in ``keys``
     # (a directory written by ``edgetrain keys generate``; relative to the current directory).
     security: Literal["none", "curve"] = "none"

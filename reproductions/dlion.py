@@ -4,19 +4,29 @@ the batch threshold, weight exchange, and selective propagation as a marked exte
 
 ``scripts/reproduce-dlion [--quick] [--seeds N] [--out DIR] [--format json]``
 
-What runs (shared/specs/gossip.md D.2), cnn2 on the MNIST test set (8,000 train / 2,000 test,
-2,000 a worker), SGD momentum 0.9, b0 = 32, the same seeds, data and learning rate in every arm:
+What runs (shared/specs/gossip.md D.2), on the MNIST test set (8,000 train / 2,000 test, 2,000
+a worker), SGD momentum 0.9, the same seeds and data in every arm:
 
-- A pilot (seed 0, reported, never reused as a measured seed) on ``dlion-compute-4`` first picks
-  eta from {0.01, 0.02, 0.05} for the uniform baseline (Ako), then fixes the targets: T_high =
-  the lower final accuracy of DLion and DLion without batching - 1 point, T_low = the lowest of
-  DLion, Gaia and Ako - 1 point; pilots on ``dlion-network-4`` and the 4-site testbed fix the
-  time budgets (0.6 x the pilot DLion's training time: still improving there).
+- Regime first (:mod:`reproductions.dlion_regime`): before any run, each candidate workload
+  (cnn2 and LeNet-5 at b0 = 32 and 64) is profiled on the fast host of ``dlion-compute-4``, and
+  the cost model predicts DLion with and without capacity-aware batching, Gaia and Ako on
+  ``dlion-compute-4`` at the emulator's 100 ms CPU quota period and at 10 ms, and on
+  ``dlion-network-4``; ``OUT/regime.json`` keeps it (written once). R-DL-1 and everything on
+  the compute testbed run on the setting with the largest predicted batching cut; the compute
+  setting with the least runs DLion with and without batching as a measured control.
+- A pilot (seed 0, reported, never reused as a measured seed) on each testbed picks every arm
+  family's own eta (DLion, Gaia and Ako each from {0.01, 0.02, 0.05}, the most accurate final)
+  and every arm runs at its family's; on ``dlion-compute-4`` it then fixes the targets on the
+  rising curve: T_high, the lowest accuracy the DLion pilots (with and without batching) had at
+  half their training time, at least half a point under the lowest of their plateaus; T_low,
+  the same over every pilot (DLion, Gaia, Ako), a point under T_high at least; pilots on
+  ``dlion-network-4`` and the 4-site testbed fix the time budgets (0.6 x the pilot DLion's
+  training time: still improving there).
 - R-DL-5 (first: it sets T_bs = min(10% of N, the 1-epoch knee) for every later DLion run):
   uniform batches of total 64 ... 2048, 10 epochs, accuracy after 1 and after 10 epochs.
-- R-DL-1 (5 seeds at least): DLion against DLion without batching, time to T_high, with each
-  worker's idle fraction; a cut above the ideal bound (1 - k C_min / sum C = 33% at 3:1) is
-  flagged as a measuring error. R-DL-1i: the same runs' cut in time per iteration. R-DL-1w:
+- R-DL-1 (5 seeds at least, as R-DL-2): DLion against DLion without batching, time to T_high,
+  with each worker's idle fraction; a cut above the ideal bound (1 - k C_min / sum C = 33% at
+  3:1) is flagged as a measuring error. R-DL-1i: the same runs' cut in time per iteration. R-DL-1w:
   DLion with sample-weighted gradients (gossip.md A-35) as a third arm, against the same
   baseline (ours: Eq. 5 weighs a worker's mean gradient by 1/k whatever its batch).
 - R-DL-2: DLion, Gaia (every worker its own site) and Ako (p from the LAN) to T_low, with DLion
@@ -33,10 +43,11 @@ What runs (shared/specs/gossip.md D.2), cnn2 on the MNIST test set (8,000 train 
 
 Every arm is interleaved seed by seed (A, B, A, B) on one testbed brought up and verified
 (``emulate up --verify``, its table in the report) before its batch. ``--quick``: R-DL-1 alone
-on digits (LeNet-5, 30 epochs), one seed. ``--smoke`` (the test suite): R-DL-1's two arms for
-two epochs on digits, local processes. ``--testbed local`` runs on local processes with
-slowdowns in the testbeds' ratios (no link limits; sites from the recipe). Resumable: a
-completed run is kept.
+on digits (LeNet-5 at b0 = 32 or 64 and the period the regime chooses, 30 epochs), one seed,
+no control. ``--smoke`` (the test suite): R-DL-1's two arms for two epochs on digits, local
+processes, the regime over LeNet-5 at b0 = 16. ``--testbed local`` runs on local
+processes with slowdowns in the testbeds' ratios (no link limits; sites from the recipe; no
+CPU quota, so the regime predicts one period). Resumable: a completed run is kept.
 """
 
 from __future__ import annotations
@@ -44,10 +55,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Any
 
+from edgetrain.errors import EdgetrainError
 from edgetrain.experiment import cli, recipes, report
-from edgetrain.experiment.beds import Bed, bring_up
+from edgetrain.experiment.beds import Bed, BedSpec, bring_up
 from edgetrain.experiment.claims import arm_values, median
 from edgetrain.experiment.curves import accuracy_at, time_to
 from edgetrain.experiment.runner import Runner
@@ -61,6 +74,7 @@ from reproductions.dlion_claims import (
 )
 from reproductions.dlion_plan import (
     BEDS,
+    FAMILIES,
     LRS,
     NETWORK_TAG,
     QUICK_HELP,
@@ -77,10 +91,18 @@ from reproductions.dlion_plan import (
     Plan,
     knee,
     pick_lr,
+    pick_lrs,
     plan_for,
     recipe,
     same_bed,
     targets_from,
+)
+from reproductions.dlion_regime import (
+    Setting,
+    bed_spec,
+    chosen_setting,
+    needs_profile,
+    phase_regime,
 )
 from reproductions.dlion_runs import Batches, measure
 from reproductions.dlion_text import sections
@@ -109,6 +131,7 @@ __all__ = [
     "main",
     "measure",
     "pick_lr",
+    "pick_lrs",
     "plan_for",
     "recipe",
     "reproduce",
@@ -126,16 +149,35 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
     out, root = cli.out_dir(args, p.dataset == "mnist")
     runner = Runner(out, cli.say)
     res: dict[str, Any] = {"pilot": {"seed": p.pilot_seed}, "testbeds": {}, "budgets": {}}
+    res["lrs"] = {}
     runs = Batches(p, runner, recipes.data(p.dataset, root), pilot=res["pilot"])
+    runs.lr = p.lr if p.lr is not None else LRS[1]  # the regime's eta (Gaia's share)
     claims = set(p.claims)
 
-    def bed(key: str) -> AbstractContextManager[Bed]:
-        return bring_up(BEDS[key], out, p.local, cli.say, res["testbeds"])
+    def bed(spec: BedSpec) -> AbstractContextManager[Bed]:
+        return bring_up(spec, out, p.local, cli.say, res["testbeds"])
 
-    with bed("compute") as b:
-        _compute(runs, b, res, claims)
+    first = BEDS["compute"]
+    done = False
+    if needs_profile(out):  # the profile runs on dlion-compute-4's fast host
+        with bed(first) as b:
+            chosen = _regime(runs, b, res)
+            if bed_spec(chosen).name == first.name:
+                _compute(runs, b, res, claims)
+                done = True
+    else:
+        chosen = _regime(runs, Bed(first), res)
+    p = runs.p
+    if not done:
+        with bed(bed_spec(chosen)) as b:
+            _compute(runs, b, res, claims)
+    control = chosen_setting(res["regime"], "control")
+    if control is not None and bed_spec(control).name != bed_spec(chosen).name:
+        with bed(bed_spec(control)) as b:
+            _control(runs, b, res, control)
     if claims & {"R-DL-3", "R-DL-6", "R-DL-7"}:
-        with bed("network") as b:
+        with bed(BEDS["network"]) as b:
+            _tune(runs, b, res, "network", FAMILIES)
             budget = _budget(runs, b, res, "network")
             if "R-DL-3" in claims:
                 res["r_dl_3"] = runs.batch(R3_ARMS, b, "R-DL-3", p.seeds, budget, NETWORK_TAG)
@@ -144,7 +186,8 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
             if "R-DL-7" in claims:
                 res["r_dl_7"] = runs.batch(R7_ARMS, b, "R-DL-7", p.side_seeds, budget)
     if "R-DL-8" in claims:
-        with bed("sites") as b:
+        with bed(BEDS["sites"]) as b:
+            _tune(runs, b, res, "sites", ("dlion",))
             budget = _budget(runs, b, res, "sites", "sel-off")
             res["r_dl_8"] = runs.batch(("sel-off", "sel-on"), b, "R-DL-8", p.side_seeds, budget)
     found = build_claims(res, p)
@@ -153,17 +196,67 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
-def _compute(runs: Batches, bed: Bed, res: dict[str, Any], claims: set[str]) -> None:
-    """On dlion-compute-4: the learning rate (unless fixed), R-DL-5 (which fixes T_bs), the
-    targets from the pilot, then R-DL-1, R-DL-2 and R-DL-4."""
+def _regime(runs: Batches, b: Bed, res: dict[str, Any]) -> Setting:
+    """Regime first: the prediction (kept in ``OUT/regime.json``), and the plan on the workload
+    it chose."""
+    regime = phase_regime(runs.p, b, runs.runner.out, runs.data, cli.say, runs.lr)
+    res["regime"] = regime
+    chosen = chosen_setting(regime)
+    if chosen is None:
+        raise EdgetrainError(
+            f"{runs.runner.out / 'regime.json'} names no chosen setting",
+            "remove it to predict the regime again (before any measured run)",
+        )
+    runs.p = replace(runs.p, model=chosen.model, b0=chosen.b0)
+    res["setting"] = {
+        "key": regime["chosen"],
+        "testbed": bed_spec(chosen).name,
+        "model": chosen.model,
+        "b0": chosen.b0,
+        "period_ms": chosen.period_ms,
+    }
+    return chosen
+
+
+def _tune(runs: Batches, bed: Bed, res: dict[str, Any], key: str, families: Sequence[str]) -> None:
+    """Every arm family's own eta on this testbed (unless the plan fixes one): a pilot of each
+    family at each of LRS, the most accurate final."""
     p = runs.p
-    if p.lr is None:
-        finals = {lr: _lr_pilot(runs, bed, lr) for lr in LRS}
-        runs.lr = pick_lr(finals)
-        res["pilot"]["lr_finals"] = {str(k): v for k, v in finals.items()}
-    else:
-        runs.lr = p.lr
-    res["lr"] = runs.lr
+    if p.lr is not None:
+        runs.lr, runs.lrs = p.lr, {}
+        res["lrs"][key] = {f: p.lr for f in families}
+        return
+    finals: dict[str, dict[float, float | None]] = {}
+    for family in families:
+        for lr in LRS:
+            runs.lrs = {family: lr}
+            tag = "" if key == "compute" else f"-{key}"
+            finals.setdefault(family, {})[lr] = runs.pilots((family,), bed, tag)[family]
+    runs.lrs = pick_lrs(finals)
+    res["lrs"][key] = dict(runs.lrs)
+    res["pilot"].setdefault("lr_finals", {})[key] = {
+        f: {str(lr): a for lr, a in by.items()} for f, by in finals.items()
+    }
+
+
+def _control(runs: Batches, bed: Bed, res: dict[str, Any], s: Setting) -> None:
+    """The compute setting the model predicts the least batching cut on: DLion with and without
+    batching, on the ablations' seeds, at DLion's eta and the targets of the chosen setting."""
+    kw = {"model": s.model, "b0": s.b0}
+    seeds = runs.p.side_seeds[:2]
+    res["control"] = runs.batch(
+        ("dlion", "dlion-nobatch"), bed, "R-DL-1c", seeds, None, "-ctl", **kw
+    )
+
+
+def _compute(runs: Batches, bed: Bed, res: dict[str, Any], claims: set[str]) -> None:
+    """On the chosen dlion-compute-4: every family's eta (unless fixed), R-DL-5 (which fixes
+    T_bs), the targets from the pilots, then R-DL-1, R-DL-2 and R-DL-4 (and the control when it
+    runs on the same testbed)."""
+    p = runs.p
+    families = ("dlion",) if claims == {"R-DL-1"} else FAMILIES
+    _tune(runs, bed, res, "compute", families)
+    res["lr"] = runs.lrs.get("dlion", runs.lr)
     n_train = N_TRAIN[p.dataset]
     if "R-DL-5" in claims:
         res["r_dl_5"] = _knee_sweep(runs, bed, p.side_seeds)
@@ -175,14 +268,18 @@ def _compute(runs: Batches, bed: Bed, res: dict[str, Any], claims: set[str]) -> 
     pilot_arms: tuple[str, ...] = ("dlion", "dlion-nobatch", "gaia", "ako")
     if claims == {"R-DL-1"}:
         pilot_arms = ("dlion", "dlion-nobatch")
-    runs.targets = targets_from(runs.pilots(pilot_arms, bed, ""))
+    pilots = runs.pilot_rows(pilot_arms, bed, "")
+    runs.targets = targets_from({a: r["curve"] for a, r in pilots.items()})
     res["targets"] = runs.targets
     if "R-DL-1" in claims:
         res["r_dl_1"] = runs.batch(p.r1_arms, bed, "R-DL-1", p.r1_seeds)
     if "R-DL-2" in claims:
-        res["r_dl_2"] = runs.batch(R2_ARMS, bed, "R-DL-2", p.seeds)
+        res["r_dl_2"] = runs.batch(R2_ARMS, bed, "R-DL-2", p.r1_seeds)
     if "R-DL-4" in claims:
         res["r_dl_4"] = runs.batch([a for a, *_ in TABLE1], bed, "R-DL-4", p.side_seeds)
+    control = chosen_setting(res["regime"], "control")
+    if control is not None and bed_spec(control).name == bed.name:
+        _control(runs, bed, res, control)
 
 
 def _knee_sweep(runs: Batches, bed: Bed, seeds: Sequence[int]) -> dict[str, Any]:
@@ -204,21 +301,15 @@ def _knee_sweep(runs: Batches, bed: Bed, seeds: Sequence[int]) -> dict[str, Any]
     }
 
 
-def _lr_pilot(runs: Batches, bed: Bed, lr: float) -> float | None:
-    runs.lr = lr
-    return runs.pilots(("ako",), bed, f"-lr{lr:g}")["ako"]
-
-
 def _budget(runs: Batches, bed: Bed, res: dict[str, Any], key: str, arm: str = "dlion") -> float:
     """A fixed time budget for ``key``'s testbed: 0.6 x the pilot's training time there."""
-    runs.pilots((arm,), bed, f"-{key}")
-    pilot = res["pilot"]["runs"][-1]
+    pilot = runs.pilot_rows((arm,), bed, f"-{key}")[arm]
     budget = round(0.6 * float(pilot["train_s"] or 0.0), 2)
     res["budgets"][key] = budget
     return budget
 
 
-main = cli.entry("dlion", __doc__, reproduce, 3, QUICK_HELP, SMOKE_HELP, TESTBED_HELP)
+main = cli.entry("dlion", __doc__, reproduce, 5, QUICK_HELP, SMOKE_HELP, TESTBED_HELP)
 
 
 if __name__ == "__main__":

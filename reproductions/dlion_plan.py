@@ -11,7 +11,8 @@ from typing import Any
 from edgetrain.errors import EdgetrainError
 from edgetrain.experiment import cli, recipes
 from edgetrain.experiment.beds import Bed, BedSpec
-from edgetrain.experiment.pilot import PILOT_SEED, below, refuse_diverged
+from edgetrain.experiment.pilot import PILOT_SEED, refuse_diverged
+from edgetrain.tomlconfig import loads
 
 REPO = Path(__file__).resolve().parents[1]
 TESTBEDS = REPO / "recipes" / "testbeds"
@@ -19,6 +20,13 @@ LRS = (0.01, 0.02, 0.05)
 TOTALS = (64, 128, 256, 512, 1024, 2048)
 QUICK_EPOCHS = 30
 QUICK_LR = 0.01  # DLion warms up to k x eta = 0.04: at 0.02 (0.08) a digits pilot diverged
+HEADLINE_SEEDS = 5  # R-DL-1 and R-DL-2: at least 5 measured seeds (issue 27)
+DEFAULT_PERIOD_MS = 100  # the emulator's CPU quota period (edgetrain.cgroups.CFS_PERIOD_US)
+SHORT_PERIOD_MS = 10  # a 0.3-core host runs 3 ms and stalls 7, not 30 and 70
+# the workloads the regime chooses R-DL-1's setting among (model, b0), the plan's own first
+CANDIDATES = (("cnn2", 32), ("cnn2", 64), ("lenet5", 32), ("lenet5", 64))
+# LR pilots: every arm family picks its own eta from LRS on every testbed (issue 27)
+FAMILIES = ("dlion", "gaia", "ako")
 DIVERGED_BELOW = 0.2  # a pilot's final accuracy this near chance (10 classes) diverged
 KNEE_DELTA = 0.02  # R-DL-5: within 2 points of the best total batch
 PAPER = {
@@ -125,6 +133,16 @@ class Plan:
     side: tuple[int, ...] | None = None
     # R-DL-1's arms: the default plan adds the sample-weighted one (R-DL-1w)
     r1_arms: tuple[str, ...] = R1_ARMS[:2]
+    # regime first (dlion_regime): the workloads (model, b0) the cost model chooses among, the
+    # CPU quota periods of dlion-compute-4 it predicts (ms; None: local processes, no quota),
+    # and whether the setting it predicts the least gain on runs as a measured control
+    candidates: tuple[tuple[str, int], ...] = ()
+    periods: tuple[int | None, ...] = (None,)
+    control: bool = False
+
+    @property
+    def workloads(self) -> tuple[tuple[str, int], ...]:
+        return self.candidates or ((self.model, self.b0),)
 
     @property
     def side_seeds(self) -> tuple[int, ...]:
@@ -140,17 +158,39 @@ TESTBED_HELP = "the emulated testbeds (root) or local processes with slowdowns"
 def plan_for(args: argparse.Namespace) -> Plan:
     seeds = cli.measured_seeds(args)
     if args.smoke:
-        return Plan((1,), (1,), True, "digits", "lenet5", 2, 16, 0.02, 0.5, ("R-DL-1",))
+        return Plan(
+            (1,), (1,), True, "digits", "lenet5", 2, 16, 0.02, 0.5, ("R-DL-1",),
+            candidates=(("lenet5", 16),),  # one: at b0 = 8 a smoke pilot diverged (eta 0.02)
+        )  # fmt: skip
     local = cli.local(args)
+    periods: tuple[int | None, ...] = (None,) if local else (DEFAULT_PERIOD_MS, SHORT_PERIOD_MS)
     if args.quick:
         # 30 epochs: at 10 the digits runs (110 iterations) were still climbing and one seed's
         # DLion missed a target the pilot had passed
         q = seeds
-        return Plan(q, q, local, "digits", "lenet5", QUICK_EPOCHS, 32, QUICK_LR, 4.0, ("R-DL-1",))
-    r1 = tuple(range(1, max(5, args.seeds) + 1))
+        return Plan(
+            q, q, local, "digits", "lenet5", QUICK_EPOCHS, 32, QUICK_LR, 4.0, ("R-DL-1",),
+            candidates=(("lenet5", 32), ("lenet5", 64)), periods=periods,
+        )  # fmt: skip
+    r1 = tuple(range(1, max(HEADLINE_SEEDS, args.seeds) + 1))
     return Plan(
-        seeds, r1, local, "mnist", "cnn2", 10, 32, None, 4.0, side=seeds[:2], r1_arms=R1_ARMS
-    )
+        seeds, r1, local, "mnist", "cnn2", 10, 32, None, 4.0, side=seeds[:2], r1_arms=R1_ARMS,
+        candidates=CANDIDATES, periods=periods, control=True,
+    )  # fmt: skip
+
+
+def compute_bed(period_ms: int | None) -> BedSpec:
+    """dlion-compute-4 with its hosts' CPU quota every ``period_ms`` (None or the emulator's
+    default: the file as it is; else the file's spec with ``cpu_period_ms``, generated)."""
+    base = BEDS["compute"]
+    if period_ms is None or period_ms == DEFAULT_PERIOD_MS:
+        return base
+    assert isinstance(base.spec, Path)
+    doc = loads(base.spec.read_text())
+    name = f"{base.name}-p{period_ms}"
+    about = f"{doc.get('description', '')}; CPU quota period {period_ms} ms"
+    spec = {**doc, "name": name, "description": about, "cpu_period_ms": period_ms}
+    return BedSpec(name, base.shares, base.sites, spec)
 
 
 def recipe(
@@ -162,8 +202,10 @@ def recipe(
     t_bs: int | None,
     epochs: int | None = None,
     b0: int | None = None,
+    model: str | None = None,
 ) -> str:
-    """The recipe of one arm; ``{seed}`` is filled per run."""
+    """The recipe of one arm; ``{seed}`` is filled per run (``model``, ``b0``: another
+    workload than the plan's, a control's)."""
     technique, changes = ARMS[arm]
     section: dict[str, Any] = {"pilot_s": p.pilot_s, **bed.sites(), **changes}
     if technique == "dlion" and t_bs is not None and not arm.startswith("knee-"):
@@ -171,7 +213,8 @@ def recipe(
     train = {"family": "gossip", "technique": technique, "epochs": epochs or p.epochs}
     train |= {"batch_size": b0 if b0 is not None else p.b0, "lr": lr, "momentum": 0.9}
     sections = {"gossip": {"sync_epochs": True}, technique: section}
-    return recipes.recipe(arm, recipes.table(data), p.model, train, bed.workers(), sections)
+    text = recipes.table(data)
+    return recipes.recipe(arm, text, model or p.model, train, bed.workers(), sections)
 
 
 def same_bed(beds: dict[str, str], run: str, bed: str) -> None:
@@ -195,16 +238,66 @@ def pick_lr(finals: dict[float, float | None]) -> float:
     return min(known, key=lambda lr: (-known[lr], lr))
 
 
-def targets_from(finals: dict[str, float | None]) -> dict[str, float]:
-    """T_high: the lower final of DLion and DLion without batching, minus a point; T_low: the
-    lowest final of every pilot arm minus a point (every arm reached it in the pilot)."""
+def pick_lrs(finals: dict[str, dict[float, float | None]]) -> dict[str, float]:
+    """Each arm family's own eta (:func:`pick_lr` over its pilots): a baseline tuned as well as
+    DLion, never run at the eta another family liked."""
+    out = {}
+    for family, by_lr in finals.items():
+        try:
+            out[family] = pick_lr(by_lr)
+        except EdgetrainError:
+            raise EdgetrainError(
+                f"no {family} pilot learning rate finished with an accuracy",
+                "look at the pilot runs in OUT/runs (a diverged or failed run)",
+            ) from None
+    return out
+
+
+Curve = list[list[float]]  # [[train_s, accuracy], ...] as the pilot keeps it
+RISING = 0.5  # targets at the accuracy a pilot had at half its training time
+UNDER_PLATEAU = 0.005  # ... and at least half a point under the lowest pilot's plateau
+
+
+def accuracy_when(curve: Curve, t: float) -> float:
+    """The accuracy of the last point at or before ``t`` training seconds (the first point's
+    when none is); ``curve`` without gaps. Pure."""
+    got = curve[0][1]
+    for when, acc in curve:
+        if when <= t:
+            got = acc
+    return float(got)
+
+
+def plateau(curve: Curve) -> float:
+    """A pilot's plateau: its best accuracy over the second half of its training time."""
+    end = max(t for t, _ in curve)
+    return float(max(a for t, a in curve if t >= end / 2))
+
+
+def targets_from(curves: dict[str, Curve]) -> dict[str, float]:
+    """The targets from the pilots' curves (by arm), on the rising curve and reachable by all:
+    T_high, the lowest accuracy DLion's pilots (with and without batching) had at half their
+    training time, and at least half a point under the lowest of their plateaus; T_low, the
+    same over every pilot (DLion, Gaia, Ako), and at least a point under T_high. One lucky
+    pilot cannot put a target where another arm levels off: the lowest sets it. Pure."""
+    finals = {
+        a: next((x for _, x in reversed(c) if x is not None), None) for a, c in curves.items()
+    }
     refuse_diverged(finals, DIVERGED_BELOW, "lower the learning rate (DLion warms up to k x eta)")
-    high = [a for arm, a in finals.items() if arm.startswith("dlion") and a is not None]
-    every = [a for a in finals.values() if a is not None]
-    if not high or not every:
+    clean = {
+        a: [[t, x] for t, x in c if t is not None and x is not None] for a, c in curves.items()
+    }
+    known = {a: c for a, c in clean.items() if c}
+    high = {a: c for a, c in known.items() if a.startswith("dlion")}
+    if not high:
         raise EdgetrainError("the pilot runs ended without an accuracy; no targets to fix")
-    t_high = below(min(high), 0.01)
-    return {"high": t_high, "low": round(min(min(every) - 0.01, t_high - 0.02), 4)}
+
+    def rule(group: dict[str, Curve]) -> float:
+        rising = min(accuracy_when(c, RISING * max(t for t, _ in c)) for c in group.values())
+        return min(rising, min(plateau(c) for c in group.values()) - UNDER_PLATEAU)
+
+    t_high = round(rule(high), 4)
+    return {"high": t_high, "low": round(min(rule(known), t_high - 0.01), 4)}
 
 
 def knee(acc: dict[int, float | None], delta: float = KNEE_DELTA) -> int | None:

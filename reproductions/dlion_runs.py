@@ -13,7 +13,7 @@ from edgetrain.experiment.beds import Bed
 from edgetrain.experiment.claims import Row
 from edgetrain.experiment.curves import accuracy_at, final_accuracy, time_to
 from edgetrain.experiment.runner import Runner, Summary
-from reproductions.dlion_plan import Plan, recipe, same_bed
+from reproductions.dlion_plan import ARMS, Plan, recipe, same_bed
 
 PILOT_KEYS = ("arm", "run", "final_accuracy", "train_s", "curve")
 
@@ -74,14 +74,19 @@ class Batches:
     p: Plan
     runner: Runner
     data: dict[str, Any]
-    lr: float = 0.02
+    lr: float = 0.02  # every family's eta unless ``lrs`` names its own
+    lrs: dict[str, float] = field(default_factory=dict)  # technique -> its tuned eta
     t_bs: int | None = None
     targets: dict[str, float] = field(default_factory=dict)
     beds: dict[str, str] = field(default_factory=dict)  # run name -> the testbed it ran on
     pilot: dict[str, Any] = field(default_factory=dict)  # the report's "pilot"
 
+    def lr_of(self, name: str) -> float:
+        """The eta of arm ``name``: its family's (DLion's ablations are DLion's)."""
+        return self.lrs.get(ARMS[name][0], self.lr)
+
     def arm(self, name: str, bed: Bed, tag: str = "", **kw: Any) -> Arm:
-        text = recipe(self.p, name, bed, self.data, self.lr, self.t_bs, **kw)
+        text = recipe(self.p, name, bed, self.data, self.lr_of(name), self.t_bs, **kw)
         run = f"{name}{tag}"
         same_bed(self.beds, run, bed.name)
         return Arm(run, text, label=name)
@@ -109,12 +114,20 @@ class Batches:
     ) -> dict[str, float | None]:
         """Runs of ``names`` at the pilot seed (recorded in the report's pilot): their final
         accuracies."""
-        finals: dict[str, float | None] = {}
+        return {n: r["final_accuracy"] for n, r in self.pilot_rows(names, bed, tag, **kw).items()}
+
+    def pilot_rows(self, names: Sequence[str], bed: Bed, tag: str, **kw: Any) -> dict[str, Row]:
+        """Runs of ``names`` at the pilot seed (recorded in the report's pilot), each at its
+        family's eta (a run name says it: the LR pilot at that eta is the same run): their
+        rows, curves included."""
+        rows: dict[str, Row] = {}
         for name in names:
-            arm = self.arm(name, bed, f"-pilot{tag}", **kw)
+            arm = self.arm(name, bed, f"-pilot{tag}-lr{self.lr_of(name):g}", **kw)
             summary = self.runner.summary(arm, self.p.pilot_seed, bed)
             row = measure(summary, name, self.p.pilot_seed, {})
-            finals[name] = row["final_accuracy"]
-            kept = {k: row[k] for k in PILOT_KEYS} | {"tag": tag}
-            self.pilot.setdefault("runs", []).append(kept)
-        return finals
+            rows[name] = row
+            kept = {k: row[k] for k in PILOT_KEYS} | {"tag": tag, "lr": self.lr_of(name)}
+            runs = self.pilot.setdefault("runs", [])
+            if kept not in runs:
+                runs.append(kept)
+        return rows

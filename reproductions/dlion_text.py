@@ -10,6 +10,7 @@ from edgetrain.experiment.claims import Row
 from edgetrain.experiment.text import arm_rows, fmt, spread, table
 from reproductions.dlion_claims import setting
 from reproductions.dlion_plan import (
+    LRS,
     R1_ARMS,
     R2_ARMS,
     R3_ARMS,
@@ -19,6 +20,7 @@ from reproductions.dlion_plan import (
     TOTALS,
     Plan,
 )
+from reproductions.dlion_regime_claims import regime_table
 
 GROUPS = (
     ("r_dl_1", "R-DL-1: capacity-aware batching", R1_ARMS),
@@ -76,9 +78,15 @@ def knee_table(res: dict[str, Any]) -> str:
 
 def sections(res: dict[str, Any], p: Plan) -> list[tuple[str, str]]:
     out = [("Setup", setup_text(p, res))]
+    if res.get("regime"):
+        out.append(("Regime: predicted before the runs, and measured", regime_table(res)))
     for key, title, arms in GROUPS:
         if res.get(key):
             out.append((title, arms_table(res[key], arms)))
+    if res.get("control"):
+        control = (res.get("regime") or {}).get("control")
+        title = f"R-DL-1c: the control ({control}, where the model predicts the least gain)"
+        out.append((title, arms_table(res["control"], ("dlion", "dlion-nobatch"))))
     if res.get("r_dl_5"):
         out.append(("R-DL-5: batch threshold", knee_table(res["r_dl_5"])))
     for name, text in res.get("testbeds", {}).items():
@@ -93,18 +101,19 @@ def pilot_table(pilot: dict[str, Any]) -> str:
     lines = [
         f"Seed {pilot.get('seed')}. Each arm's accuracy curve is in `paper-vs-edgetrain.json`.",
         "",
-        "| run | final accuracy | train s |",
-        "|---|---:|---:|",
+        "| run | eta | final accuracy | train s |",
+        "|---|---:|---:|---:|",
     ]
     for r in pilot.get("runs", []):
         name = f"{r['arm']}{r.get('tag') or ''}"
         lines.append(
-            f"| {name} | {fmt(r.get('final_accuracy'), '.4f')} | {fmt(r.get('train_s'), '.1f')} |"
+            f"| {name} | {fmt(r.get('lr'), 'g')} | {fmt(r.get('final_accuracy'), '.4f')} | "
+            f"{fmt(r.get('train_s'), '.1f')} |"
         )
-    finals = pilot.get("lr_finals")
-    if finals:
-        tried = ", ".join(f"{lr}: {fmt(a, '.4f')}" for lr, a in finals.items())
-        lines += ["", f"Learning rates tried (final accuracy): {tried}."]
+    for bed, families in (pilot.get("lr_finals") or {}).items():
+        for family, finals in families.items():
+            tried = ", ".join(f"{lr}: {fmt(a, '.4f')}" for lr, a in finals.items())
+            lines += ["", f"{bed}, {family}: learning rates tried (final accuracy): {tried}."]
     return "\n".join(lines)
 
 
@@ -118,9 +127,30 @@ def setup_text(p: Plan, res: dict[str, Any]) -> str:
         "R-DL-8, four one-host sites (0.7/0.5/0.4/0.3, 100 Mbit/s WAN)"
     )
     t = res.get("targets", {})
+    chosen = res.get("setting") or {}
+    period = chosen.get("period_ms")
+    regime = (
+        f"Regime first: the cost model chose {chosen.get('key')} before any run (model "
+        f"{chosen.get('model')}, b0 = {chosen.get('b0')}, on {chosen.get('testbed')}"
+        + (f", CPU quota period {period} ms" if period else ", no CPU quota")
+        + "; the Regime section has the map). "
+        if chosen
+        else ""
+    )
+    lrs = res.get("lrs") or {}
+    tuned = "; ".join(
+        f"{bed}: " + ", ".join(f"{f} {lr:g}" for f, lr in by.items()) for bed, by in lrs.items()
+    )
+    eta = (
+        "eta per arm family and testbed, each family (DLion, Gaia, Ako) picked by its own "
+        f"pilots from {', '.join(map(str, LRS))} (the most accurate final; every arm at its "
+        f"family's): {tuned or '-'}"
+        if p.lr is None
+        else f"eta = {p.lr} (fixed) in every arm"
+    )
     return (
-        f"{setting(p)}, IID shards, one worker per host on {where}. SGD momentum 0.9, "
-        f"b0 = {p.b0}, eta = {res.get('lr')} ({'pilot-chosen' if p.lr is None else 'fixed'}), "
+        f"{regime}{setting(p)}, IID shards, one worker per host on {where}. SGD momentum 0.9, "
+        f"b0 = {p.b0}, {eta}, "
         f"{p.epochs} epochs (a global epoch: N samples across the cluster); iteration-"
         "synchronous (staleness 0) in every arm; Eq. 5 weighting (1/k per worker). DLion: "
         "capacity-aware batches from a pilot of timed steps (not in the clock), WarmUpLR + "
@@ -128,9 +158,12 @@ def setup_text(p: Plan, res: dict[str, Any]) -> str:
         "the link's bandwidth, dense where choosing the top k costs the worker more than it "
         "saves on the link (select_cost, ours), full WE best -> worst every 10 iterations while "
         "pi < 0.2. "
-        f"T_bs = {res.get('t_bs')}. Targets: T_high = {fmt(t.get('high'), '.4f')}, T_low = "
-        f"{fmt(t.get('low'), '.4f')}; budgets: {res.get('budgets') or '-'} s. Measured seeds "
-        f"{', '.join(map(str, p.seeds))} (R-DL-1: {', '.join(map(str, p.r1_seeds))}; R-DL-4 to "
+        f"T_bs = {res.get('t_bs')}. Targets, on the rising curve from the pilots (the lowest "
+        "accuracy a pilot had at half its training time, half a point under the lowest "
+        f"plateau at least): T_high = {fmt(t.get('high'), '.4f')} (DLion's pilots), T_low = "
+        f"{fmt(t.get('low'), '.4f')} (every pilot); budgets: {res.get('budgets') or '-'} s. "
+        f"Measured seeds {', '.join(map(str, p.seeds))} (R-DL-1 and R-DL-2: "
+        f"{', '.join(map(str, p.r1_seeds))}; R-DL-4 to "
         f"R-DL-8: {', '.join(map(str, p.side_seeds))}, to bound the plan's time); pilot "
         f"seed {p.pilot_seed}."
     )

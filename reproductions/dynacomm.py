@@ -12,8 +12,10 @@ on their own access links of one rate per batch, a parameter server on the LAN, 
   pilot run (seed 0, reported, not reused) so that compute and communication are comparable.
 - R-DC3: measured iteration time against the simulator's prediction from the same run's
   measured costs, on 0.45-core hosts and on ``dynacomm-repro-1`` (0.9 core).
-- R-DC4: under a bandwidth trace (300 -> 20 -> 300 Mbit/s), DynaComm re-planned every 20
-  iterations against its plan frozen after the cold start, and against layer-by-layer.
+- R-DC4: under a bandwidth trace (300 -> 20 -> 300 Mbit/s, phases sized from the pilot's
+  costs), DynaComm re-planned at every barrier against its frozen plan, both starting from one
+  plan file made before the first run (profiled on a trainer host, planned at 300 Mbit/s), and
+  against layer-by-layer; at least 3 seeds, interleaved.
 - R-DC5: the same seed gives the same ``model_sha256`` under every schedule.
 
 Resumable: a run whose summary says it completed is kept (``OUT/runs/``). Figures are measured
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from edgetrain.errors import EdgetrainError
-from edgetrain.experiment import cli, report
+from edgetrain.experiment import cli, recipes, report
 from edgetrain.experiment.arms import Arm, interleave
 from edgetrain.experiment.beds import Bed, BedSpec, access_at, bring_up, trace_toml, write_trace
 from edgetrain.experiment.pilot import PILOT_SEED
@@ -52,6 +54,15 @@ from reproductions.dynacomm_plan import (
     recipe,
 )
 from reproductions.dynacomm_text import sections, trace_text
+from reproductions.dynacomm_trace import (
+    arm_plan_keys,
+    by_phase,
+    data_iterations,
+    phase_of,
+    phases_for,
+    trace_changes,
+    trace_plan,
+)
 
 # the paper's plan, arms and claims, as its tests and readers use them
 __all__ = [
@@ -97,40 +108,57 @@ def run_setting(
     return got
 
 
-def run_trace(runner: Runner, s: Setting, p: Plan, root: Path | None, bed: Bed) -> dict[str, Any]:
-    """R-DC4: a bandwidth trace (rate -> 20 Mbit/s -> rate every 60 s) during three arms."""
+def run_trace(
+    runner: Runner, s: Setting, p: Plan, root: Path | None, bed: Bed, pilot: dict[str, Any]
+) -> dict[str, Any]:
+    """R-DC4: a bandwidth trace (rate -> 20 Mbit/s -> rate, phases sized from the pilot's
+    costs) during three arms, interleaved over the seeds: DynaComm re-planned at every barrier
+    and frozen, both starting from one plan file made before the first run, and lbl."""
     assert bed.tb is not None
-    changes = [
-        {"at": at, "link": f"trainer-{i}", "rate": f"{rate}mbit"}
-        for at, rate in ((0, s.bandwidth_mbit), (60, 20), (120, s.bandwidth_mbit))
-        for i in range(1, s.trainers + 1)
-    ]
-    trace = write_trace(runner.out / "testbeds" / "trace.toml", trace_toml(changes))
-    text = data(p.local, root, s.trainers, s.batch, 60)
-    epochs = 4
+    scale = s.batch / 64  # the pilot measured compute at batch 64
+    compute = pilot.get("compute_s")
+    ph = phases_for(
+        s.bandwidth_mbit,
+        compute * scale if isinstance(compute, (int, float)) else None,
+        pilot.get("communication_s"),
+    )
+    trace = write_trace(
+        runner.out / "testbeds" / f"trace-{s.key}.toml",
+        trace_toml(trace_changes(ph, s.trainers)),
+    )
+    plan_path, plan = trace_plan(
+        runner.out, s.key, s.model, s.batch, s.bandwidth_mbit, pilot.get("dt_s"), bed, runner.say
+    )
+    text = data(p.local, root, s.trainers, s.batch, data_iterations(recipes.MNIST_TEST_SPLIT))
     # At 20 Mbit/s one push of mobilenet_v2 (8.9 MB) holds a trainer's access link for 3.6 s,
     # and heartbeats share the shaper's tail-drop queue with it (a dropped heartbeat waits out
     # TCP's backoff): 2 s heartbeats (dead after 6 s) stopped the first full run, so the trace
     # arms beat every 5 s (15 s).
     hb = 5.0
-    arms = {
-        "replanned": recipe(s, "dynacomm", text, epochs, replan_every=20, heartbeat_s=hb),
-        "frozen": recipe(s, "dynacomm", text, epochs, replan="never", heartbeat_s=hb),
-        "lbl": recipe(s, "lbl", text, epochs, heartbeat_s=hb),
+    warm = arm_plan_keys(plan_path, s.bandwidth_mbit)
+    texts = {
+        "replanned": recipe(s, "dynacomm", text, ph.epochs, heartbeat_s=hb, ps_extra=warm),
+        "frozen": recipe(s, "dynacomm", text, ph.epochs, "never", heartbeat_s=hb, ps_extra=warm),
+        "lbl": recipe(s, "lbl", text, ph.epochs, heartbeat_s=hb),
     }
-    result: dict[str, Any] = {}
-    for key, arm_text in arms.items():
-        arm = Arm(f"trace-{key}-{s.key}", arm_text)
+    # "warm": not the runs of the cold-start trace this replaces (a resumed OUT keeps runs)
+    arms = [Arm(f"trace-{key}-warm-{s.key}", t, label=key) for key, t in texts.items()]
+    seeds: dict[str, dict[str, Any]] = {}
+    for arm, seed in interleave(arms, p.trace_seeds):
+        got = seeds.setdefault(str(seed), {})
         try:
             with trace_running(bed.tb.name, trace):
-                run = runner.summary(arm, p.seeds[0], bed)
+                run = runner.summary(arm, seed, bed)
         except EdgetrainError as exc:
             # an arm the trace stops is a result, not the end of the reproduction
-            runner.say(f"{arm.name}: did not complete under the trace")
-            result[key] = {"run": f"{arm.name}-s{p.seeds[0]}", "failed": str(exc)}
+            runner.say(f"{arm.name}-s{seed}: did not complete under the trace")
+            got[arm.arm] = {"run": f"{arm.name}-s{seed}", "failed": str(exc)}
             continue
-        result[key] = {"run": run["run"], "train_s": run["train_s"], **measure(run)}
-    return result
+        row = {"run": run["run"], "train_s": run["train_s"], **measure(run)}
+        for r in row["per_epoch"]:
+            r["phase"] = phase_of(r, ph)
+        got[arm.arm] = row | {"phases": by_phase(row["per_epoch"], ph)}
+    return {"phases": ph.as_dict(), "plan": plan, "seeds": seeds}
 
 
 def reproduce(args: argparse.Namespace) -> dict[str, Any]:
@@ -180,7 +208,7 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
             if p.replan_trace and b.tb is not None and bandwidth == max(p.bandwidths):
                 chosen = results["pilot"].get(f"{p.models[-1]}-{bandwidth}mbit", {})
                 s = Setting(p.models[-1], bandwidth, batch=chosen.get("batch_chosen", 64))
-                results["trace"] = run_trace(runner, s, p, root, b)
+                results["trace"] = run_trace(runner, s, p, root, b, chosen)
     if p.prediction_check:
         bandwidth = max(p.bandwidths)
         with bed("dynacomm-repro-1", TESTBED_1, bandwidth, "0.9 core") as b:
@@ -203,7 +231,7 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
-main = cli.entry("dynacomm", __doc__, reproduce, 3, QUICK_HELP, SMOKE_HELP)
+main = cli.entry("dynacomm", __doc__, reproduce, 5, QUICK_HELP, SMOKE_HELP)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,9 @@ PER_EPOCH = (
     "bandwidth_pull_Bps",
     "bandwidth_push_Bps",
     "iteration_s",
+    "epoch_s",
+    "eval_s",
+    "t",
 )
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgetrain.errors import EdgetrainError
 from edgetrain.experiment import cli, recipes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -16,6 +17,7 @@ TESTBED_1 = REPO / "recipes" / "testbeds" / "dynacomm-repro-1.toml"
 SCHEDULES = ("sequential", "lbl", "ibatch", "dynacomm")
 PAPER_CUTS = {"VGG-19": 41.10, "GoogLeNet": 30.19, "Inception-v4": 33.78, "ResNet-152": 37.06}
 BATCHES = (16, 32, 64, 128, 256, 512)
+FULL_SEEDS = 3  # the fewest seeds the full plan measures (its default is 5)
 MNIST_SAMPLES = 8000  # of the 10,000-image MNIST test set: 80% train, 20% held out
 
 
@@ -53,6 +55,11 @@ class Plan:
     # batch the data allows, and its 105 layers make layer-by-layer runs minutes long
     skip: frozenset[tuple[str, int]] = frozenset()
 
+    @property
+    def trace_seeds(self) -> tuple[int, ...]:
+        """R-DC4's seeds: the first three measured ones (at least three)."""
+        return self.seeds[:3] if len(self.seeds) >= 3 else (1, 2, 3)
+
 
 # the help of --quick and --smoke (and --testbed)
 QUICK_HELP = "one model, one bandwidth, the four schedules (<10 min)"
@@ -65,6 +72,11 @@ def plan_for(args: argparse.Namespace) -> Plan:
         return Plan(("mlp",), (100,), (0.0,), (1,), False, False, True, local=True)
     if args.quick:
         return Plan(("squeezenet1_1",), (300,), (10.0,), seeds, False, False, False)
+    if len(seeds) < FULL_SEEDS:
+        raise EdgetrainError(
+            f"the full plan measures at least {FULL_SEEDS} seeds, not {len(seeds)}",
+            f"pass --seeds {FULL_SEEDS} or more (default 5), or --quick",
+        )
     return Plan(
         ("lenet5", "squeezenet1_1", "mobilenet_v2"),
         (100, 300),
@@ -111,9 +123,11 @@ def recipe(
     replan: str = "epoch",
     replan_every: int | None = None,
     heartbeat_s: float = 2.0,
+    ps_extra: dict[str, Any] | None = None,
 ) -> str:
-    """A parameter-server recipe; ``{seed}`` is filled per run."""
-    ps: dict[str, Any] = {"hold_ms": s.hold_ms, "replan": replan}
+    """A parameter-server recipe; ``{seed}`` is filled per run; ``ps_extra``: more ``[ps]``
+    keys (a plan file to start from)."""
+    ps: dict[str, Any] = {"hold_ms": s.hold_ms, "replan": replan, **(ps_extra or {})}
     if replan_every:
         ps["replan_every"] = replan_every
     train = {"family": "ps", "technique": technique, "epochs": epochs, "batch_size": s.batch}

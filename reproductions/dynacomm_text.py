@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from edgetrain.experiment.claims import cut, median
-from edgetrain.experiment.text import fmt, json_block
+from edgetrain.experiment.text import fmt, json_block, spread
+from reproductions.dynacomm_claims import seed_figures
 from reproductions.dynacomm_measure import failure
 from reproductions.dynacomm_plan import PAPER_CUTS, SCHEDULES, Plan
 
@@ -22,6 +23,7 @@ def _pct(x: float | None) -> str:
 def sections(results: dict[str, Any], p: Plan) -> list[tuple[str, str]]:
     out = [
         ("Setup", setup_text(p, results)),
+        ("Setting map: predicted and measured cut against sequential", setting_map(results)),
         ("Iteration time per setting (median over seeds)", settings_table(results)),
         *[(f"Testbed verification, {k}", v) for k, v in results["testbeds"].items()],
         ("Pilot (seed 0, not reused)", json_block(results["pilot"])),
@@ -29,6 +31,45 @@ def sections(results: dict[str, Any], p: Plan) -> list[tuple[str, str]]:
     if "trace" in results:
         out.append(("Bandwidth trace (R-DC4)", trace_text(results["trace"])))
     return out
+
+
+def setting_map(results: dict[str, Any]) -> str:
+    """One row per setting: the overlap ceiling, the simulator's cut (DynaComm's predicted
+    iteration against sequential's, from each run's own measured costs) and the measured cut
+    and its share of the ceiling, median [min, max] over seeds."""
+    lines = [
+        "| model | hosts | Mbit/s | round trip ms | batch | seeds | ceiling | predicted cut "
+        "| measured cut | share of ceiling |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for entry in results["settings"].values():
+        s, got = entry["setting"], entry["results"]
+        figs = seed_figures(got)
+        ceiling = median([r.get("ceiling") for r in got.get("sequential", [])])
+        pred = cut(
+            median([r.get("predicted_s") for r in got.get("dynacomm", [])]),
+            median([r.get("predicted_s") for r in got.get("sequential", [])]),
+        )
+        cells = [
+            s["model"],
+            f"{s['trainers']} x {s['core']:g} core",
+            str(s["bandwidth_mbit"]),
+            f"{s['hold_ms']:g}",
+            str(s["batch"]),
+            ", ".join(map(str, figs)) or "-",
+            _pct(100 * ceiling if ceiling is not None else None),
+            _pct(pred),
+            spread([f["cut"] for f in figs.values()], ".1f") + ("%" if figs else ""),
+            spread([f["share"] for f in figs.values()], ".2f"),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Every claim above is over seeds at one setting; this map is the settings side by "
+        "side. The predicted cut is the simulator's (each run's measured costs, its own cuts); "
+        "the ceiling min(C, M)/(C + M) is the most any overlap can save.",
+    ]
+    return "\n".join(lines)
 
 
 def settings_table(results: dict[str, Any]) -> str:
@@ -70,36 +111,62 @@ def settings_table(results: dict[str, Any]) -> str:
 
 
 def trace_text(trace: dict[str, Any]) -> str:
-    """R-DC4's arms: training time, then per epoch of trainer 1 the fitted pull bandwidth, dt
-    and the cuts the epoch ran, so that a plan following the trace can be seen."""
-    lines = [
-        "| arm | train s | median iteration s |",
-        "|---|---:|---:|",
+    """R-DC4's arms per seed: training time and the median iteration in each phase of the
+    trace; then per epoch of trainer 1 its clock, phase, fitted pull bandwidth, dt and cuts, so
+    that a plan following the trace can be seen."""
+    ph = trace.get("phases") or {}
+    lines = []
+    if ph:
+        lines += [
+            f"Trace: {ph.get('rate')} Mbit/s until {_num(ph.get('drop_at'), '.0f')} s, "
+            f"{ph.get('low')} Mbit/s until {_num(ph.get('back_at'), '.0f')} s, then "
+            f"{ph.get('rate')} Mbit/s; {ph.get('epochs')} epochs a run.",
+            "",
+        ]
+    plan = trace.get("plan") or {}
+    if plan:
+        got = plan.get("dynacomm_at_rate") or {}
+        lines += [
+            f"Both DynaComm arms start from one plan file: {plan.get('model')} at batch "
+            f"{plan.get('batch')} profiled on {plan.get('profile_host')}, planned at "
+            f"{plan.get('rate_mbit')} Mbit/s with dt {_num(plan.get('dt_s'), '.4f')} s: forward "
+            f"cuts {got.get('forward_cuts')}, backward cuts {got.get('backward_cuts')}.",
+            "",
+        ]
+    lines += [
+        "| seed | arm | train s | iteration s before / during / after the drop |",
+        "|---|---|---:|---:|",
     ]
-    for arm, v in trace.items():
-        if v.get("failed"):
-            lines.append(f"| {arm} | did not complete: {failure(v['failed'])} | - |")
-            continue
-        lines.append(f"| {arm} | {_num(v.get('train_s'), '.1f')} | {_num(v.get('iteration_s'))} |")
+    seeds = trace.get("seeds") or {}
+    for seed, arms in sorted(seeds.items(), key=lambda x: int(x[0])):
+        for arm, v in arms.items():
+            if v.get("failed"):
+                lines.append(f"| {seed} | {arm} | did not complete: {failure(v['failed'])} | - |")
+                continue
+            p = v.get("phases") or {}
+            cells = " / ".join(_num(p.get(k)) for k in ("before", "drop", "after"))
+            lines.append(f"| {seed} | {arm} | {_num(v.get('train_s'), '.1f')} | {cells} |")
     lines += [
         "",
-        "| arm | epoch | pull Mbit/s (fitted) | dt ms | forward cuts | backward cuts "
-        "| iteration s |",
-        "|---|---:|---:|---:|---|---|---:|",
+        "| seed | arm | epoch | ends at s | phase | pull Mbit/s (fitted) | dt ms | forward cuts "
+        "| backward cuts | iteration s |",
+        "|---|---|---:|---:|---|---:|---:|---|---|---:|",
     ]
-    for arm, v in trace.items():
-        rows = [r for r in v.get("per_epoch") or [] if r.get("worker") == 1] or (
-            v.get("per_epoch") or []
-        )
-        for r in rows:
-            bw = r.get("bandwidth_pull_Bps")
-            dt = r.get("dt_s")
-            lines.append(
-                f"| {arm} | {r.get('epoch')} | {_num(bw * 8 / 1e6 if bw else None, '.1f')} | "
-                f"{_num(dt * 1000 if dt is not None else None, '.2f')} | "
-                f"{r.get('forward_cuts')} | {r.get('backward_cuts')} | "
-                f"{_num(r.get('iteration_s'))} |"
+    for seed, arms in sorted(seeds.items(), key=lambda x: int(x[0])):
+        for arm, v in arms.items():
+            rows = [r for r in v.get("per_epoch") or [] if r.get("worker") == 1] or (
+                v.get("per_epoch") or []
             )
+            for r in rows:
+                bw = r.get("bandwidth_pull_Bps")
+                dt = r.get("dt_s")
+                lines.append(
+                    f"| {seed} | {arm} | {r.get('epoch')} | {_num(r.get('t'), '.1f')} | "
+                    f"{r.get('phase') or '-'} | {_num(bw * 8 / 1e6 if bw else None, '.1f')} | "
+                    f"{_num(dt * 1000 if dt is not None else None, '.2f')} | "
+                    f"{r.get('forward_cuts')} | {r.get('backward_cuts')} | "
+                    f"{_num(r.get('iteration_s'))} |"
+                )
     return "\n".join(lines)
 
 

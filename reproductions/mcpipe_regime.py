@@ -19,17 +19,14 @@ versions N - 1 microbatches old at stage 0), which the report shows beside it.
 
 from __future__ import annotations
 
-import json
-import shlex
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from edgetrain.errors import EdgetrainError
 from edgetrain.experiment.beds import Bed
 from edgetrain.experiment.kept import kept
+from edgetrain.experiment.profiling import profile_argv, profile_in_host
 from reproductions.mcpipe_accuracy import arm_spec
 from reproductions.mcpipe_plan import PIPELINES, Plan
 from reproductions.mcpipe_recipes import RunSpec, Workload, recipe
@@ -39,35 +36,11 @@ Say = Callable[[str], None]
 ArmSpec = Callable[[Workload, str, int], RunSpec]
 
 
-def profile_argv(w: Workload, host: str) -> list[str]:
-    """``edgetrain profile`` of the workload's model at its microbatch, as JSON."""
-    shape = "1x28x28" if w.dataset == "mnist" else "1x8x8"
-    args = ["-m", "edgetrain", "profile", "--model", w.model, "--input", shape]
-    args += ["--batch-sizes", str(w.microbatch), "--repeats", "5", "--warmup", "2"]
-    args += ["--min-time", "0.5", "--host-name", host, "--format", "json"]
-    for key, value in w.options.items():
-        text = json.dumps(value, separators=(",", ":"))
-        args += ["--model-option", shlex.quote(f"{key}={text}")]
-    return args
-
-
 def profile_workload(w: Workload, b: Bed, host: str, out: Path, say: Say) -> dict[str, Any]:
     """The workload's profile on ``host`` of the testbed (here for local processes), kept."""
+    argv = profile_argv(w.model, w.dataset, w.microbatch, host, w.options)
     path = out / "profiles" / f"{w.label}-{w.dataset}-b{w.microbatch}.json"
-
-    def make() -> dict[str, Any]:
-        say(f"profiling {w.label} on {host} (the cost model's input, before any measured run)")
-        argv = profile_argv(w, host)
-        if b.hosts is None:  # local processes: no shell between, no quoting
-            argv = [a if not a.startswith("'") else shlex.split(a)[0] for a in argv]
-        proc = subprocess.run(b.command(host, argv), capture_output=True, text=True, timeout=900)
-        if proc.returncode != 0:
-            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise EdgetrainError(f"profiling {w.label} on {host} failed: {tail}")
-        doc: dict[str, Any] = json.loads(proc.stdout)
-        return doc
-
-    return dict(kept(path, make))
+    return profile_in_host(b, host, argv, path, say, w.label)
 
 
 def predict_arm(

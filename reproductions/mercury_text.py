@@ -31,7 +31,8 @@ def side_by_side(res: dict[str, Any], p: Plan) -> str:
         "3.74x | final acc. | T_cp / T_cm / T_is s | reshard MB |",
         "|---:|---|---:|---:|---:|---:|---:|---|---:|",
     ]
-    for bw, rows in res["r_m1"].items():
+    for key, rows in res["r_m1"].items():
+        bw = key.replace("-", " at ") if "-" in key else key
         for arm in ("uniform", "mercury"):
             mine = [r for r in rows if r["arm"] == arm]
             sp = paired(rows, "uniform", arm, "time_to_primary")
@@ -49,10 +50,41 @@ def side_by_side(res: dict[str, Any], p: Plan) -> str:
             )
     lines += [
         "",
-        f"Target {pct(res, 'primary')} (secondary {pct(res, 'secondary')}); median [min, max] "
-        "over seeds; times are training seconds (evaluation excluded), from `edgetrain "
-        "compare`'s clock. Runs stop at the target.",
+        "Targets: "
+        + (
+            "; ".join(
+                f"{m} {pct(res, 'primary', m)} (secondary {pct(res, 'secondary', m)})"
+                for m in res.get("targets_by_model") or {}
+            )
+            or f"{pct(res, 'primary')} (secondary {pct(res, 'secondary')})"
+        )
+        + "; median [min, max] over seeds; times are training seconds (evaluation excluded), "
+        "from `edgetrain compare`'s clock. Runs stop at the target.",
     ]
+    return "\n".join(lines)
+
+
+def regime_table(regime: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
+    """Per cell and arm: the iteration the cost model predicted before any run, the measured
+    one and the error, median [min, max] over seeds; Mercury's predicted iteration over
+    uniform's."""
+    dirty = " (uncommitted changes)" if regime.get("commit_dirty") else ""
+    lines = [
+        f"Predicted at {regime.get('written_at')} by commit `{regime.get('commit')}`{dirty}, "
+        f"from profiles measured on {regime.get('profiled_on')}, before the first measured run.",
+        "",
+        "| cell | arm | predicted s | measured s | error | Mercury / uniform predicted |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for key, cell in (regime.get("cells") or {}).items():
+        for arm, got in (cell.get("arms") or {}).items():
+            mine = [r for r in rows if r["cell"] == key and r["arm"] == arm]
+            lines.append(
+                f"| {key} | {arm} | {fmt(got.get('iteration_s'), '.4f')} | "
+                f"{spread([r['measured_s'] for r in mine], '.4f')} | "
+                f"{spread([r['error'] for r in mine], '.2f')} | "
+                f"{fmt(cell.get('mercury_over_uniform'), '.2f')} |"
+            )
     return "\n".join(lines)
 
 
@@ -89,9 +121,11 @@ def setup_text(res: dict[str, Any], p: Plan) -> str:
     )
     reduced = (
         f"Reduced from the specification to fit this 2-core machine: {len(p.seeds)} measured "
-        f"seed(s) (spec: 3), a budget of {p.budget} iterations a run, R-M2 .. R-M7 at "
+        f"seed(s) for LeNet-5 (the headline {p.headline_model or 'model'}: "
+        f"{len(p.headline_seeds or p.seeds)}), a budget of {p.budget} iterations a run "
+        f"({p.headline_budget or p.budget} for the headline), R-M2 .. R-M7 at "
         f"{p.home} Mbit/s only (spec: R-M2 and R-M4 also at 10 Mbit/s), R-M7 on one seed, no "
-        "beta = 0 run, cnn2 not run."
+        "beta = 0 run."
     )
     return (
         f"{p.model} on {data}, on {where}; Adam, local batch {p.batch}, learning rate "
@@ -114,6 +148,13 @@ def sections(res: dict[str, Any], p: Plan) -> list[tuple[str, str]]:
         ("Setup", setup_text(res, p)),
         ("R-M1: side by side (and R-M8's terms)", side_by_side(res, p)),
     ]
+    if res.get("regime"):
+        out.append(
+            (
+                "Regime: predicted before any run (regime.json) against measured",
+                regime_table(res["regime"], res.get("predicted_against_measured") or []),
+            )
+        )
     if "r_m2" in res:
         out.append(
             ("R-M2: group-wise against All-IS", arms_table(res["r_m2"], ("groupwise", "all-is")))
@@ -147,6 +188,10 @@ def sections(res: dict[str, Any], p: Plan) -> list[tuple[str, str]]:
         out.append((f"Testbed verification: {name}", text))
     if res.get("pilot"):
         out.append((f"Pilot (seed {p.pilot_seed}, not reused)", pilot_table(res["pilot"])))
+    if res.get("headline_pilot"):
+        got = res["headline_pilot"]
+        title = f"Pilot of {got.get('model')} (seed {p.pilot_seed}, not reused)"
+        out.append((title, pilot_table(got)))
     return out
 
 
@@ -187,7 +232,8 @@ def pilot_table(pilot: dict[str, Any]) -> str:
         "| run | learning rate | final accuracy | train s |",
         "|---|---:|---:|---:|",
     ]
-    for t in pilot.get("tried") or []:
+    others = [v for k, v in (pilot.get("pilots") or {}).items() if k != "uniform"]
+    for t in [*(pilot.get("tried") or []), *others]:
         name = PurePath(str(t.get("run"))).name
         lines.append(
             f"| {name} | {fmt(t.get('lr'), 'g')} | {fmt(t.get('final_accuracy'), '.4f')} "
@@ -200,4 +246,16 @@ def pilot_table(pilot: dict[str, Any]) -> str:
         f"{fmt(targets.get('primary'), '.3f')} (primary) and "
         f"{fmt(targets.get('secondary'), '.3f')} (secondary), fixed before any measured run.",
     ]
+    rule = pilot.get("rule") or {}
+    if rule:
+        plateaus = ", ".join(
+            f"{arm} {fmt(v, '.4f')}" for arm, v in (rule.get("plateaus") or {}).items()
+        )
+        lines.append(
+            f"The rule: {fmt(rule.get('cap'), '.3f')} where every pilot's plateau (its best "
+            "accuracy over the second half of the budget) is at least that plus "
+            f"{fmt(rule.get('margin'), '.3f')}, else the lowest plateau less that margin: "
+            f"plateaus {plateaus}; "
+            + ("the cap was reachable." if rule.get("at_cap") else "the cap was not reachable.")
+        )
     return "\n".join(lines)

@@ -224,3 +224,76 @@ def test_a_busy_machine_is_named_in_one_line() -> None:
         "60%)); measure again on an idle machine"
     )
     assert busy_line(1.0, 2, [(0.7, 3, "yes")]) is not None  # outside use alone counts
+
+
+# ---------------------------------------------------------------------- the CPU quota's period
+
+
+def _hosts(*hosts: dict[str, object], **top: object) -> dict[str, object]:
+    return _spec(sites=[{"name": "a", "lan": "1gbit", "hosts": list(hosts)}], **top)
+
+
+def test_the_cpu_period_defaults_to_the_kernels_and_a_host_may_set_its_own() -> None:
+    spec = parse_spec(_hosts({"name": "h1", "cpu": 0.3}), "bed.toml")
+    assert spec.cpu_period_ms == 100
+    topo = build(spec, "10.231.0.0/24")
+    assert topo.host("h1").cpu_period_us == 100_000
+    assert topo.facts().host("h1").quota_period_s == pytest.approx(0.1)
+    spec = parse_spec(
+        _hosts({"name": "h1", "cpu": 0.3}, {"name": "h2", "cpu": 0.9, "cpu_period_ms": 50},
+               cpu_period_ms=10),
+        "bed.toml",
+    )  # fmt: skip
+    topo = build(spec, "10.231.0.0/24")
+    assert [h.cpu_period_us for h in topo.hosts] == [10_000, 50_000]
+    assert [h.quota_period_s for h in topo.facts().hosts] == pytest.approx([0.01, 0.05])
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (_hosts({"name": "h", "cpu": 0.5}, cpu_period_ms=0),
+         "cpu_period_ms: Input should be greater than or equal to 1 (got 0)"),
+        (_hosts({"name": "h", "cpu": 0.5}, cpu_period_ms=1001),
+         "cpu_period_ms: Input should be less than or equal to 1000"),
+        (_hosts({"name": "h", "cpu": 0.5}, cpu_period_ms=10.5), "cpu_period_ms"),
+        (_hosts({"name": "h", "cpu": 0.5}, cpu_period_ms="10"), "cpu_period_ms"),
+        (_hosts({"name": "h", "cpu": 0.5}, cpu_period_ms=True), "cpu_period_ms"),
+        (_hosts({"name": "h", "cpu": 0.5, "cpu_period_ms": -5}), "hosts #1 cpu_period_ms"),
+        (_hosts({"name": "h", "cpu": 0.05}, cpu_period_ms=10),
+         "host 'h': cpu 0.05 x cpu_period_ms 10 is a quota under the kernel's least (1 ms); "
+         "raise cpu_period_ms to at least 20"),
+    ],
+)  # fmt: skip
+def test_bad_cpu_periods_are_one_line(data: dict[str, object], message: str) -> None:
+    with pytest.raises(SpecError) as exc:
+        parse_spec(data, "bed.toml")
+    assert message in str(exc.value)
+    assert str(exc.value).startswith("bed.toml: ") and "\n" not in str(exc.value)
+
+
+def test_the_quota_is_written_at_the_hosts_period(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from edgetrain import cgroups as primitives
+    from edgetrain.emulate import cgroups
+
+    # what the kernel's files get, in order: the period before the quota of it
+    assert list(primitives.quota_files(0.3).items()) == [
+        ("cpu.cfs_period_us", "100000"),
+        ("cpu.cfs_quota_us", "30000"),
+        ("cpu.shares", "307"),
+    ]
+    assert primitives.quota_files(0.3, 10_000)["cpu.cfs_quota_us"] == "3000"
+    assert primitives.quota_files(0.05, 10_000)["cpu.cfs_quota_us"] == "1000"  # the least
+    monkeypatch.setattr(cgroups, "CGROUP_ROOT", tmp_path)
+    spec = parse_spec(_hosts({"name": "h1", "cpu": 0.3}, cpu_period_ms=10), "bed.toml")
+    host = build(spec, "10.231.0.0/24").host("h1")
+    cgroups.create("bed", host.name, host.cpu, host.memory, host.cpu_period_us)
+    group = tmp_path / "cpu" / cgroups.TOP / "bed" / "h1"
+    assert (group / "cpu.cfs_period_us").read_text() == "10000"
+    assert (group / "cpu.cfs_quota_us").read_text() == "3000"
+    assert cgroups.read_cpu("bed", "h1") == pytest.approx(0.3)
+    cgroups.set_cpu("bed", "h1", 0.5, host.cpu_period_us)  # a trace's change keeps the period
+    assert (group / "cpu.cfs_quota_us").read_text() == "5000"
+    assert (group / "cpu.cfs_period_us").read_text() == "10000"

@@ -263,6 +263,49 @@ def test_a_quota_runs_at_full_speed_while_it_lasts() -> None:
     assert p.iteration_s == pytest.approx(0.060)
 
 
+# worker 1's device under a quota of its speed every period (None: uniformly slow). Ako, no
+# CPU constants: p = 1, a 4 MB slice (40 ms) each way, 1 ms latency; worker 0 ready at 30 ms;
+# worker 1's 30 ms of reference work (60 ms on average) takes: uniformly 60 ms; at 100 ms a
+# 50 ms burst holds it, 30 ms; at 10 ms it stalls 5 times, 5 x 10 + 5 = 55 ms. Worker 0 waits
+# for worker 1's slice: ready_1 + 40 + 1.
+QUOTA_TABLE = {None: 0.101, 0.1: 0.071, 0.01: 0.096}
+
+
+@pytest.mark.parametrize(("period", "expected"), list(QUOTA_TABLE.items()))
+def test_a_devices_quota_period_is_the_models(period: float | None, expected: float) -> None:
+    slow = Device("b", speed=0.5, quota_period_s=period)
+    setting = Setting((TWO.devices[0], slow), TWO.links, LAYERS)
+    shape = EXCHANGE
+    p = predict_ako(setting, shape, AkoSection(), ZERO)
+    assert p.iteration_s == pytest.approx(expected)
+    # the device's period wins over the constants' (a setting from a testbed says it)
+    other = Constants(**{**ZERO.__dict__, "quota_period_s": 0.05})
+    if period is not None:
+        assert predict_ako(setting, shape, AkoSection(), other).iteration_s == pytest.approx(
+            expected
+        )
+
+
+def test_the_hooks_read_the_settings_quota_period() -> None:
+    """Through the technique's side (the default constants), the period changes DLion's, Gaia's
+    and Ako's prediction as the direct models with the same device say."""
+    got: dict[str, dict[float | None, float]] = {}
+    for technique in ("dlion", "gaia", "ako"):
+        for period in (None, 0.1, 0.01):
+            devices = (TWO.devices[0], Device("b", speed=0.5, quota_period_s=period))
+            setting = Setting(devices, TWO.links, LAYERS)
+            p = launcher_side("gossip", technique).predict(_recipe(technique), setting)
+            assert p is not None
+            got.setdefault(technique, {})[period] = p.iteration_s
+    for technique, by in got.items():
+        # the burst shortens the slow worker's stretch: never slower than uniformly slow
+        assert by[0.1] < by[None], technique
+        assert by[0.1] <= by[0.01] <= by[None] + 1e-12, technique
+    quota = Setting((TWO.devices[0], Device("b", 0.5, quota_period_s=0.1)), TWO.links, LAYERS)
+    direct = predict_ako(quota, ExchangeShape((0, 1), 32, lr=0.05, epochs=10), AkoSection())
+    assert got["ako"][0.1] == pytest.approx(direct.iteration_s)
+
+
 # ---------------------------------------------------------------------- errors and hooks
 
 

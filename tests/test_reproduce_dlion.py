@@ -15,7 +15,7 @@ from edgetrain.errors import EdgetrainError
 from edgetrain.experiment import cli
 from edgetrain.recipe import parse_recipe
 from edgetrain.tomlconfig import loads
-from reproductions import dlion
+from reproductions import dlion, dlion_regime, dlion_regime_claims, dlion_runs
 
 
 @pytest.mark.slow
@@ -25,7 +25,29 @@ def test_smoke_reproduction_writes_the_report_and_resumes(tmp_path: Path) -> Non
     assert dlion.main(["--smoke", "--out", str(out), "--format", "json"]) == 0
     doc = json.loads((out / "paper-vs-edgetrain.json").read_text())
     assert doc["paper"] == "dlion"
-    assert [c["id"] for c in doc["claims"]] == ["R-DL-1", "R-DL-1i"]
+    # regime first: the prediction was written once, before the first run's summary
+    regime_file = out / "regime.json"
+    regime = json.loads(regime_file.read_text())
+    assert regime["before_measured_runs"] is True and regime["commit"]
+    assert regime["candidates"] == ["lenet5-b16"]  # one (its choice is tested on literals)
+    assert set(regime["settings"]) == {"lenet5-b16@compute", "lenet5-b16@network"}
+    chosen = regime["settings"][regime["chosen"]]
+    assert chosen["bed"] == "compute" and regime["control"] is None  # smoke: no control
+    assert chosen["batching_cut"] == max(
+        v["batching_cut"] for v in regime["settings"].values() if v["bed"] == "compute"
+    )
+    for s in regime["settings"].values():
+        assert set(s["arms"]) == {"dlion", "dlion-nobatch", "gaia", "ako"}
+        assert all(a["iteration_s"] > 0 for a in s["arms"].values())
+    assert sorted(p.name for p in (out / "profiles").iterdir()) == ["lenet5-digits-b16.json"]
+    summaries = list((out / "runs").glob("*/report/summary.json"))
+    assert regime_file.stat().st_mtime <= min(p.stat().st_mtime for p in summaries)
+    assert doc["results"]["regime"] == regime
+    ids = [c["id"] for c in doc["claims"]]
+    assert ids[:2] == ["R-DL-1", "R-DL-1i"] and ids[-1] == "R-DL-RE"
+    assert ids[2:-1] == [f"R-DL-R {regime['chosen']}"]
+    errors = next(c for c in doc["claims"] if c["id"] == "R-DL-RE")["details"]["runs"]
+    assert {(e["arm"], e["seed"]) for e in errors} == {("dlion", 1), ("dlion-nobatch", 1)}
     for claim in doc["claims"]:
         assert set(claim) >= {
             "id", "claim", "paper_value", "ours", "unit", "seeds", "direction_agrees",
@@ -33,8 +55,9 @@ def test_smoke_reproduction_writes_the_report_and_resumes(tmp_path: Path) -> Non
         }  # fmt: skip
     assert [(r["arm"], r["seed"]) for r in doc["runs"]] == [("dlion", 1), ("dlion-nobatch", 1)]
     mine, base = doc["runs"]
-    assert sum(mine["batches"].values()) == sum(base["batches"].values()) == 64  # equal total
-    assert set(base["batches"].values()) == {16}
+    b0 = chosen["b0"]
+    assert sum(mine["batches"].values()) == sum(base["batches"].values()) == 4 * b0  # equal
+    assert set(base["batches"].values()) == {b0}
     assert mine["iterations"] > 0 and mine["t_unit"] > 0 and base["idle"]
     results = doc["results"]
     assert results["pilot"]["seed"] == 0
@@ -42,11 +65,16 @@ def test_smoke_reproduction_writes_the_report_and_resumes(tmp_path: Path) -> Non
     assert 0 < results["targets"]["low"] < results["targets"]["high"]  # fixed by the pilot
     md = (out / "paper-vs-edgetrain.md").read_text()
     assert "| R-DL-1 |" in md and "## R-DL-1: capacity-aware batching" in md and "## Pilot" in md
-    # resumable: a second pass finds every run done and launches nothing
+    assert "## Regime: predicted before the runs, and measured" in md
+    assert f"| {regime['chosen']} | dlion |" in md and "Regime first: the cost model chose" in md
+    # resumable: a second pass finds every run done and launches nothing, and reads the
+    # regime back without predicting it again
     mtimes = {p: p.stat().st_mtime for p in (out / "runs").glob("*/report/summary.json")}
     assert len(mtimes) == 4  # two pilots, two measured
+    kept = (regime_file.stat().st_mtime_ns, regime_file.read_text())
     assert dlion.main(["--smoke", "--out", str(out), "--format", "json"]) == 0
     assert {p: p.stat().st_mtime for p in mtimes} == mtimes
+    assert (regime_file.stat().st_mtime_ns, regime_file.read_text()) == kept
 
 
 PLAN = dlion.Plan((1, 2), (1, 2), True, "mnist", "cnn2", 10, 32, None, 4.0)
@@ -162,12 +190,52 @@ def test_r3c_compares_final_accuracy_when_dense_exchange_misses_the_budget() -> 
     assert share(0.997).direction_agrees is False  # dense 1.2 points better: not equal
 
 
-def test_targets_knee_and_learning_rate_from_pilots() -> None:
-    t = dlion.targets_from({"dlion": 0.95, "dlion-nobatch": 0.94, "gaia": 0.85, "ako": 0.88})
-    assert t == {"high": 0.93, "low": 0.84}
-    assert dlion.targets_from({"dlion-nobatch": 0.94}) == {"high": 0.93, "low": 0.91}
+# pilot curves, [train_s, accuracy] after each epoch
+RISING_DLION = [[10.0, 0.80], [20.0, 0.90], [30.0, 0.94], [40.0, 0.95]]
+LUCKY_NOBATCH = [[10.0, 0.85], [20.0, 0.95], [30.0, 0.96], [40.0, 0.97]]
+SLOW_GAIA = [[10.0, 0.50], [20.0, 0.70], [30.0, 0.80], [40.0, 0.85]]
+FLAT_AKO = [[10.0, 0.90], [20.0, 0.91], [30.0, 0.905], [40.0, 0.91]]
+
+
+def test_targets_sit_on_the_rising_curve_below_the_lowest_plateau() -> None:
+    # T_high: the lower accuracy of DLion's pilots at half their time (0.90 at 20 s); T_low:
+    # the same over every pilot (Gaia: 0.70 at 20 s)
+    curves = {"dlion": RISING_DLION, "dlion-nobatch": LUCKY_NOBATCH}
+    assert dlion.targets_from(curves) == {"high": 0.90, "low": 0.89}
+    every = {**curves, "gaia": SLOW_GAIA, "ako": FLAT_AKO}
+    assert dlion.targets_from(every) == {"high": 0.90, "low": 0.70}
+    # a lucky pilot alone cannot lift a target: the lowest pilot sets it
+    assert dlion.targets_from({"dlion": LUCKY_NOBATCH, "dlion-nobatch": RISING_DLION}) == (
+        dlion.targets_from(curves)
+    )
+    # an arm that levels off early: half a point under its plateau (0.91 over 20-40 s)
+    flat = {"dlion": [[10.0, 0.90], [20.0, 0.91], [30.0, 0.905], [40.0, 0.91]]}
+    assert dlion.targets_from(flat) == {"high": 0.905, "low": 0.895}
+    # a point missing its accuracy is left out; a diverged pilot is refused
+    gap: dict[str, Any] = {"dlion": [[10.0, None], [20.0, 0.9], [40.0, 0.95]]}
+    assert dlion.targets_from(gap) == {"high": 0.9, "low": 0.89}
     with pytest.raises(EdgetrainError, match="pilot's dlion-nobatch ended at accuracy 0.103"):
-        dlion.targets_from({"dlion": 0.99, "dlion-nobatch": 0.1028})  # a diverged pilot
+        dlion.targets_from({"dlion": RISING_DLION, "dlion-nobatch": [[10.0, 0.1028]]})
+    with pytest.raises(EdgetrainError, match="no targets"):
+        dlion.targets_from({"gaia": SLOW_GAIA})
+
+
+def test_every_family_picks_its_own_learning_rate() -> None:
+    finals: dict[str, dict[float, float | None]] = {
+        "dlion": {0.01: 0.95, 0.02: 0.96, 0.05: 0.93},
+        "gaia": {0.01: 0.90, 0.02: 0.88, 0.05: None},
+        "ako": {0.01: 0.91, 0.02: 0.94, 0.05: 0.94},  # a tie: the smaller
+    }
+    assert dlion.pick_lrs(finals) == {"dlion": 0.02, "gaia": 0.01, "ako": 0.02}
+    with pytest.raises(EdgetrainError, match="no gaia pilot learning rate"):
+        dlion.pick_lrs({"gaia": {0.01: None}})
+    runs = dlion_runs.Batches(PLAN, None, {}, lr=0.5, lrs={"dlion": 0.02, "ako": 0.05})  # type: ignore[arg-type]
+    assert [runs.lr_of(a) for a in ("dlion-nobatch", "t1-large", "ako", "gaia")] == [
+        0.02, 0.02, 0.05, 0.5
+    ]  # fmt: skip
+
+
+def test_targets_knee_and_learning_rate_from_pilots() -> None:
     acc = {64: 0.97, 128: 0.975, 256: 0.965, 512: 0.956, 1024: 0.93, 2048: 0.85}
     assert dlion.knee(acc) == 512  # the largest within 2 points of the best (0.975)
     assert dlion.knee({64: None}) is None
@@ -265,6 +333,13 @@ def test_every_claim_and_section_from_literal_rows() -> None:
     assert "Testbed verification: x" in md
 
 
+def test_the_script_measures_5_seeds_by_default(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        dlion.main(["--help"])
+    assert exc.value.code == 0
+    assert "default 5" in " ".join(capsys.readouterr().out.split())
+
+
 def test_the_default_plan_runs_the_ablations_on_fewer_seeds() -> None:
     import argparse
 
@@ -272,6 +347,9 @@ def test_the_default_plan_runs_the_ablations_on_fewer_seeds() -> None:
     p = dlion.plan_for(args)
     assert p.seeds == (1, 2, 3) and p.r1_seeds == (1, 2, 3, 4, 5) and p.side_seeds == (1, 2)
     assert PLAN.side_seeds == PLAN.seeds  # no reduction unless asked
+    assert p.periods == (100, 10) and p.control and p.candidates[0] == ("cnn2", 32)
+    local = dlion.plan_for(argparse.Namespace(seeds=3, smoke=False, quick=True, testbed="local"))
+    assert local.periods == (None,) and not local.control  # no quota on local processes
 
 
 def test_a_run_name_is_refused_on_a_second_testbed() -> None:
@@ -281,3 +359,139 @@ def test_a_run_name_is_refused_on_a_second_testbed() -> None:
     dlion.same_bed(beds, f"dlion{dlion.NETWORK_TAG}", "dlion-network-4")
     with pytest.raises(EdgetrainError, match="already ran on dlion-compute-4"):
         dlion.same_bed(beds, "dlion", "dlion-network-4")  # R-DL-3 untagged: the bug it guards
+
+
+# ---------------------------------------------------------------------- regime first
+
+# a profile at b0 = 32: 30 ms of forward and backward on the reference core, 1.6 MB of
+# parameters (cnn2's size)
+PROFILE = {
+    "batch_sizes": [32],
+    "layers": [
+        {"name": "conv", "param_bytes": 400_000, "activation_bytes": 0, "fwd_s": 0.004,
+         "bwd_s": 0.008},
+        {"name": "fc", "param_bytes": 1_286_568, "activation_bytes": 0, "fwd_s": 0.006,
+         "bwd_s": 0.012},
+    ],
+}  # fmt: skip
+
+
+def _full_plan() -> dlion.Plan:
+    import argparse
+
+    return dlion.plan_for(argparse.Namespace(seeds=5, smoke=False, quick=False, testbed="emulated"))
+
+
+def test_the_map_and_its_testbeds() -> None:
+    p = _full_plan()
+    keys = [s.key for s in dlion_regime.settings_of(p)]
+    assert keys[:2] == ["cnn2-b32@compute-p100", "cnn2-b32@compute-p10"]
+    assert keys[-1] == "lenet5-b64@network-p100" and len(keys) == 4 * 2 + 4
+    short = dlion_regime.bed_spec(dlion_regime.Setting("cnn2", 32, "compute", 10))
+    assert short.name == "dlion-compute-4-p10" and short.shares == (0.9, 0.3, 0.3, 0.3)
+    facts = dlion_regime.facts_of(short, local=False)
+    assert {h.quota_period_s for h in facts.hosts} == {0.01}
+    default = dlion_regime.bed_spec(dlion_regime.Setting("cnn2", 32, "compute", 100))
+    assert default is dlion.BEDS["compute"]
+    assert {h.quota_period_s for h in dlion_regime.facts_of(default, local=False).hosts} == {0.1}
+    assert {h.quota_period_s for h in dlion_regime.facts_of(default, local=True).hosts} == {None}
+
+
+def test_the_regime_predicts_every_arm_and_the_period_matters() -> None:
+    p = _full_plan()
+    data = {"dataset": "digits"}
+    got = {
+        per: dlion_regime.predict_setting(
+            p, dlion_regime.Setting("cnn2", 32, "compute", per), PROFILE, data, 0.02
+        )
+        for per in (100, 10)
+    }
+    for doc in got.values():
+        assert doc["arms"]["dlion"]["batches"] == [64, 22, 21, 21]  # 3:1 capacities, total 128
+        assert doc["arms"]["dlion-nobatch"]["batches"] == [32] * 4
+        assert doc["bound"] == pytest.approx(100 / 3)
+        assert doc["batching_cut"] == pytest.approx(
+            100 * (1 - doc["arms"]["dlion"]["sample_s"] / doc["arms"]["dlion-nobatch"]["sample_s"])
+        )
+    # the period reaches the cost model: the slow workers' bursts differ at 100 and 10 ms
+    assert got[100]["arms"]["ako"]["iteration_s"] != got[10]["arms"]["ako"]["iteration_s"]
+    net = dlion_regime.predict_setting(
+        p, dlion_regime.Setting("cnn2", 32, "network", 100), PROFILE, data, 0.02
+    )
+    assert net["batching_cut"] == pytest.approx(0.0) and net["predicts_gain"] is False  # equal
+    assert net["bound"] == pytest.approx(0.0)
+
+
+def test_the_rule_chooses_the_largest_predicted_cut_and_the_least_as_control() -> None:
+    pred: dict[str, dict[str, Any]] = {
+        "a@compute-p100": {"bed": "compute", "batching_cut": 2.0},
+        "a@compute-p10": {"bed": "compute", "batching_cut": 25.0},
+        "b@compute-p100": {"bed": "compute", "batching_cut": 25.0},
+        "b@compute-p10": {"bed": "compute", "batching_cut": None},
+        "a@network-p100": {"bed": "network", "batching_cut": 40.0},  # never R-DL-1's
+    }
+    assert dlion_regime.choose(pred) == ("a@compute-p10", "b@compute-p10")  # ties: the first
+    assert dlion_regime.choose({"x": {"bed": "compute", "batching_cut": 1.0}}) == ("x", None)
+    with pytest.raises(EdgetrainError, match="no compute setting"):
+        dlion_regime.choose({"n": {"bed": "network", "batching_cut": 1.0}})
+
+
+def _setting_doc(bed: str, cut: float, dlion_us: float, base_us: float) -> dict[str, Any]:
+    arms = {
+        "dlion": {"sample_s": dlion_us * 1e-6, "batches": [64, 22, 21, 21], "notes": ["n"]},
+        "dlion-nobatch": {"sample_s": base_us * 1e-6, "batches": [32] * 4},
+        "gaia": {"sample_s": 500e-6, "batches": [32] * 4},
+        "ako": {"sample_s": 800e-6, "batches": [32] * 4},
+    }
+    return {"workload": "cnn2-b32", "bed": bed, "batching_cut": cut, "bound": 33.3, "arms": arms}
+
+
+def test_regime_claims_set_measured_against_predicted() -> None:
+    regime = {
+        "chosen": "cnn2-b32@compute-p10",
+        "control": "cnn2-b32@compute-p100",
+        "settings": {
+            "cnn2-b32@compute-p10": _setting_doc("compute", 25.0, 600, 800),
+            "cnn2-b32@compute-p100": _setting_doc("compute", 2.0, 780, 800),
+            "cnn2-b32@network-p100": _setting_doc("network", 0.0, 400, 400),
+        },
+    }
+
+    def r(arm: str, seed: int, us: float, run: str = "") -> dict[str, Any]:
+        return _row(arm, seed, samples_per_s=1e6 / us, run=run or f"{arm}-s{seed}")
+
+    res = {
+        "regime": regime,
+        # measured: 25% and 20% cuts on the chosen setting; R-DL-2 reuses R-DL-1's runs
+        "r_dl_1": [r("dlion", 1, 600), r("dlion-nobatch", 1, 800), r("dlion", 2, 640),
+                   r("dlion-nobatch", 2, 800)],
+        "r_dl_2": [r("dlion", 1, 600), r("gaia", 1, 550), r("ako", 1, 800)],
+        # the control: the model predicted no gain, and a 10% cut was measured
+        "control": [r("dlion", 1, 720, "dlion-ctl-s1"), r("dlion-nobatch", 1, 800, "x")],
+        "r_dl_3": [r("dlion", 1, 480, "dlion-net-s1"), r("gaia", 1, 500, "gaia-net-s1")],
+    }  # fmt: skip
+    rows = dlion_regime_claims.setting_rows(res)
+    assert len(rows["cnn2-b32@compute-p10"]) == 6  # R-DL-2's dlion row is R-DL-1's
+    claims = {c.id: c for c in dlion_regime_claims.regime_claims(res)}
+    assert list(claims) == [
+        "R-DL-R cnn2-b32@compute-p10", "R-DL-R cnn2-b32@compute-p100", "R-DL-RE"
+    ]  # fmt: skip
+    head = claims["R-DL-R cnn2-b32@compute-p10"]
+    assert head.ours is not None and (head.ours.min, head.ours.max) == pytest.approx((20, 25))
+    assert head.direction_agrees is True and head.paper_value == ">= 5%"
+    control = claims["R-DL-R cnn2-b32@compute-p100"]
+    assert control.paper_value == "< 5%" and control.direction_agrees is False
+    # every run predicted, 6 + 2 + 2: |errors| 0 (six), 1/15 (dlion at 640 against 600), 0.1
+    # (gaia at 550 against 500), 1/13 (the control's dlion at 720 against 780), 0.2 (dlion at
+    # 480 against 400 on the network)
+    err = claims["R-DL-RE"]
+    got = sorted(abs(e["error"]) for e in err.details["runs"])
+    assert got == pytest.approx([0.0] * 6 + [1 / 15, 1 / 13, 0.1, 0.2])
+    assert err.ours is not None and err.ours.median == pytest.approx(0.0, abs=1e-9)
+    assert err.direction_agrees is True
+    table = dlion_regime_claims.regime_table(res)
+    assert (
+        "| cnn2-b32@compute-p10 | dlion | 64/22/21/21 | 600.0 | 620.0 | 25.0 | 22.5 | 33.3 |"
+        in (table)
+    )
+    assert "| cnn2-b32@network-p100 | ako | 32/32/32/32 | 800.0 | - | - | - | - |" in table

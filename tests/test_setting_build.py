@@ -79,3 +79,28 @@ def test_fewer_workers_take_the_first_slots() -> None:
         setting_from_testbed(FACTS, (), reference_cpu=1, workers=5)
     with pytest.raises(ValueError, match="reference_cpu"):
         setting_from_testbed(FACTS, (), reference_cpu=0)
+
+
+def test_a_fractional_worker_runs_under_its_hosts_quota_period() -> None:
+    layers = layers_from_profile(PROFILE, 32)
+    s = setting_from_testbed(FACTS, layers, reference_cpu=1.0)
+    # every worker has less than a core (big's core is shared by two): the emulator's 100 ms
+    assert [d.quota_period_s for d in s.devices] == pytest.approx([0.1] * 4)
+    whole = parse_spec(
+        {"name": "one", "cpu_period_ms": 10, "sites": [{"name": "a", "lan": "1gbit", "hosts": [
+            {"name": "core", "cpu": 1.0}, {"name": "third", "cpu": 0.3}]}]},
+        "spec",
+    )  # fmt: skip
+    facts = build(whole, "10.231.0.0/24").facts()
+    s = setting_from_testbed(facts, layers, reference_cpu=1.0)
+    assert [d.quota_period_s for d in s.devices] == [None, pytest.approx(0.01)]
+    # the period travels in the hosts file's table; a table without it (older) has none
+    assert type(facts).from_dict(facts.as_dict()).hosts == facts.hosts
+    old = facts.as_dict()
+    for h in old["hosts"]:
+        del h["quota_period_s"]
+    assert {h.quota_period_s for h in type(facts).from_dict(old).hosts} == {None}
+    with pytest.raises(ValueError, match="quota_period_s"):
+        type(facts).from_dict(
+            {"hosts": [{"name": "x", "cpu": 0.5, "link_bps": 10, "quota_period_s": 0}]}
+        )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich import box
@@ -101,6 +101,8 @@ class LiveProgress:
         elif w in self.rows:
             live_rows.apply(self.rows[w], event.kind, event.data, t)
             self._refresh(w)
+            if event.kind in ("restarted", "joined", "rejoin_refused"):  # [run] restart
+                self.progress.console.print(_membership_line(w, event.kind, event.data))
 
     def _print_run_event(self, event: Event) -> None:
         d = event.data
@@ -112,6 +114,15 @@ class LiveProgress:
         }.get(event.kind)
         if text is not None:
             self.progress.console.print(text)
+
+
+def _membership_line(worker: int, kind: str, data: Mapping[str, Any]) -> str:
+    """The line above the rows when a lost worker comes back (or cannot)."""
+    if kind == "restarted":
+        return f"worker {worker} restarted (restart {data.get('attempt')})"
+    if kind == "joined":
+        return f"[green]worker {worker} rejoined the run at epoch {data.get('epoch')}"
+    return f"[yellow]worker {worker} could not rejoin: {data.get('reason')}"
 
 
 def summary_table(summary: dict[str, Any]) -> Table:

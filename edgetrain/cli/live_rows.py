@@ -183,6 +183,10 @@ def apply(row: Row, kind: str, data: Mapping[str, Any], t: float) -> None:
     elif kind == "final":
         _on_final(row, data)
         _enter(row, "done", t)
+    elif kind in ("restarted", "rejoining", "joined"):  # [run] restart: it comes back
+        row.error = None
+        phase = {"restarted": "launching", "rejoining": "loading"}.get(kind)
+        row.phase, row.since = phase or running_phase(row.role), t
     elif kind in ("error", "failed"):
         reason = data.get("message") or data.get("reason")
         row.error = " ".join(str(reason).split())[:60] if reason else "unknown"

@@ -174,6 +174,10 @@ def _render_status(s: dict[str, Any]) -> None:
             *extra,
         )
     console.print(table)
+    from edgetrain.report.runs import membership_text
+
+    for m in s.get("membership") or []:  # [run] restart: who left and who joined, when
+        console.print(escape(membership_text(m)))
     console.print(f"[dim]{escape(s['path'])}")
 
 

@@ -208,6 +208,12 @@ class ControlLog:
         """Drop everything kept for ``worker`` (it failed)."""
         self._pending.pop(worker, None)
 
+    def restart(self, worker: int) -> None:
+        """Number ``worker``'s messages from 1 again: a new process of it (a rejoin) counts
+        from scratch, and nothing kept for the old one is its business."""
+        self._pending.pop(worker, None)
+        self._next.pop(worker, None)
+
     def unacknowledged(self, worker: int) -> list[int]:
         return sorted(self._pending.get(worker, {}))
 

@@ -35,6 +35,7 @@ from edgetrain.comm.control import (
     Role,
     Sent,
 )
+from edgetrain.comm.rejoin import entry_epoch, register_verdict
 from edgetrain.comm.security import CurveKeys
 from edgetrain.comm.wire import DEFAULT_LIMITS, Limits, Message
 
@@ -120,9 +121,12 @@ class Coordinator:
         placement: Mapping[int, Mapping[str, Any]] | None = None,
         secret: str | None = None,
         limits: Limits = DEFAULT_LIMITS,
+        rejoin: bool = False,
     ) -> None:
         """With ``secret`` (the launcher always gives one), a message counts only if it carries
-        its worker's token (:func:`protocol.auth_token`); ``limits`` bound what is taken in."""
+        its worker's token (:func:`protocol.auth_token`); ``limits`` bound what is taken in.
+        With ``rejoin`` (``[run] restart > 0``), a lost worker that registers again while the
+        run trains is taken back (:mod:`edgetrain.comm.rejoin`)."""
         self.run_id = run_id
         self.recipe = recipe
         self.num_workers = len(roles)
@@ -143,6 +147,12 @@ class Coordinator:
         # Where each worker's main socket is: the identity that last sent an accepted message.
         self._routes: dict[int, bytes] = {}
         self._stopped_failed: set[int] = set()  # lost workers told to stop when they spoke again
+        self.rejoin = rejoin
+        # Lost workers that registered again and wait to re-enter (not alive until they do).
+        self.joining: set[int] = set()
+        # Called with a rejoining worker: the run's last checkpoint point for it (epoch and
+        # hand-in), its fallback when no peer gives it the live model; None: there is none.
+        self.rejoin_state: Callable[[int], tuple[int, HandIn] | None] | None = None
         # Called with a worker that stopped heartbeating, just before it is declared lost: the
         # launcher captures its stacks there and returns where they are (None: nothing).
         self.on_silent: Callable[[int], str | None] | None = None
@@ -199,7 +209,9 @@ class Coordinator:
         return [
             i
             for i, w in self.workers.items()
-            if w.status != "failed" and (roles is None or w.role.name in roles)
+            if w.status != "failed"
+            and i not in self.joining
+            and (roles is None or w.role.name in roles)
         ]
 
     @property
@@ -239,6 +251,7 @@ class Coordinator:
         info = self.workers[worker_id]
         if info.status in ("failed", "final"):  # a worker that handed in is done with the run
             return []
+        self.joining.discard(worker_id)
         info.status = "failed"
         info.error = reason
         info.error_kind = kind
@@ -418,6 +431,13 @@ class Coordinator:
             return []
         info = self.workers[wid]
         if info.status == "failed":
+            if msg.type == protocol.REGISTER:  # a new process of a lost worker
+                verdict = register_verdict(info.status, info.error_kind, self.phase, self.rejoin)
+                if verdict == "rejoin":
+                    self._routes[wid] = identity
+                    info.last_seen = time.monotonic()
+                    return self._on_rejoin(info, msg)
+                self._stopped_failed.discard(wid)  # this process has not been told yet
             self.traffic.drop("failed_sender", msg.sender)
             self._stop_failed(wid, identity, heartbeat)
             return []
@@ -487,7 +507,90 @@ class Coordinator:
         info.endpoints = dict(endpoints)
         info.ready = {k: v for k, v in msg.meta.items() if k not in ("endpoints", "seq")}
         info.status = "ready"
-        return [Event(info.id, "ready", dict(msg.meta)), *self._maybe_start()]
+        events = [Event(info.id, "ready", dict(msg.meta)), *self._maybe_start()]
+        if info.id in self.joining and not self.policy.barriers:
+            events.extend(self._admit_joiners(None))
+        return events
+
+    # ------------------------------------------------------------------ rejoin
+
+    def _on_rejoin(self, info: WorkerInfo, msg: Message) -> list[Event]:
+        """A lost worker's new process registers: welcome it again (with the last checkpoint's
+        state for it, its fallback) and let it set up; it re-enters at the next boundary."""
+        role = msg.meta.get("role")
+        if role is not None and role != str(info.role):
+            return self._bad(info, "bad_register")
+        self.joining.add(info.id)
+        self._stopped_failed.discard(info.id)
+        self.control.restart(info.id)  # a new process numbers from 1
+        info.host = str(msg.meta.get("host", ""))[:255]
+        pid = msg.meta.get("pid")
+        info.pid = pid if isinstance(pid, int) else None
+        left = info.error
+        info.status, info.error, info.error_kind = "registered", None, None
+        info.endpoints, info.activity, info.activity_at = {}, None, None
+        meta: dict[str, Any] = {
+            "recipe": self.recipe,
+            "num_workers": self.num_workers,
+            "role": str(info.role),
+            "rejoin": True,
+        }
+        tensors: dict[str, np.ndarray] = {}
+        point = self.rejoin_state(info.id) if self.rejoin_state is not None else None
+        if point is not None:
+            epoch, handin = point
+            meta["resume"] = {"epoch": epoch, "handin": handin.meta}
+            tensors = handin.weights
+        self._send(info.id, protocol.WELCOME, meta, tensors=tensors)
+        event = {"host": info.host, "pid": info.pid, "role": str(info.role), "left": left}
+        return [Event(info.id, "rejoining", event)]
+
+    def _admit_joiners(self, released: int | None) -> list[Event]:
+        """Let every set-up rejoining worker re-enter: with barriers when epoch ``released``
+        is released (None: none is now), else at once; turn away those with nothing left to
+        join."""
+        events: list[Event] = []
+        for i in sorted(self.joining):
+            if self.workers[i].status != "ready":
+                continue
+            running = [self.workers[j].epoch for j in self._training()]
+            first = entry_epoch(self.policy.barriers, released, running, self.epochs)
+            if first is not None:
+                events.extend(self._admit(i, first))
+            elif not (self.policy.barriers and released is None):
+                events.extend(self._turn_away(i, "training ended before it could re-enter"))
+        return events
+
+    def _admit(self, worker_id: int, first: int) -> list[Event]:
+        """Start a rejoining worker at epoch ``first``; tell the others where it is now."""
+        info = self.workers[worker_id]
+        self.joining.discard(worker_id)
+        info.status = "running"
+        info.epoch = first - 1
+        joined = {str(worker_id): dict(info.endpoints)}
+        failed = self.failed
+        for j in self.alive:
+            if j != worker_id and self.workers[j].status not in ("pending", "final"):
+                self._send(j, protocol.PEERS, {"failed": failed, "joined": joined})
+        meta = {
+            "roster": self.roster(),
+            "barriers": self.policy.barriers,
+            "checkpoints": self.policy.checkpoints(info.role.name),
+            "directive": {},
+            "rejoin": {"epoch": first},
+        }
+        self._send(worker_id, protocol.START, meta)
+        return [Event(worker_id, "joined", {"epoch": first, "host": info.host})]
+
+    def _turn_away(self, worker_id: int, why: str) -> list[Event]:
+        """A rejoining worker came too late: it is told to stop and stays lost (kind ``late``:
+        the launcher does not restart it again)."""
+        info = self.workers[worker_id]
+        self.joining.discard(worker_id)
+        info.status, info.error, info.error_kind = "failed", f"could not rejoin: {why}", "late"
+        self._send(worker_id, protocol.STOP, {})
+        self.control.forget(worker_id)
+        return [Event(worker_id, "rejoin_refused", {"reason": why, "host": info.host})]
 
     def roster(self) -> dict[str, dict[str, Any]]:
         """Every worker still in the run: role, host, endpoints (and its placement)."""
@@ -500,7 +603,7 @@ class Coordinator:
                 **self.placement.get(i, {}),
             }
             for i, w in self.workers.items()
-            if w.status != "failed"
+            if w.status != "failed" and i not in self.joining
         }
 
     def _decide(self, decision: Decision, stage: str) -> list[Event]:
@@ -578,6 +681,7 @@ class Coordinator:
                 break
             decision = self.controller.on_barrier(epoch, {i: reports[i] for i in ended})
             last = self.epochs is not None and epoch >= self.epochs
+            events.extend(self._admit_joiners(epoch))  # they start with epoch + 1
             for i in training:
                 if not last:
                     self._send(i, protocol.GO, {"directive": decision.directive(i)}, epoch + 1)
@@ -627,11 +731,15 @@ class Coordinator:
         if not targets:
             return []
         decision = self.controller.on_drain({i: self.workers[i].done for i in trainers})
+        events: list[Event] = []
         if not redrain:
             self._set_phase("draining")
+            for i in sorted(self.joining):
+                events.extend(self._turn_away(i, "training ended before it could re-enter"))
         for i in targets:
             self._send(i, protocol.DRAIN, {"directive": decision.directive(i)})
-        return [Event(None, "draining", {"again": redrain}), *self._decide(decision, "drain")]
+        events.append(Event(None, "draining", {"again": redrain}))
+        return [*events, *self._decide(decision, "drain")]
 
     def _on_final(self, info: WorkerInfo, msg: Message) -> list[Event]:
         handin = msg.meta.get("handin")

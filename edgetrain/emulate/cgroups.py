@@ -47,14 +47,17 @@ def _mkgroup(d: Path) -> Path:
     return d
 
 
-def create(testbed: str, host: str, cpu: float, memory: int | None) -> list[Path]:
-    """Make the host's groups with its CPU quota and memory limit; return their directories."""
+def create(
+    testbed: str, host: str, cpu: float, memory: int | None, period_us: int = CFS_PERIOD_US
+) -> list[Path]:
+    """Make the host's groups with its CPU quota (``cpu`` cores every ``period_us``) and memory
+    limit; return their directories."""
     made: list[Path] = []
     cdir = _mkgroup(cpu_dir(testbed, host))
     made.append(cdir)
     for group in (cpu_dir(testbed).parent, cpu_dir(testbed)):  # edgetrain-emulate, the testbed
         _write(group / "cpu.shares", str(TESTBED_SHARES))
-    limit(cdir, cpu)
+    limit(cdir, cpu, period_us)
     if memory is not None:
         mdir = _mkgroup(memory_dir(testbed, host))
         made.append(mdir)
@@ -85,8 +88,8 @@ def remove_filler(testbed: str) -> None:
         _rmdir(d, [])
 
 
-def set_cpu(testbed: str, host: str, cpu: float) -> None:
-    limit(cpu_dir(testbed, host), cpu)
+def set_cpu(testbed: str, host: str, cpu: float, period_us: int = CFS_PERIOD_US) -> None:
+    limit(cpu_dir(testbed, host), cpu, period_us)
 
 
 def read_cpu(testbed: str, host: str) -> float | None:

@@ -4,6 +4,7 @@ A spec describes an edge setting, not how it is built::
 
     name = "dlion-4"
     wan = "100mbit"                 # default uplink of every site (between sites)
+    cpu_period_ms = 100             # CPU quota period of every host (cpu.cfs_period_us), 1..1000
 
     [[sites]]
     name = "cloud-a"
@@ -15,9 +16,13 @@ A spec describes an edge setting, not how it is built::
     memory = "2g"                   # optional cgroup memory limit
     access = "50mbit"               # optional access link (Wi-Fi-like), capped by the LAN
     workers = 1                     # worker slots in the hosts.toml it writes
+    cpu_period_ms = 10              # optional: this host's quota period (default: the testbed's)
 
 Rates are tc rates (``kbit``, ``mbit``, ``gbit``, or bits/s); they are parsed here so that a
-bad one is caught before anything is built.
+bad one is caught before anything is built. A host's quota is ``cpu`` x the period each
+period: at 100 ms (the kernel's default) a 0.3-core host runs 30 ms and then stalls 70 ms; a
+short period spreads the same share finely. The kernel takes no quota under 1 ms, so ``cpu``
+x ``cpu_period_ms`` must be at least 1 ms.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,19}$"
 NAME_RULE = "use 1-20 lower-case letters, digits and '-' (starting with a letter or digit)"
 MIN_RATE_BPS = 100_000  # 100 kbit/s: tbf below that is mostly burst
 MAX_RATE_BPS = 100_000_000_000
+DEFAULT_CPU_PERIOD_MS = 100  # edgetrain.cgroups.CFS_PERIOD_US, the kernel's default
+MIN_QUOTA_MS = 1.0  # the kernel's least cpu.cfs_quota_us (edgetrain.cgroups.MIN_QUOTA_US)
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit|bps)?\s*$", re.IGNORECASE)
 _RATE_UNIT = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "bps": 8}
 
@@ -82,6 +89,7 @@ class HostSpec(_Model):
     access: int | None = None
     workers: int = Field(1, ge=1, le=64)
     labels: list[str] = Field(default_factory=list)
+    cpu_period_ms: int | None = Field(None, ge=1, le=1000, strict=True)
 
     @field_validator("memory", mode="before")
     @classmethod
@@ -115,6 +123,7 @@ class TestbedSpec(_Model):
     description: str = ""
     wan: int | None = None
     subnet: str | None = None
+    cpu_period_ms: int = Field(DEFAULT_CPU_PERIOD_MS, ge=1, le=1000, strict=True)
     sites: list[SiteSpec] = Field(min_length=1)
 
     @field_validator("wan", mode="before")
@@ -148,7 +157,19 @@ class TestbedSpec(_Model):
                 raise ValueError(
                     f"site '{missing[0]}' has no WAN rate; set wan at the top or in the site"
                 )
+        for _, h in self.hosts:
+            period = self.period_of(h)
+            if h.cpu * period < MIN_QUOTA_MS - 1e-9:
+                least = MIN_QUOTA_MS / h.cpu
+                raise ValueError(
+                    f"host '{h.name}': cpu {h.cpu:g} x cpu_period_ms {period} is a quota under "
+                    f"the kernel's least (1 ms); raise cpu_period_ms to at least {least:.0f}"
+                )
         return self
+
+    def period_of(self, host: HostSpec) -> int:
+        """The host's CPU quota period in ms (its own, else the testbed's)."""
+        return host.cpu_period_ms if host.cpu_period_ms is not None else self.cpu_period_ms
 
     def wan_of(self, site: SiteSpec) -> int | None:
         """The site's uplink rate (its own, else the testbed's), or None (one site: no WAN)."""

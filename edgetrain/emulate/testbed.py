@@ -239,7 +239,7 @@ def _build(tb: Testbed, progress: Progress) -> None:
     progress("cgroups: CPU shares and memory limits")
     for h in topo.hosts:
         try:
-            cgroups.create(topo.name, h.name, h.cpu, h.memory)
+            cgroups.create(topo.name, h.name, h.cpu, h.memory, h.cpu_period_us)
         except cgroups.CgroupError as exc:
             raise EmulateError(str(exc)) from None
     progress("ssh: keys and one sshd per host")

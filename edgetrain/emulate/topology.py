@@ -18,6 +18,7 @@ import hashlib
 import ipaddress
 from dataclasses import dataclass
 
+from edgetrain.cgroups import CFS_PERIOD_US
 from edgetrain.emulate.spec import TestbedSpec
 from edgetrain.runtime.setting_build import HostFacts, TestbedFacts
 
@@ -42,6 +43,7 @@ class HostNode:
     memory: int | None
     workers: int
     labels: tuple[str, ...]
+    cpu_period_us: int = CFS_PERIOD_US  # its CPU quota's period (cpu.cfs_period_us)
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,8 @@ class Topology:
     def facts(self) -> TestbedFacts:
         """What a cost model needs of this testbed (the ``testbed`` table of its hosts file)."""
         hosts = tuple(
-            HostFacts(h.name, h.cpu, h.link_bps, h.workers, h.memory, h.site) for h in self.hosts
+            HostFacts(h.name, h.cpu, h.link_bps, h.workers, h.memory, h.site, h.cpu_period_us / 1e6)
+            for h in self.hosts
         )
         return TestbedFacts(self.name, hosts, {s.name: s.wan_bps for s in self.sites})
 
@@ -246,6 +249,7 @@ def build(spec: TestbedSpec, subnet: str) -> Topology:
             memory=h.memory,
             workers=h.workers,
             labels=tuple(h.labels),
+            cpu_period_us=spec.period_of(h) * 1000,
         )
         for j, (s, h) in enumerate(spec.hosts)
     )

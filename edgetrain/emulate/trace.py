@@ -147,7 +147,8 @@ def apply(topo: Topology, action: Action, run: Callable[[list[str]], None]) -> N
     for argv in action.commands:
         run(list(argv))
     if action.cpu_host is not None and action.share is not None:
-        cgroups.set_cpu(topo.name, action.cpu_host, action.share)
+        period = topo.host(action.cpu_host).cpu_period_us
+        cgroups.set_cpu(topo.name, action.cpu_host, action.share, period)
 
 
 def play(

@@ -11,8 +11,10 @@ model") says what is modelled and what is not. Pure.
   transport's copies, the optimiser's step) is counted per byte of a float32 vector or per
   entry with :class:`Constants`, seconds on the reference device divided by the worker's speed.
   It shares the worker's CPU with compute (on a CPU-quota'd host the transport's thread does).
-  Under a CPU quota (``quota_period_s``) a stretch of work between waits runs at the reference
-  speed while the quota lasts (:func:`wall_s`); the average stays ``speed``.
+  Under a CPU quota (the setting's ``Device.quota_period_s``, which ``setting_from_testbed``
+  sets for a worker with less than a core of an emulated host, else
+  ``Constants.quota_period_s``) a stretch of work between waits runs at the reference speed
+  while the quota lasts (:func:`wall_s`); the average stays ``speed``.
 - **The wire.** A message of B bytes over a link of rate R takes B / R plus the link's
   latency (one way). With ``shared_interface`` (the default: the emulator shapes each host's
   own link) a worker's messages leave one after another through one interface and arrive
@@ -94,11 +96,14 @@ def step_work_s(setting: Setting, batch: float, profiled_batch: int) -> float:
 
 def wall_s(setting: Setting, worker: int, work: float, constants: Constants) -> float:
     """Seconds ``work`` reference seconds of CPU take on ``worker`` in one stretch: ``work /
-    speed``, or under a CPU quota (``quota_period_s``) the reference speed until the quota
-    runs out, then a stall to the next period, and so on (the quota full at the start: the
-    worker waited before)."""
-    speed = setting.devices[worker].speed
-    period = constants.quota_period_s
+    speed``, or under a CPU quota (the device's ``quota_period_s``, else the constants') the
+    reference speed until the quota runs out, then a stall to the next period, and so on (the
+    quota full at the start: the worker waited before)."""
+    device = setting.devices[worker]
+    speed = device.speed
+    period = device.quota_period_s
+    if period is None:
+        period = constants.quota_period_s
     if period is None or speed >= 1.0 or work <= 0:
         return work / speed
     quota = speed * period

@@ -25,6 +25,15 @@ from edgetrain.comm.wire import Message, arrays_from_state
 from edgetrain.gossip.config import GossipSection
 from edgetrain.gossip.mixing import check_compatible, merge_into
 from edgetrain.gossip.node import GOSSIP, GossipNode, NodeHolder
+from edgetrain.gossip.rejoin import (
+    FETCH,
+    MIN_FETCH_WAIT_S,
+    MODEL,
+    REJOIN_TYPES,
+    Donor,
+    ask_order,
+    fetch_model,
+)
 from edgetrain.runtime.base import Final, Ready, WorkerContext, meta_float
 from edgetrain.runtime.epochs import run_epochs
 from edgetrain.runtime.session import Session
@@ -38,6 +47,9 @@ log = logging.getLogger(__name__)
 class GoSGD(NodeHolder):
     """One GoSGD worker (role ``trainer``)."""
 
+    # A restarted process of it can rejoin a running run (``[run] restart``, gossip.rejoin).
+    rejoins = True
+
     def __init__(self, ctx: WorkerContext) -> None:
         self.ctx = ctx
         self.cfg = GossipSection.of(ctx.recipe)
@@ -50,6 +62,10 @@ class GoSGD(NodeHolder):
         self.excluded: set[int] = set()  # failed peers: never gossip with them again
         self.node: GossipNode | None = None
         self.trainer: LocalTrainer
+        self.donor = Donor()  # rejoined peers asking for the model
+        self.rejoin_report: dict[str, Any] | None = None  # reported with the first epoch
+        self.first_step_at: float | None = None  # wall clock of its first step, reported once
+        self._first_reported = False
 
     # ------------------------------------------------------------------ runner
 
@@ -89,6 +105,8 @@ class GoSGD(NodeHolder):
             Transport.of(ctx),
             send_hwm=self.cfg.outbox,
             keep_buffers=self.cfg.keep_buffers,
+            types=(GOSSIP, *REJOIN_TYPES),
+            uncounted=REJOIN_TYPES,
         )
         meta = {
             "samples": self.trainer.num_samples,
@@ -100,12 +118,15 @@ class GoSGD(NodeHolder):
         node = self._node
         node.connect(session.roster.endpoints("trainer", "gossip"))
         session.on_failed(self.excluded.update)
+        session.on_joined(self._peer_joined)
         recipe = self.ctx.recipe
+        if session.rejoin_epoch is not None:
+            self._rejoin(session)
         steps = run_epochs(
             session,
             self,
             epochs=recipe.train.epochs,
-            start_epoch=self.ctx.start_epoch,
+            start_epoch=session.rejoin_epoch or self.ctx.start_epoch,
             eval_every=recipe.train.eval_every,
             worker_id=self.ctx.worker_id,
         )
@@ -126,20 +147,71 @@ class GoSGD(NodeHolder):
         handin = HandIn(arrays_from_state(self.state), {"alpha": self.alpha})
         return Final(handin, metrics)
 
+    # ------------------------------------------------------------------ rejoin
+
+    def _rejoin(self, session: Session) -> None:
+        """This process replaces a lost one: take the current model from a live peer."""
+        node = self._node
+        ctx = self.ctx
+        live = [p for p in node.peers if p not in session.failed]
+        wait_s = max(MIN_FETCH_WAIT_S, 3 * ctx.recipe.run.heartbeat_s)
+        report, alpha = fetch_model(
+            node,
+            ask_order(live, ctx.worker_id, ctx.recipe.num_workers),
+            self.state,
+            self.trainer.optimizer,
+            wait_s,
+            session.poll,
+            self._take,
+        )
+        if alpha is not None:
+            self.alpha = alpha
+        else:
+            report["source"] = "checkpoint" if ctx.resume is not None else "initial"
+        report["epoch"] = session.rejoin_epoch
+        self.rejoin_report = report
+        log.info("rejoined at epoch %s with the model from %s", session.rejoin_epoch, report)
+
+    def _peer_joined(self, joined: Mapping[int, Mapping[str, str]]) -> None:
+        """Peers that rejoined: gossip with their new processes, answer their asks."""
+        node = self._node
+        for peer, endpoints in joined.items():
+            url = endpoints.get("gossip")
+            if peer == self.ctx.worker_id or not url:
+                continue
+            node.reconnect(peer, url)
+            self.excluded.discard(peer)
+            self.donor.known.add(peer)
+        self.alpha = self.donor.answer(node, self.state, self.trainer.optimizer, self.alpha)
+
     # ------------------------------------------------------------------ gossip
 
     def absorb(self) -> None:
-        """Merge every valid message waiting in the inbox."""
+        """Merge every valid message waiting in the inbox (and answer rejoined peers)."""
+        for msg in self._node.receive_all():
+            self._take(msg)
+        if self.donor.asked:
+            self.alpha = self.donor.answer(
+                self._node, self.state, self.trainer.optimizer, self.alpha
+            )
+
+    def _take(self, msg: Message) -> None:
+        """Merge one received message; note a rejoined peer's ask for the model."""
         node = self._node
-        for msg in node.receive_all():
-            alpha = msg.meta.get("alpha")
-            reason = check_compatible(self.state, msg.tensors, alpha)
-            if reason is not None:
-                node.traffic.drop(reason, msg.sender)
-                continue
-            assert isinstance(alpha, (int, float))  # check_compatible made sure
-            self.alpha = merge_into(self.state, self.alpha, msg.tensors, float(alpha))
-            self.merged += 1
+        if msg.type == FETCH:
+            self.donor.asked.add(node.peer_ids[msg.sender])
+            return
+        if msg.type == MODEL:  # an answer nobody here waits for
+            node.traffic.drop("unasked_model", msg.sender)
+            return
+        alpha = msg.meta.get("alpha")
+        reason = check_compatible(self.state, msg.tensors, alpha)
+        if reason is not None:
+            node.traffic.drop(reason, msg.sender)
+            return
+        assert isinstance(alpha, (int, float))  # check_compatible made sure
+        self.alpha = merge_into(self.state, self.alpha, msg.tensors, float(alpha))
+        self.merged += 1
 
     def maybe_push(self, epoch: int, step: int) -> None:
         node = self._node
@@ -192,6 +264,8 @@ class GoSGD(NodeHolder):
         return self.trainer.batches(epoch)
 
     def step(self, epoch: int, batch: tuple[torch.Tensor, torch.Tensor]) -> float:
+        if self.first_step_at is None:
+            self.first_step_at = time.time()
         self.absorb()
         loss = self.trainer.step(*batch)
         self.maybe_push(epoch, self.trainer.steps)
@@ -210,7 +284,21 @@ class GoSGD(NodeHolder):
             "gossip_sent": self.pushed,
             "gossip_merged": self.merged,
             **self._node.traffic.as_dict(),
+            **self._once(),
         }
+
+    def _once(self) -> dict[str, Any]:
+        """What an epoch's report carries once: the wall clock of the first step, how this
+        process rejoined, and the models it served to rejoined peers since the last report."""
+        out: dict[str, Any] = {}
+        if self.first_step_at is not None and not self._first_reported:
+            out["first_step_at"] = self.first_step_at
+            self._first_reported = True
+        if self.rejoin_report is not None:
+            out["rejoin"], self.rejoin_report = self.rejoin_report, None
+        if served := self.donor.report():
+            out["models_served"] = served
+        return out
 
     def checkpoint(self) -> HandIn:
         return HandIn(state_arrays(self.state, self.trainer.optimizer), {"alpha": self.alpha})

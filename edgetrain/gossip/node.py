@@ -40,7 +40,10 @@ class GossipNode:
         send_hwm: int = 2,
         types: tuple[str, ...] = PEER_TYPES,
         keep_buffers: bool = False,
+        uncounted: tuple[str, ...] = (),
     ) -> None:
+        """Messages of the ``uncounted`` types (a rejoining worker's request for the model
+        and its answer) stay out of the send and receive counts the drain compares."""
         self.transport = transport
         self.worker_id = transport.worker_id
         self.name = transport.name
@@ -48,6 +51,7 @@ class GossipNode:
         self.traffic = transport.traffic
         self.send_hwm = send_hwm
         self.types = types
+        self.uncounted = frozenset(uncounted)
         if keep_buffers:  # [gossip] keep_buffers: received weights land in warm memory
             sockets.keep_freed_buffers()
         what = f"gossip inbox of worker {transport.worker_id}"
@@ -68,6 +72,16 @@ class GossipNode:
             self.outboxes[peer_id] = self.transport.connect(zmq.PUSH, endpoint, opts)
             self.peer_names.add(protocol.worker_name(peer_id))
             self.peer_ids[protocol.worker_name(peer_id)] = peer_id
+
+    def reconnect(self, peer_id: int, endpoint: str) -> None:
+        """Point the outbox for ``peer_id`` at ``endpoint`` (it rejoined with a new process):
+        what waited for its old process is dropped, and the count of what was sent to it
+        starts again, since its new process counts what it receives from zero."""
+        old = self.outboxes.pop(peer_id, None)
+        if old is not None:
+            old.close(linger=0)
+        self.sent.pop(peer_id, None)
+        self.connect({peer_id: endpoint})
 
     @property
     def peers(self) -> list[int]:
@@ -99,7 +113,8 @@ class GossipNode:
             )
         except zmq.Again:  # counted by channel.send as send_queue_full
             return False
-        self.sent[peer_id] += 1
+        if msg.type not in self.uncounted:
+            self.sent[peer_id] += 1
         return True
 
     def receive_all(self) -> list[Message]:
@@ -116,7 +131,8 @@ class GossipNode:
             if msg.sender not in self.peer_names:
                 self.traffic.drop("unknown_peer", msg.sender)
                 continue
-            self.received_from[msg.sender] += 1
+            if msg.type not in self.uncounted:
+                self.received_from[msg.sender] += 1
             out.append(msg)
 
     @property

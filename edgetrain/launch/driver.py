@@ -35,6 +35,7 @@ from edgetrain.errors import EdgetrainError, RunError
 from edgetrain.launch.activity_file import ActivityFile
 from edgetrain.launch.base import Launcher, WorkerSpec
 from edgetrain.launch.hosts import Placement
+from edgetrain.launch.restart import RestartBook
 from edgetrain.launch.run_inputs import RunInputs
 from edgetrain.launch.supervisor import Supervisor
 from edgetrain.launch.watchdog import Watchdog
@@ -325,13 +326,93 @@ def _dump_stacks(sup: Supervisor, worker_id: int) -> str | None:
     return dump() if dump is not None else None
 
 
-def _check_workers(coord: Coordinator, sup: Supervisor) -> list[Event]:
-    """Mark failed every worker whose process exited before it handed in."""
+def _check_workers(
+    coord: Coordinator, sup: Supervisor, restarts: RestartBook | None = None
+) -> list[Event]:
+    """Mark failed every worker whose process exited before it handed in; with ``restarts``
+    (``[run] restart``), plan its restart while the run trains and its budget lasts."""
     out: list[Event] = []
     for wid, code in sup.newly_exited():
         if coord.workers[wid].status not in ("final", "failed"):
             out.extend(coord.mark_failed(wid, _describe_exit(code)))
+        info = coord.workers[wid]
+        if restarts is None or info.status != "failed" or coord.phase != "training":
+            continue
+        if info.error_kind in NOT_RESTARTED:
+            continue
+        delay = restarts.schedule(wid, time.monotonic())
+        if delay is not None:
+            left = restarts.limit - restarts.attempt(wid) - 1
+            data = {"in_s": delay, "attempt": restarts.attempt(wid) + 1, "left": left}
+            out.append(Event(wid, "restart_planned", data))
     return out
+
+
+# Failures a restart does not mend (the run stops on the first two anyway; ``late``: training
+# ended before a restarted process could re-enter).
+NOT_RESTARTED = frozenset({"input", "diverged", "late"})
+
+
+def _restart_due(
+    coord: Coordinator,
+    sup: Supervisor,
+    restarts: RestartBook,
+    specs: Mapping[int, WorkerSpec],
+    manifest: dict[str, Any],
+) -> list[Event]:
+    """Start again every worker whose back-off is over (while the run still trains)."""
+    out: list[Event] = []
+    for wid in restarts.due(time.monotonic()):
+        if coord.phase != "training" or coord.workers[wid].status != "failed":
+            continue
+        sup.exit_codes.pop(wid, None)
+        handle = sup.start(specs[wid])
+        row = manifest["workers"][wid]
+        row.update(pid=handle.pid, restarts=restarts.attempt(wid))
+        data = {"attempt": restarts.attempt(wid), "pid": handle.pid, "spawned_at": time.time()}
+        out.append(Event(wid, "restarted", data))
+    return out
+
+
+def _rejoin_state(setup: RunSetup, worker_id: int) -> tuple[int, HandIn] | None:
+    """The run's last checkpoint, spread over the workers by the family, for a rejoining
+    worker's fallback; None when the run has none yet (or it cannot be read)."""
+    from edgetrain.checkpoints import latest_checkpoint, load_checkpoint
+
+    if latest_checkpoint(setup.run_dir.path) is None:
+        return None
+    try:
+        epoch, handins = load_checkpoint(setup.run_dir.path)
+        spread = setup.family.resume(setup.recipe, handins, setup.roles)
+    except EdgetrainError as exc:
+        log.warning("no checkpoint for rejoining worker %d: %s", worker_id, exc)
+        return None
+    handin = spread.get(worker_id)
+    return (epoch, handin) if handin is not None else None
+
+
+# The events that change who is in the run, kept in the manifest's ``membership``.
+MEMBERSHIP = {
+    "failed": "left",
+    "restarted": "restarted",
+    "rejoining": "rejoining",
+    "joined": "joined",
+    "rejoin_refused": "refused",
+}
+
+
+def _note_membership(manifest: dict[str, Any], event: Event, t: float) -> bool:
+    """Add a leave or join to the manifest's ``membership``; True if it was one."""
+    what = MEMBERSHIP.get(event.kind)
+    if what is None or event.worker is None:
+        return False
+    row: dict[str, Any] = {"worker": event.worker, "event": what, "t": round(t, 3)}
+    row["at"] = now_iso()
+    for key in ("reason", "epoch", "attempt", "host"):
+        if key in event.data:
+            row[key] = event.data[key]
+    manifest.setdefault("membership", []).append(row)
+    return True
 
 
 class RunDiverged(RunError):
@@ -343,11 +424,17 @@ class WorkerInputError(EdgetrainError):
 
 
 def _apply_policy(
-    coord: Coordinator, recipe: Recipe, run_dir: RunDir, started: float, opts: LaunchOptions
+    coord: Coordinator,
+    recipe: Recipe,
+    run_dir: RunDir,
+    started: float,
+    opts: LaunchOptions,
+    mending: frozenset[int] = frozenset(),
 ) -> None:
     """Raise :class:`RunError` when the run cannot go on: a diverged loss, a lost worker of a
     role the run cannot lose, too many failed trainers, a controller's halt, or workers that
-    never registered."""
+    never registered. Workers in ``mending`` (a restart planned) and those turned away at the
+    end of training (kind ``late``) do not count as failed trainers."""
 
     def details(ids: Sequence[int]) -> str:
         return "; ".join(
@@ -369,10 +456,13 @@ def _apply_policy(
         )
     failed = coord.failed
     limit = recipe.run.max_failed_fraction
-    if failed and (coord.failed_fraction > limit or not coord.alive):
+    counted = [i for i in failed if i not in mending and coord.workers[i].error_kind != "late"]
+    fraction = coord.failed_fraction * len(counted) / len(failed) if failed else 0.0
+    if (counted and fraction > limit) or (failed and not coord.alive):
+        named = counted if coord.alive else failed
         raise RunError(
-            f"{len(failed)} of {coord.num_workers} workers failed "
-            f"({coord.failed_fraction:.0%} > max_failed_fraction {limit:g}): {details(failed)}"
+            f"{len(named)} of {coord.num_workers} workers failed "
+            f"({fraction:.0%} > max_failed_fraction {limit:g}): {details(named)}"
         )
     if coord.halted is not None:
         raise RunError(coord.halted)
@@ -457,8 +547,13 @@ def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
             placement=_placement_of(setup),
             secret=secret,
             limits=limits,
+            rejoin=recipe.run.restart > 0,
         )
         coord.on_silent = lambda wid: _dump_stacks(sup, wid)
+        restarts = RestartBook(recipe.run.restart) if recipe.run.restart > 0 else None
+        if restarts is not None:
+            coord.rejoin_state = lambda wid: _rejoin_state(setup, wid)
+            manifest["membership"] = []
         log.info(
             "run %s: %s/%s, %d workers, coordinator at %s",
             run_id,
@@ -472,7 +567,11 @@ def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
             rec.record(Event(None, "resumed", {"epoch": setup.resume.epoch}))
         _before_workers(setup, coord.endpoint, manifest)
         placements: list[Placement] | None = getattr(setup.launcher, "placements", None)
-        for spec in _worker_specs(setup, coord.endpoint, run_id, placements, secret, limits):
+        specs = {
+            spec.worker_id: spec
+            for spec in _worker_specs(setup, coord.endpoint, run_id, placements, secret, limits)
+        }
+        for spec in specs.values():
             handle = sup.start(spec)
             manifest["workers"][spec.worker_id]["pid"] = handle.pid
         manifest.update(status="running", coordinator=coord.endpoint)
@@ -480,15 +579,23 @@ def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
         doing = ActivityFile(run_dir.metrics)
         while not coord.finished:
             events = coord.poll(opts.poll_ms)
-            events.extend(_check_workers(coord, sup))
+            events.extend(_check_workers(coord, sup, restarts))
+            if restarts is not None:
+                events.extend(_restart_due(coord, sup, restarts, specs, manifest))
             doing.update(coord.workers)
+            members = False
             for ev in events:
                 rec.record(ev)
                 _write_artifacts(setup, ev)
+                if restarts is not None:
+                    members |= _note_membership(manifest, ev, ev.at - rec.t0)
+            if members:  # `edgetrain status` shows who left and who joined as it happens
+                run_dir.write_manifest(manifest)
             _write_checkpoints(coord, setup, rec)
             if (ev_wait := watchdog.check(coord, time.monotonic())) is not None:
                 rec.record(ev_wait)
-            _apply_policy(coord, recipe, run_dir, started, opts)
+            mending = frozenset(restarts.mending) if restarts is not None else frozenset()
+            _apply_policy(coord, recipe, run_dir, started, opts, mending)
         rec.record(_final_model(setup, coord.finals))
         coord.stop_all()
         if not sup.wait_all(opts.stop_timeout_s):

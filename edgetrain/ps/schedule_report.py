@@ -54,6 +54,8 @@ def ps_report(
                     "held_s": e.get("held_s"),
                     "plan_s": e.get("plan_s"),
                     "epoch_s": e.get("epoch_s"),
+                    "eval_s": e.get("eval_s"),
+                    "t": e.get("t"),  # the epoch event's clock: seconds since the launch
                     "hold_ms": e.get("hold_ms"),
                     "forward_s": e.get("forward_s"),
                     "backward_s": e.get("backward_s"),

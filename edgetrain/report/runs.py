@@ -231,6 +231,33 @@ class WorkerState:
         }
 
 
+def membership_text(m: dict[str, Any]) -> str:
+    """``worker 2 left at 12.3 s: was killed by SIGKILL``, ``worker 2 joined at 20.1 s
+    (epoch 5)``: one leave or join of the manifest's ``membership``. Pure."""
+    line = f"worker {m.get('worker')} {m.get('event')} at {m.get('t')} s"
+    if m.get("attempt") is not None:
+        line += f" (restart {m['attempt']})"
+    if m.get("epoch") is not None:
+        line += f" (epoch {m['epoch']})"
+    if m.get("reason"):
+        line += f": {m['reason']}"
+    return line
+
+
+def _rejoined_state(rows: list[dict[str, Any]], state: str) -> str:
+    """A worker lost and restarted (``[run] restart``): its state since its last leave."""
+    kinds = [r.get("event") for r in rows]
+    if "failed" not in kinds:
+        return state
+    after = kinds[len(kinds) - kinds[::-1].index("failed") :]
+    if "restarted" not in after and "rejoining" not in after:
+        return state
+    for kind, name in (("joined", "training (rejoined)"), ("done", "draining"), ("final", "done")):
+        if kind in after:
+            state = name
+    return state if "joined" in after else "rejoining"
+
+
 def _worker_state(
     rd: RunDir, worker: dict[str, Any], run_id: object, live: bool, now: float
 ) -> WorkerState:
@@ -252,6 +279,7 @@ def _worker_state(
     failed = _last(mine, "error", "failed")
     if failed is not None:
         state = f"failed: {failed.get('message') or failed.get('reason') or 'no reason given'}"
+    state = _rejoined_state(mine, state)
     if not live:
         state = str(worker.get("status") or state)
     epoch_row = _last(rows, "epoch")
@@ -305,6 +333,8 @@ class RunState:
             "launcher_host": m.get("launcher_host"),
             "launcher_pid": m.get("launcher_pid"),
             "workers": [w.as_dict() for w in self.workers],
+            # [run] restart: every leave and join, with seconds since the start
+            "membership": m.get("membership", []),
         }
 
 

@@ -240,6 +240,8 @@ def build_summary(run_dir: RunDir) -> dict[str, Any]:
         "bytes_by_class": dict(by_class),
         "curve": [p.as_dict() for p in curve],
         "workers": workers,
+        # [run] restart: every leave and join (the manifest's), seconds since the start
+        **({"membership": manifest["membership"]} if manifest.get("membership") else {}),
         **({"technique_report": own} if own else {}),
         **({"prediction": prediction} if prediction else {}),
     }
@@ -362,6 +364,11 @@ def render_markdown(summary: dict[str, Any]) -> str:
             f"{_fmt_acc(w['final_test_accuracy'])} | {w['steps']} | "
             f"{human_bytes(w['bytes_sent'])} | {human_bytes(w['bytes_received'])} |"
         )
+    if summary.get("membership"):
+        from edgetrain.report.runs import membership_text
+
+        lines += ["", "Workers that left and joined:", ""]
+        lines += [f"- {membership_text(m)}" for m in summary["membership"]]
     own = summary.get("technique_report") or {}
     if own.get("markdown"):
         lines += ["", str(own["markdown"]).rstrip()]

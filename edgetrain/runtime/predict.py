@@ -18,15 +18,21 @@ __all__ = ["Device", "Layer", "Link", "Prediction", "Setting"]
 @dataclass(frozen=True)
 class Device:
     """One worker's device: how fast it computes next to the profiled one (``speed`` 0.5: half
-    as fast) and its memory (None: not known)."""
+    as fast), its memory (None: not known) and, where its speed is a CPU quota, the quota's
+    period in seconds (None: no quota, or not known; a cost model that reads it runs the device
+    at the reference speed until its quota, ``speed`` x the period, is spent)."""
 
     name: str
     speed: float = 1.0
     memory_bytes: int | None = None
+    quota_period_s: float | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.speed) and self.speed > 0):
             raise ValueError(f"device {self.name}: speed must be a positive number")
+        period = self.quota_period_s
+        if period is not None and not (math.isfinite(period) and period > 0):
+            raise ValueError(f"device {self.name}: quota_period_s must be a positive number")
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,12 @@ class Session:
         self.drain_directive: dict[str, Any] | None = None
         self.drain_updates = 0
         self._on_failed: list[Callable[[set[int]], None]] = []
+        self._on_joined: list[Callable[[dict[int, dict[str, str]]], None]] = []
+        # A restarted worker re-entering the run: the epoch it trains first (None: a start).
+        rejoin = start.meta.get("rejoin")
+        first = rejoin.get("epoch") if isinstance(rejoin, dict) else None
+        valid = isinstance(first, int) and not isinstance(first, bool) and first >= 1
+        self.rejoin_epoch: int | None = first if valid else None
         self._last_progress = 0.0
         self._last_poll = 0.0
         client.on_message = self._unasked
@@ -74,10 +80,20 @@ class Session:
         """Call ``callback`` with the failed workers whenever the coordinator names more."""
         self._on_failed.append(callback)
 
+    def on_joined(self, callback: Callable[[dict[int, dict[str, str]]], None]) -> None:
+        """Call ``callback`` with ``{worker: endpoints}`` whenever lost workers rejoin."""
+        self._on_joined.append(callback)
+
     def _unasked(self, msg: Message) -> None:
         if msg.type == protocol.PEERS:
+            joined = _joined(msg.meta.get("joined"))
             failed = msg.meta.get("failed", [])
-            if isinstance(failed, list):
+            if joined:
+                self.failed.difference_update(joined)
+                log.info("workers %s rejoined", sorted(joined))
+                for on_join in self._on_joined:
+                    on_join(joined)
+            if isinstance(failed, list) and not joined:
                 self.failed.update(i for i in failed if isinstance(i, int))
                 log.info("workers %s failed; going on without them", sorted(self.failed))
                 for callback in self._on_failed:
@@ -165,6 +181,18 @@ class Session:
         activity.set_phase("handing in")
         meta = {"handin": final.handin.meta, **final.metrics}
         self.send(protocol.FINAL, meta, epoch, step, final.handin.weights)
+
+
+def _joined(value: Any) -> dict[int, dict[str, str]]:
+    """``peers``'s rejoined workers, ``{"3": {"gossip": url}}``, with anything malformed left
+    out."""
+    if not isinstance(value, dict):
+        return {}
+    return {
+        int(k): {str(n): u for n, u in v.items() if isinstance(u, str)}
+        for k, v in value.items()
+        if isinstance(k, str) and k.isdigit() and len(k) < 12 and isinstance(v, dict)
+    }
 
 
 def _directive(msg: Message) -> dict[str, Any]:

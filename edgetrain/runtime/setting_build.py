@@ -9,7 +9,9 @@ here, no network is touched.
 - **Devices**: one per worker slot, hosts in order with ``workers`` slots each (the order of
   the ``hosts.toml`` that ``emulate up`` writes, so worker i is slot i). A device's speed is
   its host's CPU share over the workers sharing it, relative to ``reference_cpu``: the cores
-  the profile was measured with.
+  the profile was measured with. A worker with less than a core of a host whose quota period
+  is known runs under that quota (``Device.quota_period_s``: in bursts at full speed, stalled
+  to the next period once the quota is spent).
 - **Links**: one per pair of workers, the bottleneck rate of the path between their hosts
   (both hosts' links, and both sites' WAN uplinks across sites); workers on one host talk over
   loopback (:data:`LOOPBACK_BPS`). tbf adds no latency: a link's latency is ``latency_s``.
@@ -30,8 +32,9 @@ LOOPBACK_BPS = 8e9  # bytes/s: what this project's transport moves between two l
 
 @dataclass(frozen=True)
 class HostFacts:
-    """One host: its CPU share in cores, worker slots, memory cap (bytes), site, and its link's
-    rate in bits/s."""
+    """One host: its CPU share in cores, worker slots, memory cap (bytes), site, its link's
+    rate in bits/s, and the period of its CPU quota in seconds (None: not known; an emulated
+    host's ``cpu_period_ms``)."""
 
     name: str
     cpu: float
@@ -39,6 +42,7 @@ class HostFacts:
     workers: int = 1
     memory: int | None = None
     site: str | None = None
+    quota_period_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -84,9 +88,13 @@ class TestbedFacts:
                 h.get("workers", 1),
             )
             memory = _positive(h.get("memory"))
+            period = _positive(h.get("quota_period_s"))
             ok = cpu is not None and rate is not None and isinstance(slots, int) and slots >= 1
+            ok = ok and (period is not None or h.get("quota_period_s") is None)
             if not ok or (memory is None and h.get("memory") is not None):
-                raise ValueError(f"testbed host {h['name']!r}: cpu, link_bps, workers, memory")
+                raise ValueError(
+                    f"testbed host {h['name']!r}: cpu, link_bps, workers, memory, quota_period_s"
+                )
             assert cpu is not None and rate is not None and isinstance(slots, int)
             site = h.get("site")
             out.append(
@@ -97,6 +105,7 @@ class TestbedFacts:
                     slots,
                     None if memory is None else int(memory),
                     site if isinstance(site, str) else None,
+                    period,
                 )
             )
         wan: dict[str, int | None] = {}
@@ -164,8 +173,15 @@ def setting_from_testbed(
     devices = []
     for name in hosts:
         node = facts.host(name)
+        share = node.cpu / per_host[name]
+        period = node.quota_period_s if share < 1.0 else None
         devices.append(
-            Device(name, speed=node.cpu / per_host[name] / reference_cpu, memory_bytes=node.memory)
+            Device(
+                name,
+                speed=share / reference_cpu,
+                memory_bytes=node.memory,
+                quota_period_s=period,
+            )
         )
     links = []
     for a, b in itertools.combinations(range(len(hosts)), 2):

@@ -79,6 +79,10 @@ class EpochLog:
 class EdgeGossip(GoSGD):
     """One EdgeGossip worker (role ``trainer``)."""
 
+    # Not yet: its balancer's controller counts a lost worker against its own f_threshold at
+    # every barrier and has no notion of one coming back (``[run] restart`` is refused).
+    rejoins = False
+
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
         self.eg = EdgeGossipSection.of(ctx.recipe)

@@ -1,0 +1,95 @@
+"""Restarting dead workers (``[run] restart = N``): the back-off schedule and each worker's
+budget, as pure bookkeeping on times the caller passes in, and the check that the run's
+technique can take a restarted worker back.
+
+A worker whose process exits before it handed in is started again after 1 s, then 2 s, 4 s ...
+(at most :data:`MAX_BACKOFF_S`), at most N times; the restarted process rejoins the running run
+(:mod:`edgetrain.comm.rejoin`). Nothing here starts a process or reads a clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from edgetrain.errors import RecipeError
+from edgetrain.recipe import Recipe
+
+BASE_BACKOFF_S = 1.0
+MAX_BACKOFF_S = 60.0
+
+
+def backoff_s(attempt: int, base_s: float = BASE_BACKOFF_S, cap_s: float = MAX_BACKOFF_S) -> float:
+    """Seconds to wait before restart number ``attempt`` (1, 2, ...): ``base_s * 2**(attempt-1)``,
+    at most ``cap_s``. Pure."""
+    if attempt < 1:
+        raise ValueError(f"restart attempts count from 1 (got {attempt})")
+    return min(cap_s, base_s * 2.0 ** min(attempt - 1, 62))
+
+
+@dataclass
+class RestartBook:
+    """Each worker's restarts: how many it has used of ``limit``, and which are due when."""
+
+    limit: int
+    used: dict[int, int] = field(default_factory=dict)
+    due_at: dict[int, float] = field(default_factory=dict)
+    # restarted, and not seen to exit since: on its way back into the run
+    started: set[int] = field(default_factory=set)
+
+    def schedule(self, worker: int, now: float) -> float | None:
+        """Plan the next restart of ``worker`` (its process exited at ``now``); the back-off in
+        seconds, or None when its budget is spent (or one is already planned)."""
+        self.started.discard(worker)
+        if worker in self.due_at:
+            return None
+        attempt = self.used.get(worker, 0) + 1
+        if attempt > self.limit:
+            return None
+        delay = backoff_s(attempt)
+        self.due_at[worker] = now + delay
+        return delay
+
+    def due(self, now: float) -> list[int]:
+        """Workers whose restart is due at ``now``, taken off the plan and counted as used."""
+        ready = sorted(w for w, at in self.due_at.items() if at <= now)
+        for w in ready:
+            del self.due_at[w]
+            self.used[w] = self.used.get(w, 0) + 1
+            self.started.add(w)
+        return ready
+
+    def cancel(self, worker: int) -> None:
+        self.due_at.pop(worker, None)
+
+    @property
+    def pending(self) -> set[int]:
+        """Workers waiting for their restart."""
+        return set(self.due_at)
+
+    @property
+    def mending(self) -> set[int]:
+        """Workers waiting for their restart or restarted since they last exited: a failure
+        the launcher is repairing."""
+        return set(self.due_at) | self.started
+
+    def attempt(self, worker: int) -> int:
+        """Restarts used by ``worker`` so far."""
+        return self.used.get(worker, 0)
+
+
+def check_restart(recipe: Recipe) -> None:
+    """Refuse ``[run] restart > 0`` for a technique whose workers cannot rejoin a running run
+    (one line, exit 2). A runner says it can with a true ``rejoins`` class attribute."""
+    if recipe.run.restart == 0:
+        return
+    from edgetrain import techniques
+
+    family, technique = recipe.train.family, recipe.train.technique
+    runner = techniques.runner_factory(family, technique)
+    if not getattr(runner, "rejoins", False):
+        raise RecipeError(
+            f"[run] restart = {recipe.run.restart}: a restarted worker cannot rejoin a running "
+            f"{family}/{technique} run yet",
+            "set [run] restart = 0 (a lost worker stays lost; `launch --resume` restarts the "
+            "run from its last checkpoint), or use gossip/gosgd",
+        )
