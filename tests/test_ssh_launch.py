@@ -340,7 +340,10 @@ def test_a_bind_address_the_machine_lacks_is_one_line_exit_2(tmp_path: Path, ssh
     assert "'203.0.113.9'" in last and "Traceback" not in err
     manifest = json.loads((_only_run(tmp_path / "runs") / "manifest.json").read_text())
     assert manifest["status"] == "failed" and manifest["workers"][1]["status"] == "failed"
-    assert edgetrain_processes(manifest["run_id"]) == {}
+    # a remote worker still importing torch when its ssh session closed notices only after
+    # (no pty, no SIGHUP): it ends by itself, as the other remote-teardown tests wait for
+    run_id = manifest["run_id"]
+    _wait_gone(lambda: edgetrain_processes(run_id), 60, "remote worker processes")
     assert ssh_clients(sshd.port) == {}
 
 
