@@ -126,7 +126,7 @@ def phase_ratios(seeds: Mapping[str, Mapping[str, Any]], phase: str) -> dict[str
 def profile_argv(model: str, batch: int, host: str) -> list[str]:
     """``edgetrain profile`` of ``model`` at ``batch`` on MNIST's input, as JSON."""
     args = ["-m", "edgetrain", "profile", "--model", model, "--input", "1x28x28"]
-    args += ["--batch-sizes", str(batch), "--repeats", "5", "--warmup", "2"]
+    args += ["--batch-sizes", str(batch), "--repeats", "5", "--warmup", "2", "--threads", "1"]
     return args + ["--min-time", "0.5", "--host-name", host, "--format", "json"]
 
 

@@ -38,7 +38,11 @@ ArmSpec = Callable[[Workload, str, int], RunSpec]
 
 def profile_workload(w: Workload, b: Bed, host: str, out: Path, say: Say) -> dict[str, Any]:
     """The workload's profile on ``host`` of the testbed (here for local processes), kept."""
-    argv = profile_argv(w.model, w.dataset, w.microbatch, host, w.options)
+    argv = [
+        *profile_argv(w.model, w.dataset, w.microbatch, host, w.options),
+        "--kernels",
+        "pipeline",
+    ]
     path = out / "profiles" / f"{w.label}-{w.dataset}-b{w.microbatch}.json"
     return profile_in_host(b, host, argv, path, say, w.label)
 
@@ -54,6 +58,7 @@ def predict_arm(
         HostFacts,
         TestbedFacts,
         layers_from_profile,
+        reference_cpu_of,
         setting_from_testbed,
     )
     from edgetrain.runtime.side import launcher_side
@@ -63,9 +68,13 @@ def predict_arm(
     facts = TestbedFacts(
         "regime", tuple(HostFacts(f"laptop-{k}", cpu, rate) for k in range(1, hosts + 1)), {}
     )
-    layers = layers_from_profile(profile, w.microbatch)
+    layers = layers_from_profile(profile, w.microbatch, "pipeline")
     setting = setting_from_testbed(
-        facts, layers, reference_cpu=cpu, workers=r.workers, batch=w.microbatch
+        facts,
+        layers,
+        reference_cpu=reference_cpu_of(profile, cpu),
+        workers=r.workers,
+        batch=w.microbatch,
     )
     text = recipe(w, r, "regime").replace("{seed}", "1")
     rec = parse_recipe(loads(text), "the arm's recipe")

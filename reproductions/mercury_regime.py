@@ -51,6 +51,7 @@ def predict_arm(
         HostFacts,
         TestbedFacts,
         layers_from_profile,
+        reference_cpu_of,
         setting_from_testbed,
     )
     from edgetrain.tomlconfig import loads
@@ -62,7 +63,11 @@ def predict_arm(
     facts = TestbedFacts("mercury-4u", hosts, {})
     layers = layers_from_profile(profile, p.batch)
     setting = setting_from_testbed(
-        facts, layers, reference_cpu=CORES, workers=p.devices, batch=p.batch
+        facts,
+        layers,
+        reference_cpu=reference_cpu_of(profile, CORES),
+        workers=p.devices,
+        batch=p.batch,
     )
     text = recipe(mine, arm, data_table(mine, root), 0.001, None).replace("{seed}", "1")
     rec = parse_recipe(loads(text), "the arm's recipe")

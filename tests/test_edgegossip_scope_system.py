@@ -116,3 +116,31 @@ def test_profile_contention_inside_a_host_counts_the_load_it_generates(group: st
     rows = json.loads(out.strip().splitlines()[-1])
     core = {lv: max(u for level, u in rows if level == lv) for lv in (0.0, 1.0)}
     assert core[0.0] < 0.2 and core[1.0] > 1.0  # a core's worth of load per machine core
+
+
+PROFILE = """
+import runpy, sys
+sys.argv = ["edgetrain", "profile", "--model", "mlp", "--input", "1x8x8", "--batch-sizes", "8",
+            "--threads", "1", "--repeats", "3", "--warmup", "1", "--min-time", "0",
+            "--host-name", "h", "--format", "json"]
+runpy.run_module("edgetrain", run_name="__main__")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_profile_inside_a_host_is_sustained_at_its_quota(group: str) -> None:
+    """Inside a 0.5-core host the profile finds the quota, times at least 20 periods and
+    reports the sustained step beside the burst pace: one thread waits out about half of every
+    period, so the mean over the runs is slower than their faster half."""
+    proc = _in_group(group, PROFILE, stdout=subprocess.PIPE)
+    try:
+        out, _ = proc.communicate(timeout=100)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0
+    doc = json.loads(out)
+    assert doc["cpu_quota"] == {"cores": 0.5, "period_s": 0.1}
+    assert doc["throttle_factor"] > 1.0
+    assert doc["sustained_step_s"] > doc["step_s"]

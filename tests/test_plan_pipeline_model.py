@@ -213,6 +213,7 @@ def test_plan_and_the_family_hook_predict_the_same_iteration(
     code, _, err = run_cli(
         capsys, "profile", "-m", "mlp", "-i", "1x8x8", "-b", "16", "--run-dir", str(run),
         "--host-name", "h", "--repeats", "1", "--warmup", "0", "--min-time", "0",
+        "--kernels", "pipeline",
     )  # fmt: skip
     assert code == 0, err
     recipe_path = tmp_path / "r.toml"
@@ -225,8 +226,11 @@ def test_plan_and_the_family_hook_predict_the_same_iteration(
     assert code == 0, err
     doc = json.loads(out)
     assert doc["time_source"] == "profile" and doc["predicted"]["microbatches"] == 40
-    # the same setting for the hook: the profile's layers, stage 1 three times slower, 1 Mbit/s
-    layers = layers_from_profile(json.loads(profile.read_text()), 16)
+    # the same setting for the hook: the profile's layers scaled to the pipeline's own kernels,
+    # stage 1 three times slower, 1 Mbit/s
+    prof = json.loads(profile.read_text())
+    assert prof["kernels"]["pipeline"]["batch"] == 16
+    layers = layers_from_profile(prof, 16, "pipeline")
     setting = Setting((Device("a"), Device("b", speed=1 / 3)), (Link(1e6 / 8),), layers, 16)
     recipe, _ = load_recipe(recipe_path)
     hook = launcher_side("pipeline", technique).predict(recipe, setting)

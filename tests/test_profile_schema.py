@@ -66,6 +66,8 @@ def test_text_output_shows_the_ratio(tmp_path: Path, capsys: pytest.CaptureFixtu
         ([], "nothing to profile"),
         (["--model", "mlp", "--contention", "--levels", "0,2"], "--levels '0,2'"),
         (["--model", "x.onnx", "--contention"], "--contention needs a model"),
+        (["--model", "mlp", "--kernels", "gossip"], "--kernels 'gossip': no timer"),
+        (["--model", "x.onnx", "--kernels", "pipeline"], "--kernels times a zoo model"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -123,3 +125,21 @@ def test_schema_rejects(change: dict[str, object], needle: str) -> None:
     data = {**_valid(), **change}
     with pytest.raises(schema.ProfileError, match=needle.replace("[", r"\[")):
         schema.validate_profile(data)
+
+
+def test_kernels_pipeline_times_a_local_stage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--kernels pipeline adds the pipeline's own step (a Local stage) at the first batch size,
+    which the family's cost model scales the layers to."""
+    from edgetrain.runtime.setting_build import kernel_scale
+
+    argv = ["profile", "--model", "mlp", "--input", "1x8x8", "--batch-sizes", "4,8", *FAST]
+    argv += ["--model-option", "hidden=[32, 16]", "--kernels", "pipeline", "--format", "json"]
+    code, out, err = run_profile(capsys, *argv)
+    assert code == 0, err
+    data = json.loads(out)
+    kern = data["kernels"]["pipeline"]
+    assert kern["batch"] == 4 and kern["units"] == 3 and kern["runs"] >= 1
+    assert kern["step_s"] > 0 and kern["sustained_step_s"] >= kern["step_s"]
+    assert kernel_scale(data, "pipeline") == pytest.approx(kern["step_s"] / data["layer_sum_s"])

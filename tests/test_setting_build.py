@@ -10,7 +10,9 @@ from edgetrain.emulate.spec import parse_spec
 from edgetrain.emulate.topology import build
 from edgetrain.runtime.setting_build import (
     LOOPBACK_BPS,
+    kernel_scale,
     layers_from_profile,
+    reference_cpu_of,
     setting_from_testbed,
     worker_hosts,
 )
@@ -52,6 +54,27 @@ def test_layers_scale_to_the_batch() -> None:
     assert (layers[0].param_bytes, layers[0].activation_bytes) == (400, 1600)
     with pytest.raises(ValueError, match="no layers"):
         layers_from_profile({"layers": []}, 16)
+
+
+def test_a_familys_own_kernels_scale_the_layers() -> None:
+    # the layers add up to 15 ms at batch 32; the pipeline's kernels took 7.5 ms there
+    timed = {**PROFILE, "kernels": {"pipeline": {"batch": 32, "step_s": 0.0075}}}
+    assert kernel_scale(timed, "pipeline") == pytest.approx(0.5)
+    assert kernel_scale(timed, "gossip") == 1.0 and kernel_scale(timed, None) == 1.0
+    assert kernel_scale(PROFILE, "pipeline") == 1.0
+    other_batch = {**PROFILE, "kernels": {"pipeline": {"batch": 64, "step_s": 0.0075}}}
+    assert kernel_scale(other_batch, "pipeline") == 1.0
+    layers = layers_from_profile(timed, 16, "pipeline")
+    assert (layers[0].forward_s, layers[0].backward_s) == pytest.approx((0.001, 0.002))
+    assert layers[0].activation_bytes == 1600  # bytes do not scale with the kernels
+    assert layers_from_profile(timed, 16)[0].forward_s == pytest.approx(0.002)
+
+
+def test_a_profile_under_a_quota_is_one_unthrottled_core() -> None:
+    assert reference_cpu_of(PROFILE, 0.6) == 0.6
+    held = {**PROFILE, "cpu_quota": {"cores": 0.6, "period_s": 0.1}}
+    assert reference_cpu_of(held, 0.6) == 1.0
+    assert reference_cpu_of({**PROFILE, "cpu_quota": None}, 0.6) == 0.6
 
 
 def test_devices_and_links_from_the_testbed() -> None:

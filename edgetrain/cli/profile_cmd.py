@@ -153,6 +153,14 @@ def profile(
     levels: Annotated[
         str, typer.Option("--levels", help="Load intensities for --contention.")
     ] = "0,0.25,0.5,0.75,1",
+    kernels: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--kernels",
+            help="Also time a family's own kernels at the first batch size (repeatable; "
+            "'pipeline': a Local stage): its cost model scales the layers to them.",
+        ),
+    ] = None,
     history: Annotated[
         Path | None,
         typer.Option(
@@ -170,6 +178,7 @@ def profile(
       edgetrain profile --model model.onnx --run-dir RUN
       edgetrain profile --peer tcp://10.0.0.2:5555 --run-dir RUN
       edgetrain profile --model lenet5 --input 1x28x28 --contention --run-dir RUN
+      edgetrain profile --model mlp --input 1x8x8 --batch-sizes 16 --kernels pipeline
       edgetrain profile serve --bind 0.0.0.0 --port 5555
     """
     if ctx.invoked_subcommand is not None:
@@ -189,6 +198,15 @@ def profile(
         raise EdgetrainError(
             "--contention needs a model to run", "give a zoo model, or --torch-model for ONNX"
         )
+    for family in kernels or ():
+        if family not in KERNEL_TIMERS:
+            raise EdgetrainError(
+                f"--kernels {family!r}: no timer for that family", f"use {', '.join(KERNEL_TIMERS)}"
+            )
+    if kernels and (model is None or model.lower().endswith(".onnx")):
+        raise EdgetrainError("--kernels times a zoo model", "give --model NAME")
+    if kernels and device != "cpu":
+        raise EdgetrainError("--kernels times on the CPU", "drop --device or --kernels")
     req = ProfileRequest(
         host=host,
         model=model,
@@ -213,6 +231,8 @@ def profile(
 
             hist = history or (run_dir / "profiles" / f"{host}.history.jsonl" if run_dir else None)
             data["contention"] = run_contention(req, level_values, hist, progress)
+        if kernels:
+            data["kernels"] = {f: _kernels(f, req, progress) for f in dict.fromkeys(kernels)}
     try:
         path = save_profile(run_dir, data) if run_dir is not None else None
     except OSError as exc:  # checked above; this is the disk filling up or a race
@@ -265,6 +285,31 @@ def _render(data: dict[str, Any], path: Path | None) -> None:
         console.print(f"wrote {path}", highlight=False, soft_wrap=True)
 
 
+#: the families whose own kernels ``--kernels`` can time
+KERNEL_TIMERS = ("pipeline",)
+
+
+def _kernels(family: str, req: Any, progress: Any) -> dict[str, Any]:
+    """The profile's ``kernels.<family>`` (:mod:`edgetrain.pipeline.kernel_time`)."""
+    from edgetrain.pipeline.kernel_time import time_local
+    from edgetrain.profile.scope import process_quota
+
+    assert family == "pipeline"
+    if progress is not None:
+        progress(f"{family} kernels", 0, 0)
+    return time_local(
+        req.model,
+        req.input_shape,
+        req.classes,
+        req.batch_sizes[0],
+        options=req.model_options,
+        warmup=req.warmup,
+        repeats=req.repeats,
+        min_time_s=req.min_time_s,
+        quota=process_quota(),
+    )
+
+
 def _render_summary(data: dict[str, Any]) -> None:
     tp = ", ".join(f"{bs}: {v:,.1f}" for bs, v in data["throughput"].items())
     lines = [
@@ -278,6 +323,15 @@ def _render_summary(data: dict[str, Any]) -> None:
             f"sum of layer fwd+bwd {data['layer_sum_s'] * 1e3:.3f} ms "
             f"= {data['layer_sum_ratio']:.3f} x step_s",
         )
+    quota = data.get("cpu_quota")
+    if quota:
+        lines.append(
+            f"CPU quota {quota['cores']:g} cores every {quota['period_s'] * 1e3:g} ms: "
+            f"sustained step {data['sustained_step_s'] * 1e3:.3f} ms "
+            f"({data['throttle_factor']:.2f} x step_s, the burst pace)"
+        )
+    for family, kern in (data.get("kernels") or {}).items():
+        lines.append(f"{family} kernels: {kern['step_s'] * 1e3:.3f} ms per step of {kern['batch']}")
     for line in lines:
         console.print(line, highlight=False)
 

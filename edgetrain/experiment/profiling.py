@@ -24,10 +24,12 @@ def profile_argv(
     batch: int,
     host: str,
     options: Mapping[str, Any] | None = None,
-    threads: int | None = None,
+    threads: int | None = 1,
 ) -> list[str]:
     """``python -m edgetrain profile`` of ``model`` at ``batch`` on the dataset's input, as JSON
-    (each model option shell-quoted: over ssh the argv is one command line)."""
+    (each model option shell-quoted: over ssh the argv is one command line), on ``threads``
+    threads: one, as a worker runs by default. Under a host's CPU quota, more threads than the
+    worker's burn the quota faster and the profile misses the run (it read 2.8x slow)."""
     args = ["-m", "edgetrain", "profile", "--model", model, "--input", INPUTS[dataset]]
     args += ["--batch-sizes", str(batch), "--repeats", "5", "--warmup", "2", "--min-time", "0.5"]
     if threads is not None:

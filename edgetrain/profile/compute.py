@@ -16,6 +16,16 @@ up on a busy machine, since each short interval's median drops the preemptions t
 step's median contains. ``step_median_s`` and the inter-quartile ranges (``*_iqr_s``, each
 layer's over all runs) are reported beside them; how co-running load slows training is the
 predictor's job (:mod:`edgetrain.profile.predictor`).
+
+Under a CPU quota (a cgroup's CFS quota: an emulated host, a container) a process that uses up
+its quota early in a period waits out the rest, and the runs that held those waits are the
+slower half: there the faster half measures the burst pace, one unthrottled core's (for one
+thread), not the share the host gives. So under a quota (``quota`` set) the timed runs span at
+least :data:`QUOTA_PERIODS` periods, and ``sustained_step_s`` (the mean over all of them, waits
+included) is reported beside ``step_s``, with ``throttle_factor``, their ratio (about 1 over the
+quota's cores for one CPU-bound thread). A cost model that runs a device at its average share
+reads the layers as one unthrottled core's (``reference_cpu`` 1); one that models the bursts
+(the gossip family's) reads them as the burst pace.
 """
 
 from __future__ import annotations
@@ -39,6 +49,9 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]  # (what, done, total)
 MAX_REPEATS = 1000
+#: Under a CPU quota, timed runs span at least this many quota periods (one period's wait lands
+#: in one run or another: over 20 periods its share is measured within about 5%).
+QUOTA_PERIODS = 20
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,15 @@ class ComputeConfig:
     device: str = "cpu"
     lr: float = 0.01
     num_classes: int = 10
+    #: The CPU quota this process runs under, (cores, period seconds); None: no quota.
+    quota: tuple[float, float] | None = None
+
+    @property
+    def timed_s(self) -> float:
+        """How long the timed runs of one phase last at least."""
+        if self.quota is None:
+            return self.min_time_s
+        return max(self.min_time_s, QUOTA_PERIODS * self.quota[1])
 
     def __post_init__(self) -> None:
         if not self.batch_sizes or min(self.batch_sizes) < 1:
@@ -91,6 +113,16 @@ class ComputeProfile:
     peak_memory_source: str
     repeats: int
     warmup: int
+    quota: tuple[float, float] | None = None
+    #: the mean step over runs spanning many quota periods (``step_s`` without a quota)
+    sustained_step_s: float = 0.0
+
+    @property
+    def throttle_factor(self) -> float:
+        """``sustained_step_s`` over ``step_s``: 1.0 without a quota."""
+        if self.quota is None or self.step_s <= 0:
+            return 1.0
+        return self.sustained_step_s / self.step_s
 
     @property
     def layer_sum_s(self) -> float:
@@ -112,9 +144,12 @@ def _faster_half(totals: np.ndarray) -> np.ndarray:
     return np.flatnonzero(totals <= np.median(totals))
 
 
-def _estimate(times: list[float]) -> float:
-    """Mean of the faster half of ``times`` (see the module docstring)."""
+def _estimate(times: list[float], quota: tuple[float, float] | None = None) -> float:
+    """Mean of the faster half of ``times``; under a ``quota``, the mean of all (see the
+    module docstring)."""
     a = np.asarray(times)
+    if quota is not None:
+        return float(a.mean())
     return float(a[_faster_half(a)].mean())
 
 
@@ -179,7 +214,7 @@ def profile_compute(
 
 def _runs(cfg: ComputeConfig, run_s: float) -> int:
     """How many timed runs: ``repeats``, or more to fill ``min_time_s`` (see the docstring)."""
-    wanted = math.ceil(cfg.min_time_s / run_s) if run_s > 0 else MAX_REPEATS
+    wanted = math.ceil(cfg.timed_s / run_s) if run_s > 0 else MAX_REPEATS
     return max(cfg.repeats, min(wanted, MAX_REPEATS))
 
 
@@ -249,4 +284,6 @@ def _measure(
         peak_memory_source=source,
         repeats=runs,
         warmup=cfg.warmup,
+        quota=cfg.quota,
+        sustained_step_s=_estimate(plain, cfg.quota),
     )

@@ -47,6 +47,11 @@ def compute_fields(
         "repeats": cp.repeats,
         "warmup": cp.warmup,
         "compute_source": source,
+        "cpu_quota": (
+            None if cp.quota is None else {"cores": cp.quota[0], "period_s": cp.quota[1]}
+        ),
+        "sustained_step_s": cp.sustained_step_s,
+        "throttle_factor": cp.throttle_factor,
     }
 
 

@@ -122,6 +122,7 @@ def make_profile(req: ProfileRequest, progress: Progress | None = None) -> dict[
 def _compute(req: ProfileRequest, progress: Progress | None) -> dict[str, Any]:
     from edgetrain.models import build_model, layer_specs
     from edgetrain.profile.compute import ComputeConfig, profile_compute
+    from edgetrain.profile.scope import process_quota
 
     assert req.model is not None
     cfg = ComputeConfig(
@@ -131,6 +132,7 @@ def _compute(req: ProfileRequest, progress: Progress | None) -> dict[str, Any]:
         min_time_s=req.min_time_s,
         device=req.device,
         num_classes=req.classes,
+        quota=process_quota() if req.device == "cpu" else None,
     )
     if req.model.lower().endswith(".onnx") or Path(req.model).is_file():
         from edgetrain.profile.onnx_costs import profile_onnx

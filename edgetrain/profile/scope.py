@@ -68,17 +68,23 @@ class CgroupScope:
 
     def share(self) -> float | None:
         """The group's CPU quota in cores (None: unlimited or unreadable)."""
+        quota = self.quota()
+        return quota[0] if quota is not None else None
+
+    def quota(self) -> tuple[float, float] | None:
+        """The group's CPU quota as (cores, period in seconds); None: unlimited or unreadable."""
         d = self.directory
         try:
             if (d / "cpu.cfs_quota_us").is_file():
                 quota = int((d / "cpu.cfs_quota_us").read_text())
                 period = int((d / "cpu.cfs_period_us").read_text())
-                return quota / period if quota > 0 and period > 0 else None
+                return (quota / period, period / 1e6) if quota > 0 and period > 0 else None
             if (d / "cpu.max").is_file():
                 limit, _, period_text = (d / "cpu.max").read_text().strip().partition(" ")
                 if limit == "max":
                     return None
-                return int(limit) / int(period_text or "100000")
+                period = int(period_text or "100000")
+                return (int(limit) / period, period / 1e6) if period > 0 else None
         except (OSError, ValueError, ZeroDivisionError):
             return None
         return None
@@ -201,3 +207,30 @@ def group_counters(
 def delta(before: dict[int, int], after: dict[int, int]) -> int:
     """What the processes of ``after`` added since ``before`` (a new process: all of it)."""
     return sum(max(v - before.get(p, 0), 0) for p, v in after.items())
+
+
+def process_quota(
+    pid: int | None = None,
+    proc_root: Path = Path("/proc"),
+    cgroup_root: Path = CGROUP_ROOT,
+) -> tuple[float, float] | None:
+    """The CPU quota process ``pid`` runs under, (cores, period seconds): its cgroup's or the
+    nearest ancestor's with one (an emulated host's, a container's); None: no quota."""
+    scope = resolve_scope("cgroup", pid, proc_root, cgroup_root)
+    if scope is not None:
+        start = scope.directory
+    else:  # the root group, or a container's namespaced root: its own files, if any
+        bases = (cgroup_root / "cpu", cgroup_root / "cpu,cpuacct", cgroup_root)
+        found = [b for b in bases if (b / "cgroup.procs").is_file()]
+        if not found:
+            return None
+        start = found[0]
+    for d in (start, *start.parents):
+        if not (d / "cgroup.procs").is_file():
+            break
+        quota = CgroupScope(str(d), d).quota()
+        if quota is not None:
+            return quota
+        if d == cgroup_root:
+            break
+    return None

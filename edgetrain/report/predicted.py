@@ -98,19 +98,24 @@ def run_setting(
     run_dir: Path, manifest: Mapping[str, Any], batch: int
 ) -> tuple[Setting, dict[str, Any]] | None:
     """The run's setting and where it came from, or None without a profile."""
-    from edgetrain.runtime.setting_build import layers_from_profile, setting_from_testbed
+    from edgetrain.runtime.setting_build import (
+        layers_from_profile,
+        reference_cpu_of,
+        setting_from_testbed,
+    )
 
     found = _reference_profile(run_dir)
     if found is None:
         return None
     name, profile = found
-    layers = layers_from_profile(profile, batch)
+    family = manifest.get("family")
+    layers = layers_from_profile(profile, batch, family if isinstance(family, str) else None)
     workers = manifest.get("workers", [])
     facts = _testbed(run_dir)
     if facts is not None:
         cpus = {h.name: h.cpu for h in facts.hosts}
         device = profile.get("device") or {}
-        reference = cpus.get(name) or float(device.get("cores") or 1)
+        reference = reference_cpu_of(profile, cpus.get(name) or float(device.get("cores") or 1))
         setting = setting_from_testbed(
             facts, layers, reference_cpu=reference, workers=len(workers), batch=batch
         )

@@ -123,18 +123,47 @@ def _positive(x: Any) -> float | None:
     return float(x) if math.isfinite(x) and x > 0 else None
 
 
-def layers_from_profile(profile: Mapping[str, Any], batch: int) -> tuple[Layer, ...]:
-    """The profile's layers at ``batch`` samples (ValueError when it has none)."""
+def kernel_scale(profile: Mapping[str, Any], family: str | None) -> float:
+    """How much longer (> 1) or shorter a family's own kernels take than the profile's layers
+    say: the profile's ``kernels.<family>.step_s`` (``edgetrain profile --kernels FAMILY``, at
+    its first batch size) over the layers' sum; 1.0 when the profile did not time that family's
+    kernels, or timed them at another batch size."""
+    kernels = profile.get("kernels")
+    mine = kernels.get(family) if isinstance(kernels, Mapping) and family else None
+    if not isinstance(mine, Mapping):
+        return 1.0
+    batch = (profile.get("batch_sizes") or [None])[0]
+    rows = [x for x in profile.get("layers") or [] if isinstance(x, Mapping)]
+    total = sum(float(x.get("fwd_s", 0.0)) + float(x.get("bwd_s", 0.0)) for x in rows)
+    step = mine.get("step_s")
+    if mine.get("batch") != batch or not total > 0 or not isinstance(step, (int, float)):
+        return 1.0
+    return float(step) / total if step > 0 else 1.0
+
+
+def reference_cpu_of(profile: Mapping[str, Any], default: float) -> float:
+    """The cores the profile's layer times are at: one unthrottled core where it was measured
+    under a CPU quota (the profiler's faster half is the burst pace there, and it records the
+    quota as ``cpu_quota``), else ``default`` (the profiled host's cores)."""
+    return 1.0 if isinstance(profile.get("cpu_quota"), Mapping) else default
+
+
+def layers_from_profile(
+    profile: Mapping[str, Any], batch: int, kernels: str | None = None
+) -> tuple[Layer, ...]:
+    """The profile's layers at ``batch`` samples (ValueError when it has none); ``kernels``: the
+    family that runs them, whose own kernels the profile may have timed (:func:`kernel_scale`)."""
     rows = [x for x in profile.get("layers", []) if isinstance(x, Mapping)]
     if not rows:
         raise ValueError("the profile has no layers: profile the model (edgetrain profile)")
     sizes = profile.get("batch_sizes") or [batch]
     scale = batch / float(sizes[0])
+    time_scale = scale * kernel_scale(profile, kernels)
     return tuple(
         Layer(
             name=str(x["name"]),
-            forward_s=float(x["fwd_s"]) * scale,
-            backward_s=float(x["bwd_s"]) * scale,
+            forward_s=float(x["fwd_s"]) * time_scale,
+            backward_s=float(x["bwd_s"]) * time_scale,
             param_bytes=int(x["param_bytes"]),
             activation_bytes=int(int(x.get("activation_bytes", 0)) * scale),
         )

@@ -1,0 +1,102 @@
+"""A profile under a CPU quota: the quota is found (the process's cgroup or the nearest
+ancestor with one, v1 or v2), the timed runs span many quota periods, and the sustained step
+(the mean over all runs, the quota's waits included) is reported beside the faster half's
+(the burst pace of one unthrottled core)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgetrain.models import build_model, layer_specs
+from edgetrain.profile.compute import (
+    QUOTA_PERIODS,
+    ComputeConfig,
+    _estimate,
+    _runs,
+    profile_compute,
+)
+from edgetrain.profile.compute_json import compute_fields
+from edgetrain.profile.scope import process_quota
+
+
+def _proc(root: Path, pid: int, cgroup: str) -> Path:
+    d = root / "proc" / str(pid)
+    d.mkdir(parents=True)
+    (d / "cgroup").write_text(cgroup)
+    return root / "proc"
+
+
+def _group(d: Path, quota: int | None = None, period: int = 100000) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "cgroup.procs").write_text("")
+    (d / "cpu.cfs_quota_us").write_text(f"{quota if quota is not None else -1}\n")
+    (d / "cpu.cfs_period_us").write_text(f"{period}\n")
+
+
+def test_the_quota_of_an_ancestor_group_counts_v1(tmp_path: Path) -> None:
+    cg = tmp_path / "cgroup"
+    _group(cg / "cpu")  # the root: no quota
+    _group(cg / "cpu" / "edgetrain-emulate" / "tb" / "laptop-1", 60000, 100000)
+    _group(cg / "cpu" / "edgetrain-emulate" / "tb" / "laptop-1" / "session")
+    proc = _proc(tmp_path, 7, "1:cpu,cpuacct:/edgetrain-emulate/tb/laptop-1/session\n")
+    assert process_quota(7, proc, cg) == pytest.approx((0.6, 0.1))
+    proc2 = _proc(tmp_path, 8, "1:cpu,cpuacct:/edgetrain-emulate/tb/laptop-1\n")
+    assert process_quota(8, proc2, cg) == pytest.approx((0.6, 0.1))
+
+
+def test_a_period_of_10_ms_and_no_quota(tmp_path: Path) -> None:
+    cg = tmp_path / "cgroup"
+    _group(cg / "cpu")
+    _group(cg / "cpu" / "a", 5000, 10000)
+    _group(cg / "cpu" / "b")
+    proc = _proc(tmp_path, 7, "1:cpu:/a\n")
+    assert process_quota(7, proc, cg) == pytest.approx((0.5, 0.01))
+    proc = _proc(tmp_path, 9, "1:cpu:/b\n")
+    assert process_quota(9, proc, cg) is None
+    proc = _proc(tmp_path, 10, "1:cpu:/\n0::/\n")  # the root group
+    assert process_quota(10, proc, cg) is None
+
+
+def test_a_container_root_with_cpu_max_v2(tmp_path: Path) -> None:
+    cg = tmp_path / "cgroup"
+    cg.mkdir()
+    (cg / "cgroup.procs").write_text("")
+    (cg / "cpu.max").write_text("150000 100000\n")  # docker --cpus 1.5, namespaced root
+    proc = _proc(tmp_path, 7, "0::/\n")
+    assert process_quota(7, proc, cg) == pytest.approx((1.5, 0.1))
+    (cg / "cpu.max").write_text("max 100000\n")
+    assert process_quota(7, proc, cg) is None
+
+
+def test_the_estimator_under_a_quota_is_the_mean_over_all_runs() -> None:
+    # 0.6 core at 100 ms: of five 15 ms steps one waits out 40 ms of the period
+    times = [0.015, 0.015, 0.055, 0.015, 0.015]
+    assert _estimate(times) == pytest.approx(0.015)  # the faster half: the unthrottled core
+    assert _estimate(times, (0.6, 0.1)) == pytest.approx(0.023)  # sustained
+
+
+def test_under_a_quota_the_runs_span_many_periods() -> None:
+    free = ComputeConfig(batch_sizes=(4,), repeats=5, min_time_s=0.5)
+    held = ComputeConfig(batch_sizes=(4,), repeats=5, min_time_s=0.5, quota=(0.6, 0.1))
+    assert free.timed_s == 0.5 and held.timed_s == pytest.approx(QUOTA_PERIODS * 0.1)
+    assert _runs(free, 0.01) == 50 and _runs(held, 0.01) == 200
+
+
+def test_a_profile_under_a_quota_reports_the_sustained_step_beside_the_burst_pace() -> None:
+    shape = (1, 8, 8)
+    model = build_model("mlp", shape, 10)
+    specs = layer_specs(model, shape)
+    cfg = ComputeConfig(batch_sizes=(4,), warmup=1, repeats=3, min_time_s=0.0, quota=(1.0, 0.01))
+    cp = profile_compute(model, specs, shape, cfg)
+    # the mean over every run is never below the mean of their faster half
+    assert cp.sustained_step_s >= cp.step_s and cp.throttle_factor >= 1.0
+    doc = compute_fields("mlp", shape, (4,), cp, "measured")
+    assert doc["cpu_quota"] == {"cores": 1.0, "period_s": 0.01}
+    assert doc["throttle_factor"] == cp.throttle_factor
+    assert doc["sustained_step_s"] == cp.sustained_step_s
+    free = profile_compute(model, specs, shape, ComputeConfig(batch_sizes=(4,), min_time_s=0.0))
+    out = compute_fields("mlp", shape, (4,), free, "measured")
+    assert free.throttle_factor == 1.0 and free.sustained_step_s == free.step_s
+    assert out["cpu_quota"] is None and out["sustained_step_s"] == out["step_s"]
