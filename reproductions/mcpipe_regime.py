@@ -58,8 +58,9 @@ def predict_arm(
         HostFacts,
         TestbedFacts,
         layers_from_profile,
-        reference_cpu_of,
+        profile_cores,
         setting_from_testbed,
+        sustained_scale,
     )
     from edgetrain.runtime.side import launcher_side
     from edgetrain.tomlconfig import loads
@@ -68,11 +69,12 @@ def predict_arm(
     facts = TestbedFacts(
         "regime", tuple(HostFacts(f"laptop-{k}", cpu, rate) for k in range(1, hosts + 1)), {}
     )
-    layers = layers_from_profile(profile, w.microbatch, "pipeline")
+    # the profile's layers as a sustained step of the pipeline's own kernels, at the host's share
+    layers = layers_from_profile(profile, w.microbatch, sustained_scale(profile, "pipeline"))
     setting = setting_from_testbed(
         facts,
         layers,
-        reference_cpu=reference_cpu_of(profile, cpu),
+        reference_cpu=profile_cores(profile, cpu),
         workers=r.workers,
         batch=w.microbatch,
     )

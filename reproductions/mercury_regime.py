@@ -51,8 +51,9 @@ def predict_arm(
         HostFacts,
         TestbedFacts,
         layers_from_profile,
-        reference_cpu_of,
+        profile_cores,
         setting_from_testbed,
+        sustained_scale,
     )
     from edgetrain.tomlconfig import loads
 
@@ -61,11 +62,12 @@ def predict_arm(
         HostFacts(f"dev-{k}", CORES, cell.bandwidth * 1_000_000) for k in range(1, p.devices + 1)
     )
     facts = TestbedFacts("mercury-4u", hosts, {})
-    layers = layers_from_profile(profile, p.batch)
+    # the profile's layers as a sustained step (the quota's waits in), at the device's share
+    layers = layers_from_profile(profile, p.batch, sustained_scale(profile))
     setting = setting_from_testbed(
         facts,
         layers,
-        reference_cpu=reference_cpu_of(profile, CORES),
+        reference_cpu=profile_cores(profile, CORES),
         workers=p.devices,
         batch=p.batch,
     )

@@ -206,7 +206,7 @@ def test_plan_and_the_family_hook_predict_the_same_iteration(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], technique: str
 ) -> None:
     from edgetrain.recipe import load_recipe
-    from edgetrain.runtime.setting_build import layers_from_profile
+    from edgetrain.runtime.setting_build import layers_from_profile, sustained_scale
     from edgetrain.runtime.side import launcher_side
 
     run = tmp_path / "RUN"
@@ -230,7 +230,7 @@ def test_plan_and_the_family_hook_predict_the_same_iteration(
     # stage 1 three times slower, 1 Mbit/s
     prof = json.loads(profile.read_text())
     assert prof["kernels"]["pipeline"]["batch"] == 16
-    layers = layers_from_profile(prof, 16, "pipeline")
+    layers = layers_from_profile(prof, 16, sustained_scale(prof, "pipeline"))
     setting = Setting((Device("a"), Device("b", speed=1 / 3)), (Link(1e6 / 8),), layers, 16)
     recipe, _ = load_recipe(recipe_path)
     hook = launcher_side("pipeline", technique).predict(recipe, setting)

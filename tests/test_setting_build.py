@@ -10,10 +10,10 @@ from edgetrain.emulate.spec import parse_spec
 from edgetrain.emulate.topology import build
 from edgetrain.runtime.setting_build import (
     LOOPBACK_BPS,
-    kernel_scale,
     layers_from_profile,
-    reference_cpu_of,
+    profile_cores,
     setting_from_testbed,
+    sustained_scale,
     worker_hosts,
 )
 
@@ -59,22 +59,42 @@ def test_layers_scale_to_the_batch() -> None:
 def test_a_familys_own_kernels_scale_the_layers() -> None:
     # the layers add up to 15 ms at batch 32; the pipeline's kernels took 7.5 ms there
     timed = {**PROFILE, "kernels": {"pipeline": {"batch": 32, "step_s": 0.0075}}}
-    assert kernel_scale(timed, "pipeline") == pytest.approx(0.5)
-    assert kernel_scale(timed, "gossip") == 1.0 and kernel_scale(timed, None) == 1.0
-    assert kernel_scale(PROFILE, "pipeline") == 1.0
+    assert sustained_scale(timed, "pipeline") == pytest.approx(0.5)
+    assert sustained_scale(timed, "gossip") == 1.0 and sustained_scale(timed, None) == 1.0
+    assert sustained_scale(PROFILE, "pipeline") == 1.0
     other_batch = {**PROFILE, "kernels": {"pipeline": {"batch": 64, "step_s": 0.0075}}}
-    assert kernel_scale(other_batch, "pipeline") == 1.0
-    layers = layers_from_profile(timed, 16, "pipeline")
+    assert sustained_scale(other_batch, "pipeline") == 1.0
+    layers = layers_from_profile(timed, 16, sustained_scale(timed, "pipeline"))
     assert (layers[0].forward_s, layers[0].backward_s) == pytest.approx((0.001, 0.002))
-    assert layers[0].activation_bytes == 1600  # bytes do not scale with the kernels
+    assert layers[0].activation_bytes == 1600  # bytes do not scale with the times
     assert layers_from_profile(timed, 16)[0].forward_s == pytest.approx(0.002)
 
 
-def test_a_profile_under_a_quota_is_one_unthrottled_core() -> None:
-    assert reference_cpu_of(PROFILE, 0.6) == 0.6
-    held = {**PROFILE, "cpu_quota": {"cores": 0.6, "period_s": 0.1}}
-    assert reference_cpu_of(held, 0.6) == 1.0
-    assert reference_cpu_of({**PROFILE, "cpu_quota": None}, 0.6) == 0.6
+def test_under_a_quota_the_sustained_step_at_the_quotas_cores() -> None:
+    # 0.6 core: the burst pace 15 ms, the sustained step 25 ms; kernels 7.5 and 12.5 ms
+    held = {
+        **PROFILE,
+        "step_s": 0.015,
+        "sustained_step_s": 0.025,
+        "cpu_quota": {"cores": 0.6, "period_s": 0.1},
+        "kernels": {"pipeline": {"batch": 32, "step_s": 0.0075, "sustained_step_s": 0.0125}},
+    }
+    assert sustained_scale(held) == pytest.approx(0.025 / 0.015)
+    assert sustained_scale(held, "pipeline") == pytest.approx(0.0125 / 0.015)
+    assert profile_cores(held, 1.0) == 0.6
+    assert profile_cores(PROFILE, 0.45) == 0.45
+    assert profile_cores({**PROFILE, "cpu_quota": None}, 0.45) == 0.45
+    s = setting_from_testbed(
+        FACTS,
+        layers_from_profile(held, 32, sustained_scale(held)),
+        reference_cpu=profile_cores(held, 1.0),
+        workers=4,
+    )
+    # the 0.5-core host runs the sustained 25 ms step at 0.5 / 0.6 of the profiled host's pace
+    wifi = s.devices[2]
+    assert wifi.name == "wifi" and wifi.speed == pytest.approx(0.5 / 0.6)
+    total = sum(x.forward_s + x.backward_s for x in s.layers)
+    assert total / wifi.speed == pytest.approx(0.025 * 0.6 / 0.5)
 
 
 def test_devices_and_links_from_the_testbed() -> None:

@@ -71,14 +71,14 @@ def _testbed_setting(path: Path, n: int, layers: tuple[Any, ...], reference_cpu:
 
 
 def _reference_cpu(profile: Path | None, prof: dict[str, Any] | None, testbed: Path) -> float:
-    """The cores the profile was measured with: one unthrottled core where it was measured under
-    a CPU quota, else its host's CPU share on the testbed (the profile file is named after its
-    host), else its device's cores, else 1."""
+    """The cores the profile was measured with: its CPU quota's where it was measured under one,
+    else its host's CPU share on the testbed (the profile file is named after its host), else
+    its device's cores, else 1."""
     from edgetrain.emulate.spec import load_spec
-    from edgetrain.runtime.setting_build import reference_cpu_of
+    from edgetrain.runtime.setting_build import profile_cores
 
-    if prof is not None and reference_cpu_of(prof, 0.0) == 1.0:
-        return 1.0
+    if prof is not None and profile_cores(prof, 0.0) > 0:
+        return profile_cores(prof, 0.0)
     if profile is not None:
         spec = load_spec(testbed)
         for site in spec.sites:
@@ -105,14 +105,15 @@ def _profile_times(
     profile: dict[str, Any], units: list[Any], microbatch: int
 ) -> list[tuple[float, float]]:
     """Per-unit forward and backward seconds from a profile's layers (matched by name), scaled
-    from the profile's batch size to the microbatch, and to the pipeline's own kernels where
-    the profile timed them (``edgetrain profile --kernels pipeline``)."""
-    from edgetrain.runtime.setting_build import kernel_scale
+    from the profile's batch size to the microbatch, and to a sustained step of the pipeline's
+    own kernels where the profile timed them (``edgetrain profile --kernels pipeline``;
+    :func:`~edgetrain.runtime.setting_build.sustained_scale`)."""
+    from edgetrain.runtime.setting_build import sustained_scale
 
     layers = {str(x.get("name")): x for x in profile.get("layers", []) if isinstance(x, dict)}
     batch = (profile.get("batch_sizes") or [microbatch])[0]
     out = []
-    scale = microbatch / batch * kernel_scale(profile, "pipeline")
+    scale = microbatch / batch * sustained_scale(profile, "pipeline")
     for unit in units:
         fwd = bwd = 0.0
         for leaf in unit.leaves:

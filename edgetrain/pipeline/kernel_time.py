@@ -6,7 +6,7 @@ optimiser's momentum), which the other families run; a pipeline stage runs its o
 kernels (errors only through autograd, explicit weight gradients into kept buffers), which on
 an FC-heavy MLP took half the time of the profiled step. The cost model keeps the profile's
 split over layers and scales it to this measured step
-(:func:`~edgetrain.runtime.setting_build.kernel_scale`: the profile's ``kernels.pipeline``).
+(:func:`~edgetrain.runtime.setting_build.sustained_scale`: the profile's ``kernels.pipeline``).
 
 The estimators are the profiler's: the mean of the faster half of the runs (``step_s``, the
 burst pace under a CPU quota) and, under a quota, the mean of all runs spanning at least

@@ -100,8 +100,9 @@ def run_setting(
     """The run's setting and where it came from, or None without a profile."""
     from edgetrain.runtime.setting_build import (
         layers_from_profile,
-        reference_cpu_of,
+        profile_cores,
         setting_from_testbed,
+        sustained_scale,
     )
 
     found = _reference_profile(run_dir)
@@ -109,13 +110,14 @@ def run_setting(
         return None
     name, profile = found
     family = manifest.get("family")
-    layers = layers_from_profile(profile, batch, family if isinstance(family, str) else None)
+    scale = sustained_scale(profile, family if isinstance(family, str) else None)
+    layers = layers_from_profile(profile, batch, scale)
     workers = manifest.get("workers", [])
     facts = _testbed(run_dir)
     if facts is not None:
         cpus = {h.name: h.cpu for h in facts.hosts}
         device = profile.get("device") or {}
-        reference = reference_cpu_of(profile, cpus.get(name) or float(device.get("cores") or 1))
+        reference = profile_cores(profile, cpus.get(name) or float(device.get("cores") or 1))
         setting = setting_from_testbed(
             facts, layers, reference_cpu=reference, workers=len(workers), batch=batch
         )

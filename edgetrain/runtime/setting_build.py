@@ -123,49 +123,58 @@ def _positive(x: Any) -> float | None:
     return float(x) if math.isfinite(x) and x > 0 else None
 
 
-def kernel_scale(profile: Mapping[str, Any], family: str | None) -> float:
-    """How much longer (> 1) or shorter a family's own kernels take than the profile's layers
-    say: the profile's ``kernels.<family>.step_s`` (``edgetrain profile --kernels FAMILY``, at
-    its first batch size) over the layers' sum; 1.0 when the profile did not time that family's
-    kernels, or timed them at another batch size."""
-    kernels = profile.get("kernels")
-    mine = kernels.get(family) if isinstance(kernels, Mapping) and family else None
-    if not isinstance(mine, Mapping):
-        return 1.0
-    batch = (profile.get("batch_sizes") or [None])[0]
+def sustained_scale(profile: Mapping[str, Any], family: str | None = None) -> float:
+    """The factor that turns the profile's layer times (the faster half of its hooked steps:
+    under a CPU quota, the burst pace) into a step's sustained seconds as ``family`` runs it:
+    its own kernels' sustained step where the profile timed them (``edgetrain profile --kernels
+    FAMILY``: ``kernels.<family>``), else the profile's sustained plain step, over the layers'
+    sum, all at the profile's first batch size. 1.0 when the profile has neither, or timed the
+    kernels at another batch size. A cost model that runs each device at its average CPU share
+    reads the layers so scaled at :func:`profile_cores` cores."""
     rows = [x for x in profile.get("layers") or [] if isinstance(x, Mapping)]
     total = sum(float(x.get("fwd_s", 0.0)) + float(x.get("bwd_s", 0.0)) for x in rows)
-    step = mine.get("step_s")
-    if mine.get("batch") != batch or not total > 0 or not isinstance(step, (int, float)):
+    if not total > 0:
         return 1.0
-    return float(step) / total if step > 0 else 1.0
+    kernels = profile.get("kernels")
+    mine = kernels.get(family) if isinstance(kernels, Mapping) and family else None
+    batch = (profile.get("batch_sizes") or [None])[0]
+    if isinstance(mine, Mapping) and mine.get("batch") == batch:
+        step = mine.get("sustained_step_s", mine.get("step_s"))
+    else:
+        plain = profile.get("step_s")
+        step = profile.get("sustained_step_s")
+        if isinstance(step, (int, float)) and isinstance(plain, (int, float)) and plain > 0:
+            # the layers add up to the hooked step: scale them by the plain step's throttling
+            return float(step) / float(plain)
+        return 1.0
+    return float(step) / total if isinstance(step, (int, float)) and step > 0 else 1.0
 
 
-def reference_cpu_of(profile: Mapping[str, Any], default: float) -> float:
-    """The cores the profile's layer times are at: one unthrottled core where it was measured
-    under a CPU quota (the profiler's faster half is the burst pace there, and it records the
-    quota as ``cpu_quota``), else ``default`` (the profiled host's cores)."""
-    return 1.0 if isinstance(profile.get("cpu_quota"), Mapping) else default
+def profile_cores(profile: Mapping[str, Any], default: float) -> float:
+    """The cores a profile's sustained figures (:func:`sustained_scale`) are at: its CPU quota's
+    where it was measured under one (``cpu_quota``), else ``default`` (the profiled host's)."""
+    quota = profile.get("cpu_quota")
+    cores = quota.get("cores") if isinstance(quota, Mapping) else None
+    return float(cores) if isinstance(cores, (int, float)) and cores > 0 else default
 
 
 def layers_from_profile(
-    profile: Mapping[str, Any], batch: int, kernels: str | None = None
+    profile: Mapping[str, Any], batch: int, scale: float = 1.0
 ) -> tuple[Layer, ...]:
-    """The profile's layers at ``batch`` samples (ValueError when it has none); ``kernels``: the
-    family that runs them, whose own kernels the profile may have timed (:func:`kernel_scale`)."""
+    """The profile's layers at ``batch`` samples (ValueError when it has none), their times
+    multiplied by ``scale`` (:func:`sustained_scale`, say)."""
     rows = [x for x in profile.get("layers", []) if isinstance(x, Mapping)]
     if not rows:
         raise ValueError("the profile has no layers: profile the model (edgetrain profile)")
     sizes = profile.get("batch_sizes") or [batch]
-    scale = batch / float(sizes[0])
-    time_scale = scale * kernel_scale(profile, kernels)
+    per_batch = batch / float(sizes[0])
     return tuple(
         Layer(
             name=str(x["name"]),
-            forward_s=float(x["fwd_s"]) * time_scale,
-            backward_s=float(x["bwd_s"]) * time_scale,
+            forward_s=float(x["fwd_s"]) * scale * per_batch,
+            backward_s=float(x["bwd_s"]) * scale * per_batch,
             param_bytes=int(x["param_bytes"]),
-            activation_bytes=int(int(x.get("activation_bytes", 0)) * scale),
+            activation_bytes=int(int(x.get("activation_bytes", 0)) * per_batch),
         )
         for x in rows
     )
