@@ -10,7 +10,7 @@ from edgetrain.experiment.claims import Row, claim, median, number
 from edgetrain.experiment.claims import ratio as _ratio
 from edgetrain.experiment.report import Claim, Stat, above_bound
 from edgetrain.experiment.text import fmt
-from reproductions.mcpipe_measure import same_snapshots
+from reproductions.mcpipe_measure import replay_share, same_snapshots
 from reproductions.mcpipe_recipes import CHUNK_MIB
 from reproductions.mcpipe_regime_claims import regime_claims
 
@@ -432,8 +432,7 @@ def _replay(rows: Sequence[Row], estimates: Mapping[str, Any]) -> Claim:
             e = est.get(st["index"])
             if not e or not e["w"]:
                 continue
-            base = (number(st["compute_s"]) or 0) - (number(st["replay_s"]) or 0)
-            share = _ratio(st["replay_s"], base)
+            share = replay_share(st)
             vals.append(_ratio(share, e["macs"]))
             detail.append({"topology": r["topology"], "seed": r["seed"], "stage": st["index"],
                            "w": e["w"], "measured": share, "spec": e["spec"],
@@ -450,7 +449,9 @@ def _replay(rows: Sequence[Row], estimates: Mapping[str, Any]) -> Claim:
         "x",
         sorted({d["seed"] for d in detail}),
         (all(abs(v - 1) <= GOAL_REPLAY for v in ok) if ok else None),
-        "every stage with pending updates, every mcPipe accuracy run; the estimate counts "
+        "every stage with pending updates, every mcPipe accuracy run, in CPU time (under the "
+        "host's quota, wall time charges the quota's waits to whichever block spends it); the "
+        "estimate counts "
         "multiply-accumulates, which is the specification's w_s/3 except at stage 0 (its first "
         "unit computes no input error, so replay is a larger share there); w_s/3 is in the "
         "details and the replay table",

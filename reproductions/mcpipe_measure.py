@@ -55,6 +55,17 @@ def same_snapshots(a: Sequence[Row], b: Sequence[Row]) -> tuple[int, int]:
     return sum(mine[k] == theirs[k] for k in common), len(common)
 
 
+def replay_share(st: Mapping[str, Any]) -> float | None:
+    """A stage row's replay over the rest of its compute: the report's (CPU time where the
+    stage measured it), else from its wall-time timers (rows kept from older runs)."""
+    share = number(st.get("replay_share"))
+    if share is not None:
+        return share
+    base = (number(st.get("compute_s")) or 0) - (number(st.get("replay_s")) or 0)
+    replay = number(st.get("replay_s"))
+    return replay / base if replay is not None and base > 0 else None
+
+
 def stages(summary: Mapping[str, Any]) -> list[Row]:
     """Per stage (or replica): its figures from the family's report."""
     rows = (summary.get("technique_report") or {}).get("stages") or []
@@ -80,6 +91,8 @@ def stages(summary: Mapping[str, Any]) -> list[Row]:
                 "bubble": r.get("bubble"),
                 "compute_s": r.get("compute_s"),
                 "replay_s": r.get("replay_s"),
+                # replay over the rest of the compute, in CPU time where measured
+                "replay_share": r.get("replay_share"),
                 "train_clock_s": r.get("train_clock_s"),
                 "link_sent": r.get("link_sent") or {},
                 "link_arrived": r.get("link_arrived") or {},

@@ -12,6 +12,7 @@ from edgetrain.experiment.claims import Row, number
 from edgetrain.experiment.claims import ratio as _ratio
 from edgetrain.experiment.text import fmt, spread
 from reproductions.mcpipe_claims import ARMS, MiB, arm_runs, no_saving, pairs_of
+from reproductions.mcpipe_measure import replay_share
 from reproductions.mcpipe_regime_claims import per_microbatch, regime_table
 
 
@@ -110,8 +111,7 @@ def replay_table(rows: Sequence[Row], estimates: Mapping[str, Any]) -> str:
                 if r["arm"] == "mcpipe" and str(r["topology"]) == key:
                     for st in r["stages"]:
                         if st["index"] == e["stage"]:
-                            base = (number(st["compute_s"]) or 0) - (number(st["replay_s"]) or 0)
-                            shares.append(_ratio(st["replay_s"], base))
+                            shares.append(replay_share(st))
             lines.append(
                 f"| {key} | {e['stage']} | {e['w']} | {spread(shares)} | {e['spec']:.3f} | "
                 f"{e['macs']:.3f} |"

@@ -5,6 +5,7 @@ validated in one line."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -220,3 +221,23 @@ def test_stage_report_shows_replay_against_its_estimate() -> None:
     assert "| replay/estimate |" in render([row], []) and "| 0.50 |" in render([row], [])
     pd = stage_row(0, {"technique": "pipedream", "m": 3, "timers": {"compute_s": 6.0}})
     assert pd["replay_vs_estimate"] is None and pd["replay_expected"] is None
+
+
+def test_replay_share_is_read_from_cpu_time_where_the_stage_measured_it() -> None:
+    from edgetrain.pipeline.accounting import Timers
+    from edgetrain.pipeline.stage_report import stage_row
+
+    # under a quota the wall clock charged the quota's waits to the replay: 3 s of 6 in wall
+    # time (1x the rest), 1 of 4 in CPU time (1/3 the rest)
+    timers = {"compute_s": 6.0, "replay_s": 3.0, "compute_cpu_s": 4.0, "replay_cpu_s": 1.0}
+    row = stage_row(0, {"technique": "mcpipe", "m": 2, "timers": timers})
+    assert row["replay_share"] == pytest.approx(1 / 3)
+    assert row["replay_vs_estimate"] == pytest.approx(1.0)
+    # the timers record both: a block that sleeps takes wall time and almost no CPU
+    t = Timers()
+    with t.time("replay_s"):
+        sum(range(200_000))
+    with t.time("wait_s"):
+        time.sleep(0.05)
+    assert t.get("wait_s") >= 0.05 and t.cpu_get("wait_s") < 0.04
+    assert t.cpu_get("replay_s") > 0

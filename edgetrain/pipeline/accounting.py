@@ -86,28 +86,39 @@ class _Held:
 class _Timed:
     """:meth:`Timers.time`'s block (a plain class: entered several times per step)."""
 
-    __slots__ = ("seconds", "name", "t0")
+    __slots__ = ("seconds", "cpu", "name", "t0", "c0")
 
-    def __init__(self, seconds: dict[str, float], name: str) -> None:
+    def __init__(self, seconds: dict[str, float], cpu: dict[str, float], name: str) -> None:
         self.seconds = seconds
+        self.cpu = cpu
         self.name = name
         self.t0 = 0.0
+        self.c0 = 0.0
 
     def __enter__(self) -> None:
         self.t0 = time.perf_counter()
+        self.c0 = time.process_time()
 
     def __exit__(self, *exc: object) -> None:
         self.seconds[self.name] = self.seconds.get(self.name, 0.0) + time.perf_counter() - self.t0
+        self.cpu[self.name] = self.cpu.get(self.name, 0.0) + time.process_time() - self.c0
 
 
 @dataclass
 class Timers:
-    """Seconds a stage spent in each kind of work (the report's busy fraction and bubble)."""
+    """Seconds a stage spent in each kind of work (the report's busy fraction and bubble):
+    wall time, and the process's CPU time in the same blocks (``cpu``). Under a CPU quota the
+    quota's waits land in whichever block runs when the quota is spent, so a share of the
+    compute (mcPipe's replay) is read from CPU time."""
 
     seconds: dict[str, float] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)
 
     def time(self, name: str) -> _Timed:
-        return _Timed(self.seconds, name)
+        return _Timed(self.seconds, self.cpu, name)
+
+    def cpu_get(self, name: str) -> float:
+        return self.cpu.get(name, 0.0)
 
     def add(self, name: str, seconds: float) -> None:
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds

@@ -26,6 +26,7 @@ from edgetrain.pipeline import accounting, snapshots
 from edgetrain.pipeline.chain import Unit, build_units
 from edgetrain.pipeline.chunked import chunk_elems
 from edgetrain.pipeline.config import PipelineSection
+from edgetrain.pipeline.paused import PauseLedger
 from edgetrain.pipeline.stage_build import Stage, make_stage
 from edgetrain.pipeline.stage_channels import Links
 from edgetrain.pipeline.stores import Hyper
@@ -162,6 +163,7 @@ class TrainingProcess:
         self.session: Session | None = None
         self.snap_parts = 0
         self.snap_s = 0.0
+        self.paused = PauseLedger()  # waits on a neighbour's pause, out of the clock
 
     # ------------------------------------------------------------------ setting up
 
@@ -288,7 +290,13 @@ class TrainingProcess:
             "wait_s": t.get("wait_s"),
             "send_s": t.get("send_s"),
             "snapshot_s": self.snap_s,
+            "held_s": self.paused.held_s,
             "compute_s": t.get("forward_s") + t.get("backward_s") + t.get("update_s"),
+            # CPU seconds in the same blocks (a quota's waits left out)
+            "replay_cpu_s": t.cpu_get("replay_s"),
+            "compute_cpu_s": t.cpu_get("forward_s")
+            + t.cpu_get("backward_s")
+            + t.cpu_get("update_s"),
         }
 
     def _clock_figures(self) -> dict[str, Any]:

@@ -132,7 +132,7 @@ class StageRunner(TrainingProcess):
         ctx = self.ctx
         cfg = self.cfg
         started = time.monotonic()
-        snap_before = self.snap_s
+        snap_before = self._out_of_clock_s()
         batches = (
             feed.epoch_order(self.samples, self.b, ctx.recipe.run.seed, epoch, cfg.microbatches)
             if self.s == 0
@@ -151,14 +151,16 @@ class StageRunner(TrainingProcess):
                 absorbed = (epoch - 1) * self.m + op.mb + 1
                 if snapshots.due(absorbed, cfg.snapshot_every) and self._has_evaluator():
                     self.clock_now = (
-                        self.clock + (time.monotonic() - started) - (self.snap_s - snap_before)
+                        self.clock
+                        + (time.monotonic() - started)
+                        - (self._out_of_clock_s() - snap_before)
                     )
                     self._snapshot(epoch, absorbed, epoch_end=op.mb == self.m - 1)
             self.stage.executor.sample()
             # only the last stage computes a loss: the others report none
             loss = {"loss": self.losses[-1]} if self.losses else {}
             session.progress(epoch, done, steps + done, **loss)
-        epoch_s = time.monotonic() - started - (self.snap_s - snap_before)
+        epoch_s = time.monotonic() - started - (self._out_of_clock_s() - snap_before)
         self.clock += epoch_s
         steps += done
         t0 = time.monotonic()
@@ -192,6 +194,7 @@ class StageRunner(TrainingProcess):
             expect = messages.Expect(
                 messages.ACT, self.prev or "", epoch, j, self.act_shape, self.classes
             )
+            waited = self.timers.get("wait_s")
             msg = self.links.receive(
                 "act",
                 (messages.ACT,),
@@ -200,6 +203,7 @@ class StageRunner(TrainingProcess):
                 f"stage {self.s - 1}",
             )
             messages.check_order(msg, expect, f"stage {self.s}")
+            self._held(msg.sender, msg.meta.get("paused_s"), self.timers.get("wait_s") - waited)
             x = from_host(msg.tensors["act"], self.device)
             y = to_tensor(msg.tensors["labels"])  # on the host: they travel on
         with self.timers.time("forward_s"):
@@ -214,7 +218,12 @@ class StageRunner(TrainingProcess):
             self.correct += micro.correct
             self.seen += len(y)
             return
-        meta = {"epoch": epoch, "mb": j, "version": self.stage.executor.flight[-1].version}
+        meta = {
+            "epoch": epoch,
+            "mb": j,
+            "version": self.stage.executor.flight[-1].version,
+            "paused_s": self._out_of_clock_s(),
+        }
         self.links.send(
             "act", messages.ACT, meta, {"act": to_host(out), "labels": y.numpy()}, epoch, j
         )
@@ -224,6 +233,7 @@ class StageRunner(TrainingProcess):
         grad = None
         if not self.last:
             expect = messages.Expect(messages.GRAD, self.next or "", epoch, j, self.out_shape)
+            waited = self.timers.get("wait_s")
             msg = self.links.receive(
                 "grad",
                 (messages.GRAD,),
@@ -232,6 +242,7 @@ class StageRunner(TrainingProcess):
                 f"stage {self.s + 1}",
             )
             messages.check_order(msg, expect, f"stage {self.s}")
+            self._held(msg.sender, msg.meta.get("paused_s"), self.timers.get("wait_s") - waited)
             grad = from_host(msg.tensors["grad"], self.device)
         ex = self.stage.executor
         if ex.flight[0].j != j:
@@ -242,8 +253,19 @@ class StageRunner(TrainingProcess):
         micro.calls = []
         if self.s > 0:
             assert dx is not None
-            self.links.send("grad", messages.GRAD, {"epoch": epoch, "mb": j},
-                            {"grad": to_host(dx)}, epoch, j)  # fmt: skip
+            meta = {"epoch": epoch, "mb": j, "paused_s": self._out_of_clock_s()}
+            self.links.send("grad", messages.GRAD, meta, {"grad": to_host(dx)}, epoch, j)
+
+    def _out_of_clock_s(self) -> float:
+        """Seconds out of this stage's training clock so far: its snapshots, and its waits on
+        a neighbour's (:mod:`edgetrain.pipeline.paused`)."""
+        return self.snap_s + self.paused.held_s
+
+    def _held(self, sender: str, paused: Any, waited: float) -> None:
+        """Take the part of a wait that the sender's pause caused out of the bubble."""
+        held = self.paused.attribute(sender, paused, waited)
+        if held:
+            self.timers.add("wait_s", -held)
 
     # ------------------------------------------------------------------ reports
 

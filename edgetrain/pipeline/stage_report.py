@@ -27,6 +27,17 @@ def _ratio(a: Any, b: Any) -> float | None:
     return None
 
 
+def replay_share(timers: Mapping[str, Any]) -> float | None:
+    """mcPipe's replay over the rest of a stage's compute, in CPU seconds where the stage
+    recorded them (under a CPU quota the quota's waits land in whichever block runs when it is
+    spent: replay follows the backward at stage 0, so in wall time it took more than its
+    share), else in wall seconds."""
+    replay, compute = timers.get("replay_cpu_s"), timers.get("compute_cpu_s")
+    if not (isinstance(replay, (int, float)) and isinstance(compute, (int, float))):
+        replay, compute = timers.get("replay_s"), timers.get("compute_s")
+    return _ratio(replay, (compute or 0) - (replay or 0))
+
+
 def stage_row(worker: int, row: Mapping[str, Any]) -> dict[str, Any]:
     """One stage's (or replica's) figures from its final (or last epoch) report."""
     t = row.get("timers", {}) or {}
@@ -35,7 +46,7 @@ def stage_row(worker: int, row: Mapping[str, Any]) -> dict[str, Any]:
     clock = row.get("train_clock_s")
     m = row.get("m")
     warm = m - 1 if isinstance(m, int) else None
-    share = _ratio(t.get("replay_s"), (t.get("compute_s") or 0) - (t.get("replay_s") or 0))
+    share = replay_share(t)
     expected = (
         warm / 3.0
         if warm is not None and store_mode(str(row.get("technique"))) == "pairs"
@@ -59,6 +70,8 @@ def stage_row(worker: int, row: Mapping[str, Any]) -> dict[str, Any]:
         "send_s": t.get("send_s"),
         "replay_s": t.get("replay_s"),
         "compute_s": t.get("compute_s"),
+        "replay_cpu_s": t.get("replay_cpu_s"),
+        "compute_cpu_s": t.get("compute_cpu_s"),
         "replay_share": share,
         "replay_expected": expected,
         # replay measured against its estimate (goal: at most 1.1)
