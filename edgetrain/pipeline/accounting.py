@@ -97,19 +97,20 @@ class _Timed:
 
     def __enter__(self) -> None:
         self.t0 = time.perf_counter()
-        self.c0 = time.process_time()
+        self.c0 = time.thread_time()
 
     def __exit__(self, *exc: object) -> None:
         self.seconds[self.name] = self.seconds.get(self.name, 0.0) + time.perf_counter() - self.t0
-        self.cpu[self.name] = self.cpu.get(self.name, 0.0) + time.process_time() - self.c0
+        self.cpu[self.name] = self.cpu.get(self.name, 0.0) + time.thread_time() - self.c0
 
 
 @dataclass
 class Timers:
     """Seconds a stage spent in each kind of work (the report's busy fraction and bubble):
-    wall time, and the process's CPU time in the same blocks (``cpu``). Under a CPU quota the
-    quota's waits land in whichever block runs when the quota is spent, so a share of the
-    compute (mcPipe's replay) is read from CPU time."""
+    wall time, and the CPU time of the thread that ran the block (``cpu``: the compute's own,
+    a stage computing on one torch thread by default; the transport's and heartbeat's threads
+    left out). Under a CPU quota the quota's waits land in whichever block runs when the quota
+    is spent, so a share of the compute (mcPipe's replay) is read from CPU time."""
 
     seconds: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)
