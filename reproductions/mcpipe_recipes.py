@@ -133,7 +133,8 @@ class HostSpec:
 #: stages wait on each other within a microbatch (a round trip of about 25 ms here) stalls
 #: whenever either host is stopped. Measured with the 100 ms period (``--quick``, one seed):
 #: PipeDream 1.19x Local per microbatch where the cost model, which runs each host at its
-#: average share, predicted 1.84x. 10 ms makes each stop shorter than a microbatch.
+#: average share, predicted 1.84x; at 10 ms, 1.07x to 1.35x over two such runs. 10 ms makes each
+#: stop shorter than a microbatch.
 CPU_PERIOD_MS = 10
 
 

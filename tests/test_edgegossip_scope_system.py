@@ -40,6 +40,19 @@ def _in_group(group: str, code: str, **popen: object) -> subprocess.Popen[str]:
     return subprocess.Popen(argv, text=True, **popen)  # type: ignore[call-overload]
 
 
+def _output_in_group(group: str, code: str) -> str:
+    """``code``'s stdout, run to its end inside ``group`` (exit 0), its process reaped."""
+    proc = _in_group(group, code, stdout=subprocess.PIPE)
+    try:
+        out, _ = proc.communicate(timeout=100)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0
+    return str(out)
+
+
 @pytest.fixture
 def group() -> Iterator[str]:
     if os.geteuid() != 0:
@@ -105,14 +118,7 @@ print(json.dumps([[r.level, r.u[0]] for r in recs]), flush=True)
 def test_profile_contention_inside_a_host_counts_the_load_it_generates(group: str) -> None:
     """The load generator runs in the profiler's own children, which the group scope leaves
     out of co-running: named as co-running, its demand is U's core component."""
-    proc = _in_group(group, CONTENTION, stdout=subprocess.PIPE)
-    try:
-        out, _ = proc.communicate(timeout=100)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-    assert proc.returncode == 0
+    out = _output_in_group(group, CONTENTION)
     rows = json.loads(out.strip().splitlines()[-1])
     core = {lv: max(u for level, u in rows if level == lv) for lv in (0.0, 1.0)}
     assert core[0.0] < 0.2 and core[1.0] > 1.0  # a core's worth of load per machine core
@@ -132,14 +138,7 @@ def test_a_profile_inside_a_host_is_sustained_at_its_quota(group: str) -> None:
     """Inside a 0.5-core host the profile finds the quota, times at least 20 periods and
     reports the sustained step beside the burst pace: one thread waits out about half of every
     period, so the mean over the runs is slower than their faster half."""
-    proc = _in_group(group, PROFILE, stdout=subprocess.PIPE)
-    try:
-        out, _ = proc.communicate(timeout=100)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-    assert proc.returncode == 0
+    out = _output_in_group(group, PROFILE)
     doc = json.loads(out)
     assert doc["cpu_quota"] == {"cores": 0.5, "period_s": 0.1}
     assert doc["throttle_factor"] > 1.0
