@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -12,6 +13,12 @@ from tests.helpers.procs import edgetrain_processes, kill_all
 from tests.helpers.skips import skip_or_fail
 
 REPO = Path(__file__).resolve().parents[1]
+
+# A background command of a non-interactive shell (`cmd &` in a script) starts with SIGINT
+# ignored, and an ignored signal stays ignored across exec: every process a test starts would
+# then ignore the Ctrl-C the test sends it. A handled SIGINT is reset to the default on exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
