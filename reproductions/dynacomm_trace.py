@@ -28,6 +28,7 @@ from edgetrain.errors import EdgetrainError
 from edgetrain.experiment.beds import Bed
 from edgetrain.experiment.claims import median, number, ratio
 from edgetrain.experiment.kept import kept
+from edgetrain.experiment.profiling import profile_argv
 from edgetrain.rundir import atomic_write_json
 
 LOW_MBIT = 20  # the rate of the drop
@@ -123,13 +124,6 @@ def phase_ratios(seeds: Mapping[str, Mapping[str, Any]], phase: str) -> dict[str
     return out
 
 
-def profile_argv(model: str, batch: int, host: str) -> list[str]:
-    """``edgetrain profile`` of ``model`` at ``batch`` on MNIST's input, as JSON."""
-    args = ["-m", "edgetrain", "profile", "--model", model, "--input", "1x28x28"]
-    args += ["--batch-sizes", str(batch), "--repeats", "5", "--warmup", "2", "--threads", "1"]
-    return args + ["--min-time", "0.5", "--host-name", host, "--format", "json"]
-
-
 def plan_argv(profile: Path, rate: int, dt_s: float | None, run_dir: Path) -> list[str]:
     """``edgetrain plan`` of the profile at ``rate`` and the drop's rate, as JSON."""
     args = [sys.executable, "-m", "edgetrain", "plan", "--profile", str(profile)]
@@ -161,7 +155,9 @@ def trace_plan(
         if where.exists():
             shutil.rmtree(where)
         where.mkdir(parents=True)
-        profile = _run(b.command("trainer-1", profile_argv(model, batch, "trainer-1")), "profile")
+        profile = _run(
+            b.command("trainer-1", profile_argv(model, "mnist", batch, "trainer-1")), "profile"
+        )
         atomic_write_json(where / "profile.json", profile)
         plan = _run(plan_argv(where / "profile.json", rate, dt_s, where), "plan")
         entry = (plan.get("bandwidths") or [{}])[0].get("strategies", {}).get("dynacomm", {})

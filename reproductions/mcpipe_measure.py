@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from edgetrain.experiment.claims import number
+from edgetrain.pipeline import stage_report
 from edgetrain.pipeline.bounds import FLOAT, paper_bound
 
 Row = dict[str, Any]
@@ -57,13 +58,10 @@ def same_snapshots(a: Sequence[Row], b: Sequence[Row]) -> tuple[int, int]:
 
 def replay_share(st: Mapping[str, Any]) -> float | None:
     """A stage row's replay over the rest of its compute: the report's (CPU time where the
-    stage measured it), else from its wall-time timers (rows kept from older runs)."""
+    stage measured it), else the report's rule over the row's timers (rows kept from older
+    runs)."""
     share = number(st.get("replay_share"))
-    if share is not None:
-        return share
-    base = (number(st.get("compute_s")) or 0) - (number(st.get("replay_s")) or 0)
-    replay = number(st.get("replay_s"))
-    return replay / base if replay is not None and base > 0 else None
+    return share if share is not None else stage_report.replay_share(st)
 
 
 def stages(summary: Mapping[str, Any]) -> list[Row]:

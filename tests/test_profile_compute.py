@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from edgetrain.models import build_model, layer_specs
-from edgetrain.profile.compute import ComputeConfig, _estimate, _faster_half, profile_compute
+from edgetrain.profile.compute import ComputeConfig, _faster_half, estimate, profile_compute
 from edgetrain.profile.timeline import LayerTimeline, _charge
 from tests.helpers.vision import model_params
 
@@ -33,7 +33,7 @@ def test_backward_intervals_close_at_events() -> None:
 def test_faster_half() -> None:
     assert _faster_half(np.array([5.0, 1.0, 2.0, 3.0, 100.0])).tolist() == [1, 2, 3]
     assert _faster_half(np.array([7.0])).tolist() == [0]
-    assert _estimate([1.0, 2.0, 9.0, 10.0]) == 1.5
+    assert estimate([1.0, 2.0, 9.0, 10.0]) == 1.5
 
 
 @pytest.mark.parametrize(
@@ -102,9 +102,9 @@ def test_bad_config() -> None:
 
 
 def test_millisecond_steps_get_enough_runs_to_fill_min_time() -> None:
-    from edgetrain.profile.compute import MAX_REPEATS, _runs
+    from edgetrain.profile.compute import MAX_REPEATS, timed_runs
 
     cfg = ComputeConfig(batch_sizes=(4,), repeats=10, min_time_s=0.2)
-    assert _runs(cfg, 0.001) == 200  # 1 ms steps: 200 runs fill 0.2 s
-    assert _runs(cfg, 0.05) == 10  # slow steps: the requested repeats
-    assert _runs(cfg, 1e-9) == MAX_REPEATS
+    assert timed_runs(cfg, 0.001) == 200  # 1 ms steps: 200 runs fill 0.2 s
+    assert timed_runs(cfg, 0.05) == 10  # slow steps: the requested repeats
+    assert timed_runs(cfg, 1e-9) == MAX_REPEATS

@@ -13,9 +13,9 @@ from edgetrain.models import build_model, layer_specs
 from edgetrain.profile.compute import (
     QUOTA_PERIODS,
     ComputeConfig,
-    _estimate,
-    _runs,
+    estimate,
     profile_compute,
+    timed_runs,
 )
 from edgetrain.profile.compute_json import compute_fields
 from edgetrain.profile.scope import process_quota
@@ -73,15 +73,15 @@ def test_a_container_root_with_cpu_max_v2(tmp_path: Path) -> None:
 def test_the_estimator_under_a_quota_is_the_mean_over_all_runs() -> None:
     # 0.6 core at 100 ms: of five 15 ms steps one waits out 40 ms of the period
     times = [0.015, 0.015, 0.055, 0.015, 0.015]
-    assert _estimate(times) == pytest.approx(0.015)  # the faster half: the unthrottled core
-    assert _estimate(times, (0.6, 0.1)) == pytest.approx(0.023)  # sustained
+    assert estimate(times) == pytest.approx(0.015)  # the faster half: the unthrottled core
+    assert estimate(times, (0.6, 0.1)) == pytest.approx(0.023)  # sustained
 
 
 def test_under_a_quota_the_runs_span_many_periods() -> None:
     free = ComputeConfig(batch_sizes=(4,), repeats=5, min_time_s=0.5)
     held = ComputeConfig(batch_sizes=(4,), repeats=5, min_time_s=0.5, quota=(0.6, 0.1))
     assert free.timed_s == 0.5 and held.timed_s == pytest.approx(QUOTA_PERIODS * 0.1)
-    assert _runs(free, 0.01) == 50 and _runs(held, 0.01) == 200
+    assert timed_runs(free, 0.01) == 50 and timed_runs(held, 0.01) == 200
 
 
 def test_a_profile_under_a_quota_reports_the_sustained_step_beside_the_burst_pace() -> None:

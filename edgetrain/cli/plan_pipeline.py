@@ -77,8 +77,9 @@ def _reference_cpu(profile: Path | None, prof: dict[str, Any] | None, testbed: P
     from edgetrain.emulate.spec import load_spec
     from edgetrain.runtime.setting_build import profile_cores
 
-    if prof is not None and profile_cores(prof, 0.0) > 0:
-        return profile_cores(prof, 0.0)
+    quota_cores = profile_cores(prof, 0.0) if prof is not None else 0.0
+    if quota_cores > 0:
+        return quota_cores
     if profile is not None:
         spec = load_spec(testbed)
         for site in spec.sites:

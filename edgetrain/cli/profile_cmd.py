@@ -232,7 +232,7 @@ def profile(
             hist = history or (run_dir / "profiles" / f"{host}.history.jsonl" if run_dir else None)
             data["contention"] = run_contention(req, level_values, hist, progress)
         if kernels:
-            data["kernels"] = {f: _kernels(f, req, progress) for f in dict.fromkeys(kernels)}
+            data["kernels"] = {f: _kernels(f, req, data, progress) for f in dict.fromkeys(kernels)}
     try:
         path = save_profile(run_dir, data) if run_dir is not None else None
     except OSError as exc:  # checked above; this is the disk filling up or a race
@@ -289,25 +289,18 @@ def _render(data: dict[str, Any], path: Path | None) -> None:
 KERNEL_TIMERS = ("pipeline",)
 
 
-def _kernels(family: str, req: Any, progress: Any) -> dict[str, Any]:
-    """The profile's ``kernels.<family>`` (:mod:`edgetrain.pipeline.kernel_time`)."""
+def _kernels(family: str, req: Any, data: dict[str, Any], progress: Any) -> dict[str, Any]:
+    """The profile's ``kernels.<family>`` (:mod:`edgetrain.pipeline.kernel_time`), timed as the
+    profile ``data`` was, under the CPU quota it found."""
     from edgetrain.pipeline.kernel_time import time_local
-    from edgetrain.profile.scope import process_quota
+    from edgetrain.profile.run import compute_config
 
     assert family == "pipeline"
     if progress is not None:
         progress(f"{family} kernels", 0, 0)
-    return time_local(
-        req.model,
-        req.input_shape,
-        req.classes,
-        req.batch_sizes[0],
-        options=req.model_options,
-        warmup=req.warmup,
-        repeats=req.repeats,
-        min_time_s=req.min_time_s,
-        quota=process_quota(),
-    )
+    q = data.get("cpu_quota")
+    cfg = compute_config(req, (q["cores"], q["period_s"]) if q else None)
+    return time_local(req.model, req.input_shape, req.classes, cfg, req.model_options)
 
 
 def _render_summary(data: dict[str, Any]) -> None:

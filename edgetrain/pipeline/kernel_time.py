@@ -8,41 +8,34 @@ an FC-heavy MLP took half the time of the profiled step. The cost model keeps th
 split over layers and scales it to this measured step
 (:func:`~edgetrain.runtime.setting_build.sustained_scale`: the profile's ``kernels.pipeline``).
 
-The estimators are the profiler's: the mean of the faster half of the runs (``step_s``, the
-burst pace under a CPU quota) and, under a quota, the mean of all runs spanning at least
-:data:`~edgetrain.profile.compute.QUOTA_PERIODS` periods (``sustained_step_s``).
+The runs and estimators are the profiler's (:mod:`edgetrain.profile.compute`, the same
+:class:`~edgetrain.profile.compute.ComputeConfig`): the mean of the faster half of the runs
+(``step_s``, the burst pace under a CPU quota) and, under a quota, the mean of all runs spanning
+at least :data:`~edgetrain.profile.compute.QUOTA_PERIODS` periods (``sustained_step_s``).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
+from edgetrain.profile.compute import ComputeConfig, estimate, timed_runs
 
 #: what the timed update does: plain SGD, as the reproductions' pipeline recipes train
 TIMED_LR = 0.01
 TIMED_MOMENTUM = 0.0
-MAX_RUNS = 1000
 
 
 def time_local(
     model_name: str,
     input_shape: tuple[int, int, int],
     classes: int,
-    microbatch: int,
-    *,
+    cfg: ComputeConfig,
     options: Mapping[str, Any] | None = None,
-    warmup: int = 2,
-    repeats: int = 5,
-    min_time_s: float = 0.5,
-    quota: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
-    """Time ``repeats`` or more Local microbatches (enough to fill ``min_time_s``, under a
-    ``quota`` at least the profiler's number of its periods) after ``warmup``: a profile's
-    ``kernels.pipeline``."""
+    """Time Local microbatches of ``cfg``'s first batch size, as many as the profiler times its
+    steps, after its warm-up: a profile's ``kernels.pipeline``."""
     import torch
 
     from edgetrain.models import build_model
@@ -50,8 +43,8 @@ def time_local(
     from edgetrain.pipeline.stage_build import cut, make_stage
     from edgetrain.pipeline.stores import Hyper
     from edgetrain.pipeline.table import unit_table
-    from edgetrain.profile.compute import QUOTA_PERIODS
 
+    microbatch = cfg.batch_sizes[0]
     torch.manual_seed(0)
     model = build_model(model_name, input_shape, classes, dict(options or {}))
     n = len(build_units(model, model_name))
@@ -75,19 +68,17 @@ def time_local(
         return time.perf_counter() - t0
 
     first = 0.0
-    for _ in range(max(warmup, 1)):
+    for _ in range(max(cfg.warmup, 1)):
         first = one()
-    wanted = min_time_s if quota is None else max(min_time_s, QUOTA_PERIODS * quota[1])
-    runs = max(repeats, min(math.ceil(wanted / first) if first > 0 else MAX_RUNS, MAX_RUNS))
-    times = np.array([one() for _ in range(runs)])
+    runs = timed_runs(cfg, first)
+    times = [one() for _ in range(runs)]
     stage.executor.close()
-    fast = times[times <= np.median(times)]
     return {
         "batch": int(microbatch),
         "units": n,
-        "step_s": float(fast.mean()),
-        "sustained_step_s": float(times.mean()) if quota is not None else float(fast.mean()),
-        "runs": int(runs),
+        "step_s": estimate(times),
+        "sustained_step_s": estimate(times, cfg.quota),
+        "runs": runs,
         "lr": TIMED_LR,
         "momentum": TIMED_MOMENTUM,
     }

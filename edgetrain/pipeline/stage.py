@@ -194,7 +194,6 @@ class StageRunner(TrainingProcess):
             expect = messages.Expect(
                 messages.ACT, self.prev or "", epoch, j, self.act_shape, self.classes
             )
-            waited = self.timers.get("wait_s")
             msg = self.links.receive(
                 "act",
                 (messages.ACT,),
@@ -203,7 +202,7 @@ class StageRunner(TrainingProcess):
                 f"stage {self.s - 1}",
             )
             messages.check_order(msg, expect, f"stage {self.s}")
-            self._held(msg.sender, msg.meta.get("paused_s"), self.timers.get("wait_s") - waited)
+            self._held(msg.sender, msg.meta.get("paused_s"), self.links.last_wait_s)
             x = from_host(msg.tensors["act"], self.device)
             y = to_tensor(msg.tensors["labels"])  # on the host: they travel on
         with self.timers.time("forward_s"):
@@ -233,7 +232,6 @@ class StageRunner(TrainingProcess):
         grad = None
         if not self.last:
             expect = messages.Expect(messages.GRAD, self.next or "", epoch, j, self.out_shape)
-            waited = self.timers.get("wait_s")
             msg = self.links.receive(
                 "grad",
                 (messages.GRAD,),
@@ -242,7 +240,7 @@ class StageRunner(TrainingProcess):
                 f"stage {self.s + 1}",
             )
             messages.check_order(msg, expect, f"stage {self.s}")
-            self._held(msg.sender, msg.meta.get("paused_s"), self.timers.get("wait_s") - waited)
+            self._held(msg.sender, msg.meta.get("paused_s"), self.links.last_wait_s)
             grad = from_host(msg.tensors["grad"], self.device)
         ex = self.stage.executor
         if ex.flight[0].j != j:

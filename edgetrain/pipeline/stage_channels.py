@@ -130,6 +130,7 @@ class Links:
         self.outboxes: dict[str, zmq.SyncSocket] = {}
         self.peers: dict[str, str] = {}  # outbox name -> peer worker name
         self.arrivals: dict[str, Arrivals] = {}  # inbox name -> what arrived on it
+        self.last_wait_s = 0.0  # how long the latest receive waited
 
     def bind(self, name: str, hwm: int, what: str) -> str:
         sock, endpoint = bind_inbox(self.transport, hwm, what)
@@ -213,7 +214,8 @@ class Links:
                     )
         finally:
             said.close()
-            self.timers.add("wait_s", time.perf_counter() - t0)
+            self.last_wait_s = time.perf_counter() - t0
+            self.timers.add("wait_s", self.last_wait_s)
 
     def sent_by_outbox(self) -> dict[str, int]:
         """Bytes sent on each outbox (to its peer)."""

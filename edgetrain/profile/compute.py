@@ -144,7 +144,7 @@ def _faster_half(totals: np.ndarray) -> np.ndarray:
     return np.flatnonzero(totals <= np.median(totals))
 
 
-def _estimate(times: list[float], quota: tuple[float, float] | None = None) -> float:
+def estimate(times: list[float], quota: tuple[float, float] | None = None) -> float:
     """Mean of the faster half of ``times``; under a ``quota``, the mean of all (see the
     module docstring)."""
     a = np.asarray(times)
@@ -212,7 +212,7 @@ def profile_compute(
         ) from None
 
 
-def _runs(cfg: ComputeConfig, run_s: float) -> int:
+def timed_runs(cfg: ComputeConfig, run_s: float) -> int:
     """How many timed runs: ``repeats``, or more to fill ``min_time_s`` (see the docstring)."""
     wanted = math.ceil(cfg.timed_s / run_s) if run_s > 0 else MAX_REPEATS
     return max(cfg.repeats, min(wanted, MAX_REPEATS))
@@ -229,7 +229,7 @@ def _measure(
     pair_s = 0.0
     for _ in range(max(cfg.warmup, 1)):
         pair_s = timeline.step(x, y, tr.loss_fn, tr.opt).total_s + tr.plain_step(x, y)
-    runs = _runs(cfg, pair_s)
+    runs = timed_runs(cfg, pair_s)
     for _ in range(runs):
         st = timeline.step(x, y, tr.loss_fn, tr.opt)
         plain.append(tr.plain_step(x, y))
@@ -254,7 +254,7 @@ def _measure(
         )
         for i, s in enumerate(specs)
     )
-    step_by_bs = {first: _estimate(plain)}
+    step_by_bs = {first: estimate(plain)}
     peaks: dict[int, int] = {}
     source = ""
     for bs in cfg.batch_sizes:
@@ -265,18 +265,18 @@ def _measure(
         if bs != first:
             for _ in range(cfg.warmup - 1):
                 t = tr.plain_step(xb, yb)
-            n = _runs(cfg, t)
+            n = timed_runs(cfg, t)
             times = []
             for _ in range(n):
                 times.append(tr.plain_step(xb, yb))
                 tick(f"step @ batch {bs}", n)
-            step_by_bs[bs] = _estimate(times)
+            step_by_bs[bs] = estimate(times)
     return ComputeProfile(
         layers=layers,
         step_s=step_by_bs[first],
         step_iqr_s=float(_iqr(np.array(plain))),
         step_median_s=float(np.median(plain)),
-        hooked_step_s=_estimate(hooked),
+        hooked_step_s=estimate(hooked),
         throughput={bs: bs / t for bs, t in step_by_bs.items()},
         step_s_by_batch=step_by_bs,
         peak_memory_bytes=peaks[first],
@@ -285,5 +285,5 @@ def _measure(
         repeats=runs,
         warmup=cfg.warmup,
         quota=cfg.quota,
-        sustained_step_s=_estimate(plain, cfg.quota),
+        sustained_step_s=estimate(plain, cfg.quota),
     )

@@ -6,13 +6,16 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgetrain.errors import EdgetrainError
 from edgetrain.profile import schema
 from edgetrain.profile.compute_json import compute_fields
 from edgetrain.profile.device import device_info
 from edgetrain.profile.probe import ProbeConfig, check_endpoint, probe_link
+
+if TYPE_CHECKING:  # torch loads with the compute profiler, not with this module
+    from edgetrain.profile.compute import ComputeConfig
 
 log = logging.getLogger(__name__)
 
@@ -119,21 +122,28 @@ def make_profile(req: ProfileRequest, progress: Progress | None = None) -> dict[
     return schema.validate_profile(data)
 
 
-def _compute(req: ProfileRequest, progress: Progress | None) -> dict[str, Any]:
-    from edgetrain.models import build_model, layer_specs
-    from edgetrain.profile.compute import ComputeConfig, profile_compute
-    from edgetrain.profile.scope import process_quota
+def compute_config(req: ProfileRequest, quota: tuple[float, float] | None) -> ComputeConfig:
+    """What to time for ``req`` (``quota``: the CPU quota the process runs under)."""
+    from edgetrain.profile.compute import ComputeConfig
 
-    assert req.model is not None
-    cfg = ComputeConfig(
+    return ComputeConfig(
         batch_sizes=req.batch_sizes,
         warmup=req.warmup,
         repeats=req.repeats,
         min_time_s=req.min_time_s,
         device=req.device,
         num_classes=req.classes,
-        quota=process_quota() if req.device == "cpu" else None,
+        quota=quota,
     )
+
+
+def _compute(req: ProfileRequest, progress: Progress | None) -> dict[str, Any]:
+    from edgetrain.models import build_model, layer_specs
+    from edgetrain.profile.compute import profile_compute
+    from edgetrain.profile.scope import process_quota
+
+    assert req.model is not None
+    cfg = compute_config(req, process_quota() if req.device == "cpu" else None)
     if req.model.lower().endswith(".onnx") or Path(req.model).is_file():
         from edgetrain.profile.onnx_costs import profile_onnx
 
