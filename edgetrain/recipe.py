@@ -148,6 +148,12 @@ class TrainSection(_Section):
     # cuDNN deterministic without benchmarking, CUBLAS_WORKSPACE_CONFIG): on CUDA, the same
     # recipe gives the same weights run to run (edgetrain.runtime.determinism).
     deterministic: bool = False
+    # cuBLAS's workspace per thread that runs matrix products on CUDA (a process has two, its
+    # own and autograd's backward thread): "default" is torch's (32 MiB each on Hopper, 4 MiB
+    # on older GPUs); "small" is 128 KiB each (CUBLAS_WORKSPACE_CONFIG=:16:8, which keeps
+    # deterministic mode deterministic), for devices short of accelerator memory, at some cost
+    # in speed. Nothing changes on the CPU.
+    blas_workspace: Literal["default", "small"] = "default"
 
     @model_validator(mode="before")
     @classmethod

@@ -14,7 +14,7 @@ import pytest
 
 from edgetrain.comm.control import assign_roles
 from edgetrain.comm.coordinator import MISSED_HEARTBEATS, SETUP_GRACE_S, Coordinator, silence_limit
-from edgetrain.errors import EdgetrainError
+from edgetrain.errors import EdgetrainError, RecipeError
 from edgetrain.recipe import parse_recipe
 from edgetrain.rundir import read_jsonl
 from edgetrain.runtime import determinism
@@ -165,3 +165,16 @@ def test_a_start_up_longer_than_the_heartbeat_timeout_is_not_a_lost_worker(
     ready = next(r["t"] for r in rows if r.get("event") == "ready")
     assert ready - registered >= hold  # silent that long while setting up, and not lost
     assert edgetrain_processes(run_id) == {}
+
+
+def test_the_small_blas_workspace_is_one_of_the_deterministic_settings() -> None:
+    assert parse_recipe(BASE).train.blas_workspace == "default"
+    small = parse_recipe({**BASE, "train": {"blas_workspace": "small"}})
+    assert small.train.blas_workspace == "small"
+    env = {"CUBLAS_WORKSPACE_CONFIG": ":16:8", "CUBLASLT_WORKSPACE_SIZE": "128"}
+    assert determinism.environment(False, "small") == env
+    assert determinism.environment(True, "small") == env
+    assert env["CUBLAS_WORKSPACE_CONFIG"] in determinism.CUBLAS_ACCEPTED
+    assert determinism.environment(True, "default") == {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    with pytest.raises(RecipeError, match="blas_workspace"):
+        parse_recipe({**BASE, "train": {"blas_workspace": "tiny"}})

@@ -106,14 +106,14 @@ def _run(gc: ModuleType, label: str, sha: str | None, completed: bool = True) ->
 
 def test_determinism_verdict_from_the_runs_hashes(gc: ModuleType) -> None:
     training = {"pipedream": _run(gc, "pd", "a" * 64), "mcpipe": _run(gc, "mc", "a" * 64)}
-    ps = {f"{s}-{r}": _run(gc, f"{s}-{r}", "b" * 64) for s in gc.SCHEDULES for r in (1, 2)}
+    ps = {k: _run(gc, k, "b" * 64) for k in gc.PS_ORDER}
     result = gc.check_determinism(training, ps)
     assert result.status == "PASS"
     assert result.figures["claims"] == {
         "mcpipe = pipedream": True, "dynacomm twice": True, "four schedules": True
     }  # fmt: skip
     # one schedule's second run differs: the schedules' claim fails, DynaComm's holds
-    ps["lbl-2"] = _run(gc, "lbl-2", "c" * 64)
+    ps["lbl-1"] = _run(gc, "lbl-1", "c" * 64)
     result = gc.check_determinism(training, ps)
     assert result.status == "FAIL" and result.headline == "differ: four schedules"
     # a run that did not complete has no hash to agree with

@@ -271,7 +271,7 @@ def _worker_specs(
             *(limits.args() if limits is not None else ()),
         )
         env = {"OMP_NUM_THREADS": str(g.threads), "MKL_NUM_THREADS": str(g.threads)}
-        env.update(determinism.environment(recipe.train.deterministic))
+        env.update(determinism.environment(recipe.train.deterministic, recipe.train.blas_workspace))
         log_path = setup.run_dir.log_file(worker_stem(i))
         stdin = f"{secret}\n".encode() if secret else b""
         specs.append(

@@ -34,14 +34,28 @@ CUBLAS_DETERMINISTIC = ":4096:8"
 CUBLAS_ACCEPTED = (":4096:8", ":16:8")
 
 
-def environment(deterministic: bool) -> dict[str, str]:
-    """What a worker's environment needs for ``deterministic`` (the launcher adds it). Pure."""
+# ``[train] blas_workspace = "small"``: 8 buffers of 16 KiB per handle and stream (128 KiB, one
+# of the deterministic settings) where torch's default is 32 MiB on Hopper; cuBLASLt shares the
+# cuBLAS workspace in recent torch, and older ones read their own size (KiB) from CUBLASLT_ENV.
+CUBLAS_SMALL = ":16:8"
+CUBLASLT_ENV = "CUBLASLT_WORKSPACE_SIZE"
+CUBLASLT_SMALL_KIB = "128"
+
+
+def environment(deterministic: bool, workspace: str = "default") -> dict[str, str]:
+    """What a worker's environment needs for ``deterministic`` and ``[train] blas_workspace``
+    (the launcher adds it). Pure."""
+    if workspace == "small":
+        return {CUBLAS_ENV: CUBLAS_SMALL, CUBLASLT_ENV: CUBLASLT_SMALL_KIB}
     return {CUBLAS_ENV: CUBLAS_DETERMINISTIC} if deterministic else {}
 
 
-def apply(deterministic: bool) -> bool:
-    """Switch this process to deterministic kernels when ``deterministic`` (a worker, right
-    after it learns the recipe and before its role touches CUDA); False: nothing to do."""
+def apply(deterministic: bool, workspace: str = "default") -> bool:
+    """Switch this process to deterministic kernels when ``deterministic``, and to the small
+    cuBLAS workspace for ``workspace = "small"`` (a worker, right after it learns the recipe
+    and before its role touches CUDA); False: not deterministic."""
+    if workspace == "small":
+        os.environ.update(environment(deterministic, workspace))
     if not deterministic:
         return False
     if os.environ.get(CUBLAS_ENV) not in CUBLAS_ACCEPTED:

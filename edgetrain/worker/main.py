@@ -222,7 +222,7 @@ def run_worker(opts: WorkerOptions) -> int:
         role = Role.parse(str(welcome.meta.get("role", "")))
         client.start_heartbeat(recipe.run.heartbeat_s)
         # Before the role's set-up touches CUDA (where the coordinator allows for a slow start).
-        determinism.apply(recipe.train.deterministic)
+        determinism.apply(recipe.train.deterministic, recipe.train.blas_workspace)
         resume_epoch, resume = _resume(welcome)
         wctx = WorkerContext(
             recipe,

@@ -20,13 +20,13 @@ HOLD_ENV = "EDGETRAIN_TEST_SLOW_START_S"
 MARK = "slow start:"
 
 
-def _slow_apply(deterministic: bool) -> bool:
+def _slow_apply(deterministic: bool, workspace: str = "default") -> bool:
     seconds = int(os.environ.get(HOLD_ENV, "0"))
     seen = os.environ.get(determinism.CUBLAS_ENV, "-")
     print(f"{MARK} holding the interpreter lock for {seconds} s; cublas {seen}", file=sys.stderr)
     sys.stderr.flush()
     ctypes.PyDLL(None).sleep(seconds)  # PyDLL: the call keeps the interpreter lock
-    return _apply(deterministic)
+    return _apply(deterministic, workspace)
 
 
 _apply = determinism.apply
