@@ -152,3 +152,11 @@ def test_without_cuda_one_line_and_exit_0(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout == "gpu-check: no CUDA device here: skipped\n"
     assert list(tmp_path.iterdir()) == []  # nothing written, nothing launched
+
+
+def test_untimed_checks_launch_in_parallel_on_a_cuda_machine_only(gc: ModuleType) -> None:
+    assert gc.default_parallel("cuda", 16) == 4
+    assert gc.default_parallel("cuda", 64) == 4
+    assert gc.default_parallel("cuda", 6) == 1
+    assert gc.default_parallel("cuda", None) == 1
+    assert gc.default_parallel("cpu", 16) == 1

@@ -278,7 +278,6 @@ class TrainingProcess:
             else None,
             **accounting.cgroup_figures(self.cgroup),
             **accelerator.memory_figures(self.device),
-            **accelerator.release_blas_workspaces(self.device),
         }
 
     def _timer_figures(self, forward_s: float, replay_s: float) -> dict[str, float]:

@@ -68,18 +68,3 @@ def memory_figures(device: torch.device) -> dict[str, int]:
         "accelerator_reserved_peak_bytes": int(torch.cuda.max_memory_reserved(device)),
         "accelerator_allocated_bytes": int(torch.cuda.memory_allocated(device)),
     }
-
-
-def release_blas_workspaces(device: torch.device) -> dict[str, int]:
-    """Hand back cuBLAS's workspaces (one per thread and stream that ran a matrix product;
-    ``[train] blas_workspace`` sets their size) and say how many bytes of the allocated
-    figures they were: ``accelerator_blas_workspace_bytes``, part of every peak since they are
-    made at the first product and kept. At the end of a run only (the next product makes them
-    again). Empty on the CPU, or where this torch cannot hand them back."""
-    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
-    if device.type != "cuda" or clear is None:
-        return {}
-    torch.cuda.synchronize(device)
-    before = torch.cuda.memory_allocated(device)
-    clear()
-    return {"accelerator_blas_workspace_bytes": int(before - torch.cuda.memory_allocated(device))}
