@@ -90,6 +90,8 @@ def test_mcpipe_trains_pipedreams_weights_across_processes(
         stages = summary["technique_report"]["stages"]
         assert stages[0]["link_sent"]["act"] > 0 and stages[1]["link_sent"]["grad"] > 0
         assert stages[1]["link_arrived"]["act"]["messages"] == 2 * 89  # 2 epochs of digits
+        for st in stages:  # the whole process's CPU holds its compute blocks' (every thread)
+            assert st["process_cpu_s"] >= st["compute_cpu_s"] > 0
         if technique == "mcpipe":  # the report again: its plots and the loss (issue 30)
             again = report_again(capsys, launch.run_dir)["technique_report"]
             assert again["snapshots"] == summary["technique_report"]["snapshots"]

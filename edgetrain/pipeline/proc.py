@@ -163,6 +163,7 @@ class TrainingProcess:
         self.session: Session | None = None
         self.snap_parts = 0
         self.snap_s = 0.0
+        self.cpu0 = time.process_time()  # reset when training begins
         self.paused = PauseLedger()  # waits on a neighbour's pause, out of the clock
 
     # ------------------------------------------------------------------ setting up
@@ -234,6 +235,7 @@ class TrainingProcess:
         """Every epoch from the start epoch (memory measured from here); the last epoch run and
         the steps."""
         accelerator.reset_memory_peaks(self.device)
+        self.cpu0 = time.process_time()
         self.rss_baseline = rss_bytes()
         self.rss_reset = reset_rss_peak()
         self.cgroup = accounting.cgroup_memory_dir()
@@ -297,6 +299,10 @@ class TrainingProcess:
             "compute_cpu_s": t.cpu_get("forward_s")
             + t.cpu_get("backward_s")
             + t.cpu_get("update_s"),
+            # the whole process's CPU seconds since training began, every thread (ZeroMQ's I/O
+            # threads, heartbeats, snapshots): beside compute_cpu_s, what moving the
+            # microbatches costs on a host whose cores the stage shares with nothing else
+            "process_cpu_s": time.process_time() - self.cpu0,
         }
 
     def _clock_figures(self) -> dict[str, Any]:

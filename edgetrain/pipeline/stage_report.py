@@ -72,6 +72,7 @@ def stage_row(worker: int, row: Mapping[str, Any]) -> dict[str, Any]:
         "compute_s": t.get("compute_s"),
         "replay_cpu_s": t.get("replay_cpu_s"),
         "compute_cpu_s": t.get("compute_cpu_s"),
+        "process_cpu_s": t.get("process_cpu_s"),
         "replay_share": share,
         "replay_expected": expected,
         # replay measured against its estimate (goal: at most 1.1)
