@@ -18,7 +18,13 @@ from edgetrain.profile.compute import (
     timed_runs,
 )
 from edgetrain.profile.compute_json import compute_fields
-from edgetrain.profile.scope import process_quota
+from edgetrain.profile.scope import (
+    parse_cpu_stat,
+    process_quota,
+    quota_group,
+    read_cpu_stat,
+    throttling_delta,
+)
 
 
 def _proc(root: Path, pid: int, cgroup: str) -> Path:
@@ -100,3 +106,31 @@ def test_a_profile_under_a_quota_reports_the_sustained_step_beside_the_burst_pac
     out = compute_fields("mlp", shape, (4,), free, "measured")
     assert free.throttle_factor == 1.0 and free.sustained_step_s == free.step_s
     assert out["cpu_quota"] is None and out["sustained_step_s"] == out["step_s"]
+
+
+def test_the_quota_groups_throttling_is_read_v1_and_v2(tmp_path: Path) -> None:
+    v1 = "nr_periods 200\nnr_throttled 50\nthrottled_time 400000000\n"
+    v2 = "usage_usec 9\nuser_usec 5\nsystem_usec 4\nnr_periods 10\nnr_throttled 4\n"
+    v2 += "throttled_usec 16000\n"
+    assert parse_cpu_stat(v1) == {"periods": 200.0, "throttled": 50.0, "throttled_s": 0.4}
+    assert parse_cpu_stat(v2) == {"periods": 10.0, "throttled": 4.0, "throttled_s": 0.016}
+    assert parse_cpu_stat("usage_usec 9\n") is None  # no quota's counters
+    before = {"periods": 100.0, "throttled": 10.0, "throttled_s": 0.1}
+    after = {"periods": 300.0, "throttled": 60.0, "throttled_s": 0.5}
+    assert throttling_delta(before, after) == pytest.approx(
+        {"quota_periods": 200.0, "quota_throttled_share": 0.25, "quota_throttled_s": 0.4}
+    )
+    assert throttling_delta(before, before) is None and throttling_delta(None, after) is None
+    # the group whose quota the process runs under: the nearest ancestor with one
+    cg = tmp_path / "cgroup"
+    _group(cg / "cpu")
+    host = cg / "cpu" / "edgetrain-emulate" / "tb" / "laptop-1"
+    _group(host, 60000, 100000)
+    _group(host / "session")
+    (host / "cpu.stat").write_text(v1)
+    proc = _proc(tmp_path, 7, "1:cpu,cpuacct:/edgetrain-emulate/tb/laptop-1/session\n")
+    assert quota_group(7, proc, cg) == host
+    assert read_cpu_stat(quota_group(7, proc, cg)) == parse_cpu_stat(v1)
+    _group(cg / "cpu" / "free")
+    assert quota_group(8, _proc(tmp_path, 8, "1:cpu:/free\n"), cg) is None
+    assert read_cpu_stat(None) is None

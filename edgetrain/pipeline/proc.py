@@ -31,6 +31,7 @@ from edgetrain.pipeline.stage_build import Stage, make_stage
 from edgetrain.pipeline.stage_channels import Links
 from edgetrain.pipeline.stores import Hyper
 from edgetrain.pipeline.table import UnitInfo, unit_table
+from edgetrain.profile import scope
 from edgetrain.profile.memory import reset_rss_peak, rss_bytes, rss_peak_bytes
 from edgetrain.recipe import Recipe
 from edgetrain.runtime import accelerator
@@ -164,6 +165,8 @@ class TrainingProcess:
         self.snap_parts = 0
         self.snap_s = 0.0
         self.cpu0 = time.process_time()  # reset when training begins
+        self.quota_group: Path | None = None  # the CPU quota's group, found then
+        self.quota_stat0: dict[str, float] | None = None
         self.paused = PauseLedger()  # waits on a neighbour's pause, out of the clock
 
     # ------------------------------------------------------------------ setting up
@@ -236,6 +239,8 @@ class TrainingProcess:
         the steps."""
         accelerator.reset_memory_peaks(self.device)
         self.cpu0 = time.process_time()
+        self.quota_group = scope.quota_group()
+        self.quota_stat0 = scope.read_cpu_stat(self.quota_group)
         self.rss_baseline = rss_bytes()
         self.rss_reset = reset_rss_peak()
         self.cgroup = accounting.cgroup_memory_dir()
@@ -303,6 +308,13 @@ class TrainingProcess:
             # threads, heartbeats, snapshots): beside compute_cpu_s, what moving the
             # microbatches costs on a host whose cores the stage shares with nothing else
             "process_cpu_s": time.process_time() - self.cpu0,
+            # under a CPU quota (an emulated host, a container): the quota group's periods
+            # since training began, the share that ran out of quota, and the seconds its
+            # processes (this one and any beside it on the host) were stopped for
+            **(
+                scope.throttling_delta(self.quota_stat0, scope.read_cpu_stat(self.quota_group))
+                or {}
+            ),
         }
 
     def _clock_figures(self) -> dict[str, Any]:

@@ -209,6 +209,77 @@ def delta(before: dict[int, int], after: dict[int, int]) -> int:
     return sum(max(v - before.get(p, 0), 0) for p, v in after.items())
 
 
+def parse_cpu_stat(text: str) -> dict[str, float] | None:
+    """A quota group's ``cpu.stat`` as {periods, throttled periods, throttled seconds}: cgroup
+    v1 (``throttled_time`` in ns) or v2 (``throttled_usec``); None without those fields. Pure."""
+    fields: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        with contextlib.suppress(ValueError):
+            fields[key] = int(value)
+    if "nr_periods" not in fields or "nr_throttled" not in fields:
+        return None
+    if "throttled_time" in fields:
+        seconds = fields["throttled_time"] / 1e9
+    elif "throttled_usec" in fields:
+        seconds = fields["throttled_usec"] / 1e6
+    else:
+        return None
+    return {
+        "periods": float(fields["nr_periods"]),
+        "throttled": float(fields["nr_throttled"]),
+        "throttled_s": seconds,
+    }
+
+
+def throttling_delta(
+    before: dict[str, float] | None, after: dict[str, float] | None
+) -> dict[str, float] | None:
+    """What a quota group was throttled between two :func:`parse_cpu_stat` readings: the
+    periods, the share of them that ran out of quota, and the seconds its tasks were stopped
+    for; None where either reading is missing or no period passed. Pure."""
+    if before is None or after is None:
+        return None
+    periods = after["periods"] - before["periods"]
+    if periods <= 0:
+        return None
+    return {
+        "quota_periods": periods,
+        "quota_throttled_share": (after["throttled"] - before["throttled"]) / periods,
+        "quota_throttled_s": after["throttled_s"] - before["throttled_s"],
+    }
+
+
+def quota_group(
+    pid: int | None = None,
+    proc_root: Path = Path("/proc"),
+    cgroup_root: Path = CGROUP_ROOT,
+) -> Path | None:
+    """The directory of the group whose CPU quota process ``pid`` runs under (its own or the
+    nearest ancestor's with one), as :func:`process_quota` finds it; None: no quota."""
+    scope = resolve_scope("cgroup", pid, proc_root, cgroup_root)
+    if scope is None:
+        return None
+    for d in (scope.directory, *scope.directory.parents):
+        if not (d / "cgroup.procs").is_file():
+            return None
+        if CgroupScope(str(d), d).quota() is not None:
+            return d
+        if d == cgroup_root:
+            return None
+    return None
+
+
+def read_cpu_stat(group: Path | None) -> dict[str, float] | None:
+    """:func:`parse_cpu_stat` of ``group``'s ``cpu.stat`` (None: no group, or unreadable)."""
+    if group is None:
+        return None
+    try:
+        return parse_cpu_stat((group / "cpu.stat").read_text())
+    except OSError:
+        return None
+
+
 def process_quota(
     pid: int | None = None,
     proc_root: Path = Path("/proc"),
