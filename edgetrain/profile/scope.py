@@ -255,18 +255,24 @@ def quota_group(
     proc_root: Path = Path("/proc"),
     cgroup_root: Path = CGROUP_ROOT,
 ) -> Path | None:
-    """The directory of the group whose CPU quota process ``pid`` runs under (its own or the
-    nearest ancestor's with one), as :func:`process_quota` finds it; None: no quota."""
+    """The directory of the group whose CPU quota process ``pid`` runs under: its cgroup or
+    the nearest ancestor with one (an emulated host's, a container's); None: no quota."""
     scope = resolve_scope("cgroup", pid, proc_root, cgroup_root)
-    if scope is None:
-        return None
-    for d in (scope.directory, *scope.directory.parents):
-        if not (d / "cgroup.procs").is_file():
+    if scope is not None:
+        start = scope.directory
+    else:  # the root group, or a container's namespaced root: its own files, if any
+        bases = (cgroup_root / "cpu", cgroup_root / "cpu,cpuacct", cgroup_root)
+        found = [b for b in bases if (b / "cgroup.procs").is_file()]
+        if not found:
             return None
+        start = found[0]
+    for d in (start, *start.parents):
+        if not (d / "cgroup.procs").is_file():
+            break
         if CgroupScope(str(d), d).quota() is not None:
             return d
         if d == cgroup_root:
-            return None
+            break
     return None
 
 
@@ -285,23 +291,7 @@ def process_quota(
     proc_root: Path = Path("/proc"),
     cgroup_root: Path = CGROUP_ROOT,
 ) -> tuple[float, float] | None:
-    """The CPU quota process ``pid`` runs under, (cores, period seconds): its cgroup's or the
-    nearest ancestor's with one (an emulated host's, a container's); None: no quota."""
-    scope = resolve_scope("cgroup", pid, proc_root, cgroup_root)
-    if scope is not None:
-        start = scope.directory
-    else:  # the root group, or a container's namespaced root: its own files, if any
-        bases = (cgroup_root / "cpu", cgroup_root / "cpu,cpuacct", cgroup_root)
-        found = [b for b in bases if (b / "cgroup.procs").is_file()]
-        if not found:
-            return None
-        start = found[0]
-    for d in (start, *start.parents):
-        if not (d / "cgroup.procs").is_file():
-            break
-        quota = CgroupScope(str(d), d).quota()
-        if quota is not None:
-            return quota
-        if d == cgroup_root:
-            break
-    return None
+    """The CPU quota process ``pid`` runs under, (cores, period seconds), read from
+    :func:`quota_group`'s group; None: no quota."""
+    group = quota_group(pid, proc_root, cgroup_root)
+    return CgroupScope(str(group), group).quota() if group is not None else None
