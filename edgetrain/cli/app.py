@@ -19,6 +19,7 @@ from edgetrain.cli import (
     env_cmd,
     export_cmd,
     hosts_cmd,
+    join_cmd,
     keys_cmd,
     launch_cmd,
     models_cmd,
@@ -95,6 +96,7 @@ app.command("export")(export_cmd.export)
 app.command("runs")(runs_cmd.runs)
 app.command("status")(runs_cmd.status)
 app.command("logs")(runs_cmd.logs)
+app.command("join")(join_cmd.join)
 app.command("techniques")(techniques_cmd.techniques)
 app.add_typer(profile_cmd.app, name="profile")
 app.command("plan")(plan_cmd.plan)

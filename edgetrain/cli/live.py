@@ -101,7 +101,7 @@ class LiveProgress:
         elif w in self.rows:
             live_rows.apply(self.rows[w], event.kind, event.data, t)
             self._refresh(w)
-            if event.kind in ("restarted", "joined", "rejoin_refused"):  # [run] restart
+            if event.kind in ("restarted", "joined", "rejoin_refused", "join_refused"):
                 self.progress.console.print(_membership_line(w, event.kind, event.data))
 
     def _print_run_event(self, event: Event) -> None:
@@ -118,8 +118,12 @@ class LiveProgress:
 
 def _membership_line(worker: int, kind: str, data: Mapping[str, Any]) -> str:
     """The line above the rows when a lost worker comes back (or cannot)."""
+    if kind == "restarted" and data.get("by") == "join":
+        return f"worker {worker} started again by edgetrain join on {data.get('host')}"
     if kind == "restarted":
         return f"worker {worker} restarted (restart {data.get('attempt')})"
+    if kind == "join_refused":
+        return f"[yellow]edgetrain join refused for worker {worker}: {data.get('reason')}"
     if kind == "joined":
         return f"[green]worker {worker} rejoined the run at epoch {data.get('epoch')}"
     return f"[yellow]worker {worker} could not rejoin: {data.get('reason')}"

@@ -35,7 +35,8 @@ from edgetrain.errors import EdgetrainError, RunError
 from edgetrain.launch.activity_file import ActivityFile
 from edgetrain.launch.base import Launcher, WorkerSpec
 from edgetrain.launch.hosts import Placement
-from edgetrain.launch.restart import RestartBook
+from edgetrain.launch.join_serve import serve_joins
+from edgetrain.launch.restart import RestartBook, technique_rejoins
 from edgetrain.launch.run_inputs import RunInputs
 from edgetrain.launch.supervisor import Supervisor
 from edgetrain.launch.watchdog import Watchdog
@@ -243,41 +244,55 @@ def _worker_specs(
     limits: Limits | None = None,
 ) -> list[WorkerSpec]:
     """Each worker's command; the run's ``secret`` goes to its standard input, not its argv."""
+    return [
+        _worker_spec(setup, i, endpoint, run_id, placements, secret, limits)
+        for i in range(len(setup.roles))
+    ]
+
+
+def _worker_spec(
+    setup: RunSetup,
+    i: int,
+    endpoint: str,
+    run_id: str,
+    placements: list[Placement] | None,
+    secret: str = "",
+    limits: Limits | None = None,
+    slot: int | None = None,
+) -> WorkerSpec:
+    """Worker ``i``'s command, in its own host slot or in ``slot`` (``edgetrain join -H``)."""
     recipe, opts = setup.recipe, setup.opts
-    specs = []
-    for i, (g, role) in enumerate(zip(recipe.expanded_workers(), setup.roles, strict=True)):
+    g, role = recipe.expanded_workers()[i], setup.roles[i]
+    if slot is None:
         slot = setup.slots[i] if setup.slots is not None else i
-        place = placements[slot] if placements else None
-        host = place.host if place else g.host
-        bind = place.bind if place else opts.bind_host
-        announce = ("--announce", place.announce) if place and place.announce != bind else ()
-        args = (
-            "worker",
-            "--coordinator",
-            endpoint,
-            "--worker-id",
-            str(i),
-            "--run-id",
-            run_id,
-            "--role",
-            str(role),
-            "--host-label",
-            host,
-            "--bind",
-            bind,
-            *announce,
-            *(("--keys", str(opts.keys_dir)) if opts.keys is not None else ()),
-            *(("--secret-stdin",) if secret else ()),
-            *(limits.args() if limits is not None else ()),
-        )
-        env = {"OMP_NUM_THREADS": str(g.threads), "MKL_NUM_THREADS": str(g.threads)}
-        env.update(determinism.environment(recipe.train.deterministic, recipe.train.blas_workspace))
-        log_path = setup.run_dir.log_file(worker_stem(i))
-        stdin = f"{secret}\n".encode() if secret else b""
-        specs.append(
-            WorkerSpec(i, host, args, log_path, env, slot if place else None, g.cpu, run_id, stdin)
-        )
-    return specs
+    place = placements[slot] if placements else None
+    host = place.host if place else g.host
+    bind = place.bind if place else opts.bind_host
+    announce = ("--announce", place.announce) if place and place.announce != bind else ()
+    args = (
+        "worker",
+        "--coordinator",
+        endpoint,
+        "--worker-id",
+        str(i),
+        "--run-id",
+        run_id,
+        "--role",
+        str(role),
+        "--host-label",
+        host,
+        "--bind",
+        bind,
+        *announce,
+        *(("--keys", str(opts.keys_dir)) if opts.keys is not None else ()),
+        *(("--secret-stdin",) if secret else ()),
+        *(limits.args() if limits is not None else ()),
+    )
+    env = {"OMP_NUM_THREADS": str(g.threads), "MKL_NUM_THREADS": str(g.threads)}
+    env.update(determinism.environment(recipe.train.deterministic, recipe.train.blas_workspace))
+    log_path = setup.run_dir.log_file(worker_stem(i))
+    stdin = f"{secret}\n".encode() if secret else b""
+    return WorkerSpec(i, host, args, log_path, env, slot if place else None, g.cpu, run_id, stdin)
 
 
 def _placement_of(setup: RunSetup) -> dict[int, dict[str, Any]]:
@@ -408,7 +423,7 @@ def _note_membership(manifest: dict[str, Any], event: Event, t: float) -> bool:
         return False
     row: dict[str, Any] = {"worker": event.worker, "event": what, "t": round(t, 3)}
     row["at"] = now_iso()
-    for key in ("reason", "epoch", "attempt", "host"):
+    for key in ("reason", "epoch", "attempt", "host", "by"):
         if key in event.data:
             row[key] = event.data[key]
     manifest.setdefault("membership", []).append(row)
@@ -532,6 +547,7 @@ def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
 
         data_bytes = int(setup.data.x_train.nbytes + setup.data.y_train.nbytes)
         limits = run_limits(recipe, setup.data, setup.family.wire_load(recipe, data_bytes))
+        rejoins = technique_rejoins(recipe)
         coord = Coordinator(
             run_id,
             recipe.to_dict(),
@@ -547,12 +563,15 @@ def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
             placement=_placement_of(setup),
             secret=secret,
             limits=limits,
-            rejoin=recipe.run.restart > 0,
+            rejoin=rejoins,
         )
         coord.on_silent = lambda wid: _dump_stacks(sup, wid)
-        restarts = RestartBook(recipe.run.restart) if recipe.run.restart > 0 else None
+        # a technique that takes workers back restarts them ([run] restart) or lets them join
+        # (edgetrain join); the book counts both
+        restarts = RestartBook(recipe.run.restart) if rejoins else None
         if restarts is not None:
             coord.rejoin_state = lambda wid: _rejoin_state(setup, wid)
+        if recipe.run.restart > 0:
             manifest["membership"] = []
         log.info(
             "run %s: %s/%s, %d workers, coordinator at %s",
@@ -571,6 +590,18 @@ def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
             spec.worker_id: spec
             for spec in _worker_specs(setup, coord.endpoint, run_id, placements, secret, limits)
         }
+        where = [p.host for p in placements] if placements else [s.host for s in specs.values()]
+        hosts = sorted(set(where))  # where edgetrain join may start a worker
+
+        def spec_for(worker: int, host: str | None) -> WorkerSpec:
+            """Worker ``worker``'s command, where it ran or in the first slot on ``host``."""
+            if host is None or host == specs[worker].host or not placements:
+                return specs[worker]
+            slot = next(k for k, p in enumerate(placements) if p.host == host)
+            specs[worker] = _worker_spec(setup, worker, coord.endpoint, run_id, placements,
+                                         secret, limits, slot)  # fmt: skip
+            return specs[worker]  # its later restarts start it there too
+
         for spec in specs.values():
             handle = sup.start(spec)
             manifest["workers"][spec.worker_id]["pid"] = handle.pid
@@ -582,6 +613,19 @@ def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
             events.extend(_check_workers(coord, sup, restarts))
             if restarts is not None:
                 events.extend(_restart_due(coord, sup, restarts, specs, manifest))
+            events.extend(
+                serve_joins(
+                    run_dir.path,
+                    coord,
+                    sup,
+                    restarts or RestartBook(0),
+                    spec_for,
+                    hosts,
+                    manifest,
+                    rejoins=rejoins,
+                    what=f"{recipe.train.family}/{recipe.train.technique}",
+                )
+            )
             doing.update(coord.workers)
             members = False
             for ev in events:

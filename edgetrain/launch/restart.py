@@ -35,6 +35,8 @@ class RestartBook:
     due_at: dict[int, float] = field(default_factory=dict)
     # restarted, and not seen to exit since: on its way back into the run
     started: set[int] = field(default_factory=set)
+    # starts by ``edgetrain join`` (outside the budget)
+    joins: dict[int, int] = field(default_factory=dict)
 
     def schedule(self, worker: int, now: float) -> float | None:
         """Plan the next restart of ``worker`` (its process exited at ``now``); the back-off in
@@ -58,6 +60,14 @@ class RestartBook:
             self.started.add(w)
         return ready
 
+    def joined(self, worker: int) -> int:
+        """``worker`` was started again by ``edgetrain join``: on its way back, outside the
+        budget (any planned restart is off). Returns its joins so far."""
+        self.due_at.pop(worker, None)
+        self.started.add(worker)
+        self.joins[worker] = self.joins.get(worker, 0) + 1
+        return self.joins[worker]
+
     def cancel(self, worker: int) -> None:
         self.due_at.pop(worker, None)
 
@@ -77,19 +87,24 @@ class RestartBook:
         return self.used.get(worker, 0)
 
 
-def check_restart(recipe: Recipe) -> None:
-    """Refuse ``[run] restart > 0`` for a technique whose workers cannot rejoin a running run
-    (one line, exit 2). A runner says it can with a true ``rejoins`` class attribute."""
-    if recipe.run.restart == 0:
-        return
+def technique_rejoins(recipe: Recipe) -> bool:
+    """Can a restarted worker of the recipe's technique rejoin a running run? A runner says it
+    can with a true ``rejoins`` class attribute."""
     from edgetrain import techniques
 
+    runner = techniques.runner_factory(recipe.train.family, recipe.train.technique)
+    return bool(getattr(runner, "rejoins", False))
+
+
+def check_restart(recipe: Recipe) -> None:
+    """Refuse ``[run] restart > 0`` for a technique whose workers cannot rejoin a running run
+    (one line, exit 2)."""
+    if recipe.run.restart == 0 or technique_rejoins(recipe):
+        return
     family, technique = recipe.train.family, recipe.train.technique
-    runner = techniques.runner_factory(family, technique)
-    if not getattr(runner, "rejoins", False):
-        raise RecipeError(
-            f"[run] restart = {recipe.run.restart}: a restarted worker cannot rejoin a running "
-            f"{family}/{technique} run yet",
-            "set [run] restart = 0 (a lost worker stays lost; `launch --resume` restarts the "
-            "run from its last checkpoint), or use gossip/gosgd",
-        )
+    raise RecipeError(
+        f"[run] restart = {recipe.run.restart}: a restarted worker cannot rejoin a running "
+        f"{family}/{technique} run yet",
+        "set [run] restart = 0 (a lost worker stays lost; `launch --resume` restarts the "
+        "run from its last checkpoint), or use gossip/gosgd",
+    )

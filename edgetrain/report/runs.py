@@ -237,6 +237,8 @@ def membership_text(m: dict[str, Any]) -> str:
     line = f"worker {m.get('worker')} {m.get('event')} at {m.get('t')} s"
     if m.get("attempt") is not None:
         line += f" (restart {m['attempt']})"
+    if m.get("by") == "join":
+        line += f" by edgetrain join on {m.get('host')}"
     if m.get("epoch") is not None:
         line += f" (epoch {m['epoch']})"
     if m.get("reason"):
