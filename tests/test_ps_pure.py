@@ -60,6 +60,34 @@ def test_aggregation_refuses_and_survives_a_failed_trainer() -> None:
     assert agg.push(0, 0, g) == "stale_push"
 
 
+def test_a_rejoined_trainer_counts_again_from_the_next_iteration() -> None:
+    agg = Aggregator([0, 1, 2])
+    g = np.ones(2, np.float32)
+    agg.drop(2)  # lost during iteration 0
+    for it in range(2):
+        assert agg.push(it, 0, g) is None and agg.push(it, 1, 2 * g) is None
+        assert agg.ready() is not None
+    assert agg.push(2, 0, g) is None  # trainer 0 is ahead when trainer 2 is taken back
+    assert agg.add(2) == 2
+    assert agg.ready() is None  # iteration 2 now waits for it
+    assert agg.push(1, 2, g) == "stale_push"  # an iteration applied without it
+    assert agg.push(2, 1, g) is None and agg.ready() is None
+    assert agg.push(2, 2, 4 * g) is None
+    mean = agg.ready()
+    assert mean is not None and mean.tolist() == [2.0, 2.0]  # (1 + 1 + 4) / 3
+
+
+def test_a_rejoined_trainers_clock_starts_at_the_slowest_live_one() -> None:
+    clock = StaleClock([0, 1, 2])
+    clock.drop(2)
+    for it in range(3):
+        assert clock.push(it, 0) is None
+    assert clock.push(0, 1) is None and clock.push(1, 1) is None
+    assert clock.add(2) == 2 and clock.version == 2  # the version does not go back
+    assert clock.push(1, 2) == "stale_push" and clock.push(2, 2) is None
+    assert clock.push(2, 1) is None and clock.version == 3
+
+
 def test_link_fit_recovers_dt_and_bandwidth() -> None:
     samples = [(b, 0.002 + b / 12.5e6) for b in (1000, 10_000, 100_000, 1_000_000)]
     fit = fit_link(samples)

@@ -277,7 +277,7 @@ def test_bad_restart_values_are_one_line_and_exit_2(
 @pytest.mark.parametrize(
     ("family", "extra", "technique"),
     [
-        ("ps", '[[workers]]\nrole = "server"\ncount = 1\n[[workers]]\ncount = 2\n', "sequential"),
+        ("ps", "[[workers]]\ncount = 2\n", "mercury"),
         ("gossip", "[[workers]]\ncount = 2\n", "dlion"),
         ("gossip", "[[workers]]\ncount = 2\n", "edgegossip"),
     ],
@@ -491,3 +491,99 @@ def test_a_worker_killed_on_its_ssh_host_is_restarted_there_and_rejoins(
     assert [w["status"] for w in manifest["workers"]] == ["completed"] * 3
     assert ("2", "joined") in {(str(m["worker"]), m["event"]) for m in manifest["membership"]}
     assert edgetrain_processes(run_id) == {}
+
+
+# ------------------------------------------------------------------ a parameter-server trainer
+
+PS_RECIPE = """
+[run]
+name = "rejoin-ps"
+seed = 5
+heartbeat_s = 0.5
+restart = 1
+checkpoint_every = 0
+[data]
+dataset = "digits"
+[model]
+name = "mlp"
+[train]
+family = "ps"
+technique = "{technique}"
+epochs = 30
+batch_size = 32
+lr = 0.05
+[ps]
+consistency = "{consistency}"
+[[workers]]
+role = "server"
+count = 1
+[[workers]]
+count = 3
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("technique", "consistency"), [("dynacomm", "bsp"), ("lbl", "ssp")])
+def test_a_killed_ps_trainer_is_restarted_and_trains_on_the_shards_current_parameters(
+    tmp_path: Path, technique: str, consistency: str
+) -> None:
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(PS_RECIPE.format(technique=technique, consistency=consistency))
+    gate = tmp_path / "gate"
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = {
+        **os.environ,
+        "EDGETRAIN_PLUGINS": "tests.helpers.gate",
+        "EDGETRAIN_TEST_GATE": str(gate),
+        "PYTHONPATH": path,
+    }
+    launch = Launch(recipe, tmp_path / "runs", env=env)
+    run_id = ""
+    try:
+        for w in (1, 2, 3):  # the trainers (worker 0 is the shard)
+            launch.wait_event(
+                lambda r, w=w: r.get("event") == "epoch" and r.get("worker") == w, 180,
+                f"trainer {w} ends an epoch",
+            )  # fmt: skip
+        run_id, pids = launch.manifest()["run_id"], launch.pids()
+        os.kill(pids[3], signal.SIGKILL)
+        launch.wait_event(lambda r: r.get("event") == "failed" and r.get("worker") == 3, 30,
+                          "trainer 3 is lost")  # fmt: skip
+        joined = launch.wait_event(
+            lambda r: r.get("event") == "joined" and r.get("worker") == 3, 120, "it rejoins"
+        )
+        first = launch.wait_event(
+            lambda r: r.get("event") == "epoch" and r.get("worker") == 3 and "rejoin" in r,
+            120,
+            "its first epoch after the rejoin",
+        )
+        gate.touch()
+        code, summary = launch.finish(timeout=200)
+    finally:
+        gate.touch()
+        launch.kill()
+        if run_id:
+            kill_all(edgetrain_processes(run_id))
+    assert code == 0, launch.stderr[-3000:]
+    assert summary is not None and summary["status"] == "completed"
+    assert edgetrain_processes(run_id) == {}
+    run = launch.run_dir
+    rejoin = first["rejoin"]
+    assert rejoin["source"] == "servers" and rejoin["epoch"] == joined["epoch"]
+    iterations = first["epoch_steps"]
+    assert rejoin["iteration"] == (joined["epoch"] - 1) * iterations
+    # the shard took it back from the next iteration it applied, and its pushes count again
+    server = next(r for r in _rows(run, 0) if r["event"] == "final")
+    taken = server["rejoined"]
+    assert [t["trainer"] for t in taken] == [3]
+    assert rejoin["iteration"] <= taken[0]["iteration"] <= rejoin["iteration"] + 1
+    assert "unknown_trainer" not in server["dropped"], server["dropped"]
+    for w in range(1, 4):
+        rows = _rows(run, w)
+        assert any(r["event"] == "final" for r in rows)
+        assert max(r["epoch"] for r in rows if r["event"] == "epoch") == 30
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert [w["status"] for w in manifest["workers"]] == ["completed"] * 4
+    events = [(m["worker"], m["event"]) for m in manifest["membership"]]
+    assert events == [(3, "left"), (3, "restarted"), (3, "rejoining"), (3, "joined")]
+    assert summary["test_accuracy"] > 0.85, summary["test_accuracy"]

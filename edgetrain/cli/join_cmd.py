@@ -40,13 +40,15 @@ def join(
 ) -> None:
     """Start a worker the run lost (its process died, or its host rebooted) again, and let it
     rejoin the running run with live state: a gossip worker takes the current model from a
-    peer. The run's launcher starts it, on its own host or on HOST, with the run's secret
-    (which never leaves the launcher); this command asks it and prints its answer. The worker
-    re-enters at the next epoch boundary: watch it with edgetrain status RUN.
+    peer, a parameter-server trainer pulls the shards' current parameters. The run's launcher
+    starts it, on its own host or on HOST, with the run's secret (which never leaves the
+    launcher); this command asks it and prints its answer. The worker re-enters at the next
+    epoch boundary: watch it with edgetrain status RUN.
 
     With restart = N in the recipe's run section, the launcher does this
     by itself; join works with or without it, for the techniques that
-    take workers back (gossip/gosgd).
+    take workers back (GoSGD and the scheduled parameter-server
+    trainers: edgetrain check refuses restart = N for the others).
 
     Examples:
     edgetrain join runs/gossip-20261127-101500 --worker 2

@@ -148,6 +148,7 @@ class Coordinator:
         self._routes: dict[int, bytes] = {}
         self._stopped_failed: set[int] = set()  # lost workers told to stop when they spoke again
         self.rejoin = rejoin
+        self.start_directives: dict[int, dict[str, Any]] = {}  # each worker's, at start
         # Lost workers that registered again and wait to re-enter (not alive until they do).
         self.joining: set[int] = set()
         # Called with a rejoining worker: the run's last checkpoint point for it (epoch and
@@ -576,7 +577,7 @@ class Coordinator:
             "roster": self.roster(),
             "barriers": self.policy.barriers,
             "checkpoints": self.policy.checkpoints(info.role.name),
-            "directive": {},
+            "directive": dict(self.start_directives.get(worker_id, {})),
             "rejoin": {"epoch": first},
         }
         self._send(worker_id, protocol.START, meta)
@@ -625,6 +626,8 @@ class Coordinator:
         self._set_phase("training")
         for i in alive:
             self.workers[i].status = "running"
+            # kept for a rejoining process of it (the iterations per epoch, a plan)
+            self.start_directives[i] = decision.directive(i)
             meta = {
                 "roster": roster,
                 "barriers": self.policy.barriers,

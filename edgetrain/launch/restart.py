@@ -96,6 +96,18 @@ def technique_rejoins(recipe: Recipe) -> bool:
     return bool(getattr(runner, "rejoins", False))
 
 
+def rejoining_techniques() -> list[str]:
+    """``family/technique`` of every technique whose workers rejoin a running run."""
+    from edgetrain import techniques
+
+    return [
+        f"{fam.name}/{name}"
+        for fam in techniques.families().values()
+        for name in fam.techniques
+        if getattr(techniques.runner_factory(fam.name, name), "rejoins", False)
+    ]
+
+
 def check_restart(recipe: Recipe) -> None:
     """Refuse ``[run] restart > 0`` for a technique whose workers cannot rejoin a running run
     (one line, exit 2)."""
@@ -106,5 +118,5 @@ def check_restart(recipe: Recipe) -> None:
         f"[run] restart = {recipe.run.restart}: a restarted worker cannot rejoin a running "
         f"{family}/{technique} run yet",
         "set [run] restart = 0 (a lost worker stays lost; `launch --resume` restarts the "
-        "run from its last checkpoint), or use gossip/gosgd",
+        f"run from its last checkpoint), or use {', '.join(rejoining_techniques())}",
     )

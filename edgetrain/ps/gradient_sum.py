@@ -3,7 +3,8 @@
 Iteration i's gradient of a tensor is applied once every live trainer has pushed it; the sum
 runs over the trainers in id order whatever the order the pushes arrived in, so the weights
 cannot depend on timing or on the schedule. A trainer that fails is dropped: what waited only
-for it is released (its own pushes of unfinished iterations are discarded).
+for it is released (its own pushes of unfinished iterations are discarded). A trainer that
+rejoins is added back from the next iteration applied.
 """
 
 from __future__ import annotations
@@ -71,6 +72,12 @@ class Aggregator:
         for got in self._pending.values():
             got.pop(trainer, None)
 
+    def add(self, trainer: int) -> int:
+        """A trainer rejoined: wait for it again from the next iteration applied (its pushes
+        of earlier ones are stale). Returns that iteration."""
+        self.trainers.add(trainer)
+        return self.next
+
 
 class StaleClock:
     """Stale-synchronous bookkeeping of one tensor: how many iterations each trainer has pushed.
@@ -105,3 +112,10 @@ class StaleClock:
     def drop(self, trainer: int) -> None:
         """A trainer failed: the slowest live clock no longer counts it."""
         self.pushed.pop(trainer, None)
+
+    def add(self, trainer: int) -> int:
+        """A trainer rejoined: its clock starts at the slowest live one's (its pushes of
+        earlier iterations are stale). Returns that iteration."""
+        start = self.version
+        self.pushed[trainer] = start
+        return start

@@ -53,11 +53,22 @@ COMPUTE_WINDOW = 20
 WARMUP_ITERATIONS = 2
 
 
-def make_runner(ctx: WorkerContext) -> Runner:
-    """A shard for role ``server``; else a trainer on the technique's schedule."""
-    if ctx.role.name == "server":
-        return ShardServer(ctx)
-    return ScheduledTrainer(ctx)
+class Runners:
+    """The scheduled techniques' runner factory: a shard for role ``server``; else a trainer on
+    the technique's schedule."""
+
+    # A restarted trainer rejoins a running run ([run] restart, edgetrain join): its parameters
+    # are the shards' current ones, pulled as every iteration pulls. A lost shard still ends
+    # the run (the family's fatal role).
+    rejoins = True
+
+    def __call__(self, ctx: WorkerContext) -> Runner:
+        if ctx.role.name == "server":
+            return ShardServer(ctx)
+        return ScheduledTrainer(ctx)
+
+
+make_runner = Runners()
 
 
 def buckets(
@@ -110,6 +121,7 @@ class ScheduledTrainer:
         self._link: LinkChoice | None = None
         self._said = ""  # the last re-plan note in the log
         self._rtt = (0.0, 0.0)  # the round trip (pull, push) of the last link fit (.latency)
+        self.rejoin_report: dict[str, Any] | None = None  # reported with the first epoch
 
     # ------------------------------------------------------------------ runner
 
@@ -148,10 +160,16 @@ class ScheduledTrainer:
         device = next(self.trainer.model.parameters()).device
         sync = torch.cuda.synchronize if device.type == "cuda" else None
         self.hooks = SegmentHooks(self.trainer.model, self.layout, self.link.wait, sync)
-        self.iteration = (ctx.start_epoch - 1) * self.iterations
+        # a restarted process re-enters at the coordinator's epoch ([run] restart, edgetrain
+        # join): its parameters are the shards' current ones, pulled as every iteration pulls
+        first = session.rejoin_epoch or ctx.start_epoch
+        self.iteration = (first - 1) * self.iterations
+        if session.rejoin_epoch is not None:
+            self.rejoin_report = {"epoch": first, "source": "servers", "iteration": self.iteration}
+            log.info("rejoined at epoch %d (iteration %d)", first, self.iteration)
         self._initial_cuts(session.start_directive.get("plan"))
         steps = run_epochs(
-            session, self, epochs=recipe.train.epochs, start_epoch=ctx.start_epoch,
+            session, self, epochs=recipe.train.epochs, start_epoch=first,
             eval_every=recipe.train.eval_every, worker_id=ctx.worker_id,
         )  # fmt: skip
         # the last epoch was evaluated after its last update; the shards stop at drain
@@ -478,6 +496,8 @@ class ScheduledTrainer:
             out["plan_s"] = self._plan_s
         out["plans"] = self.plans
         out["next_cuts"] = self._cuts()
+        if self.rejoin_report is not None:  # the first epoch after a rejoin says so
+            out["rejoin"], self.rejoin_report = self.rejoin_report, None
         self.plans = []
         self._plan_s = 0.0
         return out

@@ -71,6 +71,7 @@ class ShardServer:
         # max_lead: the most iterations an answered pull was ahead of its tensors' version (0
         # under BSP; at most ``staleness`` under SSP)
         self.stats = {"pulls": 0, "pushes": 0, "updates": 0, "held_s": 0.0, "max_lead": 0}
+        self.rejoins: list[dict[str, Any]] = []  # trainers taken back, and from which iteration
 
     # ------------------------------------------------------------------ runner
 
@@ -113,16 +114,19 @@ class ShardServer:
         self.agg = {n: Aggregator(trainers, first) for n in self.names}
         self.clock = {n: StaleClock(trainers, first) for n in self.names}
         self.trainers = set(trainers)
+        self.all_trainers = frozenset(trainers)
         self._checkpointed = first
         session.on_failed(self._dropped)
+        session.on_joined(self._rejoined)
         assert self.router is not None
         session.wait_drain([(self.router, self._serve)], idle=self._run_timers)
         self._run_timers(final=True)
         weights = state_arrays(self.tensors, self.optimizer)
         meta = {"server": self.ctx.role.index, "version": min(self.version.values(), default=0)}
-        return Final(
-            HandIn(weights, meta), {**self.stats, "steps": 0, **self.ctx.traffic.as_dict()}
-        )
+        metrics = {**self.stats, "steps": 0, **self.ctx.traffic.as_dict()}
+        if self.rejoins:
+            metrics["rejoined"] = self.rejoins
+        return Final(HandIn(weights, meta), metrics)
 
     def close(self) -> None:
         if self.router is not None:
@@ -138,6 +142,9 @@ class ShardServer:
                 continue
             identity, msg = got
             trainer = protocol.worker_id(msg.sender)
+            if trainer not in self.trainers and trainer in self.all_trainers:
+                # a rejoined trainer's first request can overtake the coordinator's word
+                self.session.poll(force=True)
             if trainer not in self.trainers or identity != msg.sender.encode():
                 self.ctx.traffic.drop("unknown_trainer", msg.sender)
                 continue
@@ -241,6 +248,18 @@ class ShardServer:
                     self.version[name] = max(self.version[name], clock.version)
         self.parked = [p for p in self.parked if p.trainer in self.trainers]
         self._answer_pulls()
+
+    def _rejoined(self, joined: dict[int, dict[str, str]]) -> None:
+        """Trainers that rejoined the run: wait for their pushes again, each tensor from the
+        next iteration it applies (their pushes of earlier ones are stale: acknowledged, not
+        applied, counted as ``stale_push``)."""
+        for t in sorted(set(joined) & self.all_trainers - self.trainers):
+            self.trainers.add(t)
+            bsp = [agg.add(t) for agg in self.agg.values()]
+            ssp = [clock.add(t) for clock in self.clock.values()]
+            at = min(ssp if self.cfg.consistency == "ssp" else bsp, default=0)
+            self.rejoins.append({"trainer": t, "iteration": at, "at": time.time()})
+            log.info("trainer %d rejoined: its pushes count from iteration %d", t, at)
 
     def _answer_pulls(self) -> None:
         now = time.monotonic()

@@ -103,11 +103,11 @@ class Session:
             self.drain_updates += 1
             log.info("new drain directive after a failure: %s", self.drain_directive)
 
-    def poll(self) -> None:
+    def poll(self, force: bool = False) -> None:
         """Handle what the coordinator sent meanwhile (between steps; never blocks), at most
-        every :data:`POLL_INTERVAL_S` seconds."""
+        every :data:`POLL_INTERVAL_S` seconds (``force``: now)."""
         now = time.monotonic()
-        if now - self._last_poll < POLL_INTERVAL_S:
+        if not force and now - self._last_poll < POLL_INTERVAL_S:
             return
         self._last_poll = now
         self.client.dispatch()

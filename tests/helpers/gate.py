@@ -1,7 +1,8 @@
-"""Workers that train slowly until a gate opens: each gossip step sleeps
-``EDGETRAIN_TEST_GATE_SLEEP_S`` (default 0.05 s) while the file ``EDGETRAIN_TEST_GATE`` does
-not exist, so a test can keep a run going while it waits for an event (a restarted worker's
-rejoin) and then let it finish at full speed, without guessing how long either takes.
+"""Workers that train slowly until a gate opens: each gossip (GoSGD) or parameter-server
+trainer step sleeps ``EDGETRAIN_TEST_GATE_SLEEP_S`` (default 0.05 s) while the file
+``EDGETRAIN_TEST_GATE`` does not exist, so a test can keep a run going while it waits for an
+event (a restarted worker's rejoin) and then let it finish at full speed, without guessing how
+long either takes.
 
 Loaded into workers through ``EDGETRAIN_PLUGINS=tests.helpers.gate`` (it adds nothing to the
 registry)."""
@@ -17,17 +18,19 @@ from typing import Any
 
 def _install() -> None:
     from edgetrain.gossip.gosgd import GoSGD
+    from edgetrain.ps.scheduled import ScheduledTrainer
 
     gate = Path(os.environ["EDGETRAIN_TEST_GATE"])
     pause = float(os.environ.get("EDGETRAIN_TEST_GATE_SLEEP_S", "0.05"))
-    step = GoSGD.step
+    for cls in (GoSGD, ScheduledTrainer):
+        step = cls.step
 
-    def gated(self: GoSGD, epoch: int, batch: Any) -> float:
-        if not gate.exists():
-            time.sleep(pause)
-        return step(self, epoch, batch)
+        def gated(self: Any, epoch: int, batch: Any, step: Any = step) -> float:
+            if not gate.exists():
+                time.sleep(pause)
+            return float(step(self, epoch, batch))
 
-    GoSGD.step = gated  # type: ignore[method-assign]
+        cls.step = gated  # type: ignore[method-assign]
 
 
 if sys.argv[1:2] == ["worker"] and os.environ.get("EDGETRAIN_TEST_GATE"):
