@@ -19,7 +19,7 @@ rejoin yet are listed as skipped, with why. ``OUT/chaos.json`` and ``OUT/chaos.m
 after every run; a rerun with the same ``--out`` keeps the runs it has (resumable).
 
     scripts/chaos [--out DIR] [--faults 50] [--seeds 2] [--recipes quickstart,dynacomm]
-    scripts/chaos --quick      # about ten minutes: 12 faults over the two recipes, one seed
+    scripts/chaos --quick      # 12 faults, one seed per recipe
 
 Run it alone on the machine.
 """
@@ -45,11 +45,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 KINDS = ("kill", "stop", "term")
 # every shipped recipe, in the order the script runs them
-RECIPES = ("quickstart", "dynacomm", "edgegossip", "dlion", "mercury", "mcpipe")
+RECIPES = ("quickstart", "edgegossip", "dynacomm", "dlion", "mercury", "mcpipe")
 # per recipe: epochs long enough to take several faults, and the settings of the chaos runs
 SETTINGS: dict[str, dict[str, Any]] = {
     "quickstart": {"train.epochs": 60},
-    "dynacomm": {"train.epochs": 30, "model.name": "mlp"},
+    "edgegossip": {"train.epochs": 40},
+    "dynacomm": {"train.epochs": 30},
 }
 HEARTBEAT_S = 0.5  # the chaos runs' heartbeat (the silence limit is three of them)
 STOP_FOR_S = 3 * HEARTBEAT_S + 2.0  # a suspension the coordinator must notice
@@ -128,6 +129,10 @@ def totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         r["accuracy_delta_points"] for r in chaos if r.get("accuracy_delta_points") is not None
     ]
     startup = [r["startup_s"] for r in rows if isinstance(r.get("startup_s"), (int, float))]
+    back = [f["restart_to_join_s"] for f in faults if isinstance(f.get("restart_to_join_s"), float)]
+    ratio = None
+    if back and startup:
+        ratio = _spread(back)["median"] / _spread(startup)["median"]  # type: ignore[index]
     return {
         "runs": len(chaos),
         "completed": sum(r.get("status") == "completed" for r in chaos),
@@ -139,6 +144,10 @@ def totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "accuracy_delta_points": _spread(deltas),
         "rejoin_s": _spread(rejoin),
         "startup_s": _spread(startup),
+        # a restarted process's start to its re-entry, against a run's start to training
+        # (issue 31's goal: at most 2x)
+        "restart_to_join_s": _spread(back),
+        "restart_vs_startup": ratio,
     }
 
 
@@ -257,7 +266,7 @@ def run_once(
     roles: dict[int, str] = {}
     for r in launch.rows:
         if _is(r, "registered") and isinstance(r.get("worker"), int):
-            roles[r["worker"]] = str(r.get("role", ""))
+            roles[r["worker"]] = str(r.get("role", "")).split(":")[0]  # "trainer:2"
     trainers = sorted(w for w, role in roles.items() if role not in ("server", "evaluator"))
     run_dir = launch.run_dir()
     epoch_of = dict.fromkeys(trainers, 0)
@@ -393,10 +402,17 @@ def markdown(doc: dict[str, Any]) -> str:
         )
     for name, why in doc.get("skipped", {}).items():
         lines.append(f"\n- {name}: skipped, {why}")
-    for key, label in (("rejoin_s", "lost to rejoined"), ("startup_s", "a run's start-up")):
+    pairs = (
+        ("rejoin_s", "lost to rejoined"),
+        ("restart_to_join_s", "a restarted process's start to its re-entry"),
+        ("startup_s", "a run's start-up (launch to training)"),
+    )
+    for key, label in pairs:
         s = t.get(key)
         if s:
             lines.append(f"- {label}: median {s['median']:.1f} s [{s['min']:.1f}, {s['max']:.1f}]")
+    if t.get("restart_vs_startup") is not None:
+        lines.append(f"- re-entry against start-up: {t['restart_vs_startup']:.2f}x (goal 2x)")
     return "\n".join(lines) + "\n"
 
 

@@ -91,8 +91,8 @@ ROWS: list[dict[str, Any]] = [
      "test_accuracy": 0.95, "problems": [], "startup_s": 6.0},
     {"recipe": "quickstart", "seed": 0, "arm": "chaos", "status": "completed",
      "test_accuracy": 0.9472, "accuracy_delta_points": -0.28, "problems": [], "startup_s": 7.0,
-     "faults": [{"kind": "kill", "rejoined": True, "rejoin_s": 4.0},
-                {"kind": "stop", "rejoined": True, "rejoin_s": 9.0}]},
+     "faults": [{"kind": "kill", "rejoined": True, "rejoin_s": 4.0, "restart_to_join_s": 8.0},
+                {"kind": "stop", "rejoined": True, "rejoin_s": 9.0, "restart_to_join_s": 10.0}]},
     {"recipe": "dynacomm", "seed": 0, "arm": "chaos", "status": "failed", "test_accuracy": 0.9,
      "accuracy_delta_points": -2.0, "problems": ["worker 2 failed"],
      "faults": [{"kind": "term", "rejoined": False}]},
@@ -107,6 +107,8 @@ def test_totals_over_the_chaos_runs(chaos: ModuleType) -> None:
     assert t["rejoin_s"] == {"median": 6.5, "min": 4.0, "max": 9.0}
     assert t["accuracy_delta_points"] == pytest.approx({"median": -1.14, "min": -2.0, "max": -0.28})
     assert t["startup_s"] == {"median": 6.5, "min": 6.0, "max": 7.0}
+    assert t["restart_to_join_s"] == {"median": 9.0, "min": 8.0, "max": 10.0}
+    assert t["restart_vs_startup"] == pytest.approx(9.0 / 6.5)
 
 
 def test_the_report_has_a_row_per_run_and_the_skipped(chaos: ModuleType) -> None:

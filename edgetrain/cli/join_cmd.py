@@ -47,7 +47,7 @@ def join(
 
     With restart = N in the recipe's run section, the launcher does this
     by itself; join works with or without it, for the techniques that
-    take workers back (GoSGD and the scheduled parameter-server
+    take workers back (GoSGD, EdgeGossip and the scheduled parameter-server
     trainers: edgetrain check refuses restart = N for the others).
 
     Examples:

@@ -79,9 +79,11 @@ class EpochLog:
 class EdgeGossip(GoSGD):
     """One EdgeGossip worker (role ``trainer``)."""
 
-    # Not yet: its balancer's controller counts a lost worker against its own f_threshold at
-    # every barrier and has no notion of one coming back (``[run] restart`` is refused).
-    rejoins = False
+    # A restarted process rejoins as GoSGD's does (the live model from a peer). While it is
+    # away the balancer counts it failed (p_i = 0, against f_threshold); it re-enters with
+    # its first process's start ratio, and from its next barrier report on it is balanced
+    # again like every other worker.
+    rejoins = True
 
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
