@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import math
 import os
 import queue
 import random
@@ -46,22 +47,32 @@ REPO = Path(__file__).resolve().parents[1]
 KINDS = ("kill", "stop", "term")
 # every shipped recipe, in the order the script runs them
 RECIPES = ("quickstart", "edgegossip", "dynacomm", "dlion", "mercury", "mcpipe")
-# per recipe: epochs long enough to take several faults, and the settings of the chaos runs
-SETTINGS: dict[str, dict[str, Any]] = {
-    "quickstart": {"train.epochs": 60},
-    "edgegossip": {"train.epochs": 40},
-    "dynacomm": {"train.epochs": 30},
-}
 HEARTBEAT_S = 0.5  # the chaos runs' heartbeat (the silence limit is three of them)
 STOP_FOR_S = 3 * HEARTBEAT_S + 2.0  # a suspension the coordinator must notice
 RESTARTS = 50  # [run] restart: more than any worker needs here
-# the least epochs left to the victim for a fault to be injected (a worker restarted later
-# could come back after the last barrier: turned away, the run would end without it)
-MARGIN_EPOCHS = 6
+# Each fault needs time: the launcher's back-off (1 s, 2 s, 4 s ... per worker), a new
+# process's start-up and the next barrier. The runs' epochs are calibrated so that training
+# lasts about this long per fault (at least MIN_TRAIN_S), from a short pilot at the recipe's
+# own epochs.
+SECONDS_PER_FAULT = 15.0
+MIN_TRAIN_S = 60.0
+# faults go in only during the first share of the epochs (a worker restarted later could come
+# back after the last barrier: turned away, the run would end without it)
+INJECT_SHARE = 0.75
 ACCURACY_POINTS = 0.5  # issue 31: within half a point of the undisturbed run
 
 
 # ------------------------------------------------------------------ pure parts
+
+
+def calibrated_epochs(pilot_epochs: int, pilot_train_s: float, faults: int) -> int:
+    """Epochs whose training lasts about :data:`SECONDS_PER_FAULT` per fault (at least
+    :data:`MIN_TRAIN_S`), from a pilot that trained ``pilot_epochs`` in ``pilot_train_s``.
+    Pure."""
+    if pilot_epochs < 1 or not pilot_train_s > 0:
+        raise ValueError("the pilot trained nothing")
+    want = max(MIN_TRAIN_S, SECONDS_PER_FAULT * faults)
+    return max(pilot_epochs, math.ceil(pilot_epochs * want / pilot_train_s))
 
 
 def pick(rng: random.Random, eligible: Sequence[int], kinds: Sequence[str]) -> tuple[str, int]:
@@ -88,9 +99,10 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def problems(run_dir: Path, summary: dict[str, Any] | None) -> list[str]:
+def problems(run_dir: Path, summary: dict[str, Any] | None, model_sha: str | None) -> list[str]:
     """What the run lost or got inconsistent: every worker completed, each one's metrics with a
-    ``final`` event, the final model whose SHA-256 the summary names, the summary itself."""
+    ``final`` event, the summary, and the final model file whose SHA-256 its final-model event
+    named (``model_sha``)."""
     out: list[str] = []
     try:
         manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -114,8 +126,8 @@ def problems(run_dir: Path, summary: dict[str, Any] | None) -> list[str]:
         out.append("no summary")
     elif not model.is_file():
         out.append("no final model")
-    elif summary.get("model_sha256") != file_sha256(model):
-        out.append("the final model is not the one the summary names")
+    elif model_sha != file_sha256(model):
+        out.append("the final model file is not the one the run recorded")
     return out
 
 
@@ -246,15 +258,24 @@ def _is(row: dict[str, Any], event: str, worker: int | None = None) -> bool:
 
 
 def run_once(
-    recipe: str, seed: int, faults: int, out: Path, rng: random.Random, say: Any
+    recipe: str,
+    seed: int,
+    faults: int,
+    out: Path,
+    rng: random.Random,
+    say: Any,
+    epochs: int | None = None,
+    arm: str | None = None,
 ) -> dict[str, Any]:
-    """One launch of ``recipe`` at ``seed``, injecting ``faults`` faults (0: undisturbed)."""
-    arm = "chaos" if faults else "undisturbed"
-    sets: dict[str, Any] = {**SETTINGS.get(recipe, {}), "run.seed": seed}
+    """One launch of ``recipe`` at ``seed`` (``epochs``: None, the recipe's), injecting
+    ``faults`` faults (0: undisturbed)."""
+    arm = arm or ("chaos" if faults else "undisturbed")
+    sets: dict[str, Any] = {"run.seed": seed}
+    if epochs is not None:
+        sets["train.epochs"] = epochs
     sets.update({"run.heartbeat_s": HEARTBEAT_S, "run.checkpoint_every": 0})
     if faults:
         sets.update({"run.restart": RESTARTS})
-    epochs = int(sets.get("train.epochs", 0))
     tag = f"{recipe}-s{seed}-{arm}"
     launch = Launched(REPO / "recipes" / f"{recipe}.toml", out / "runs" / tag, sets,
                       out / "logs" / f"{tag}.log")  # fmt: skip
@@ -287,7 +308,8 @@ def run_once(
         while (wait := until - time.monotonic()) > 0 and launch.next(wait) is not None:
             pass
         sync()
-        eligible = [w for w in trainers if epochs - epoch_of[w] > MARGIN_EPOCHS]
+        total = epochs or 1
+        eligible = [w for w in trainers if epoch_of[w] < INJECT_SHARE * total]
         if not eligible:
             say(f"  {tag}: too few epochs left for the {left} faults not injected")
             break
@@ -340,7 +362,12 @@ def run_once(
     row["test_accuracy"] = summary.get("test_accuracy") if summary else None
     row["wall_s"] = time.monotonic() - t0
     row["run_dir"] = str(run_dir) if run_dir else None
-    row["problems"] = problems(run_dir, summary) if run_dir else ["no run directory"]
+    final = next((r for r in launch.rows if r.get("event") in ("final_model", "averaged")), {})
+    sha = final.get("model_file_sha256")
+    row["problems"] = problems(run_dir, summary, sha) if run_dir else ["no run directory"]
+    if summary:
+        row["train_s"] = summary.get("train_s")
+        row["epochs"] = summary.get("epochs")
     return row
 
 
@@ -462,8 +489,22 @@ def main(argv: list[str] | None = None) -> int:
             doc["skipped"][name] = why
     plan = share(args.faults, len(able) * args.seeds) if able else []
     say = print
+    doc.setdefault("epochs", {})
     k = 0
     for name in able:
+        faults_here = plan[k : k + args.seeds]
+        if name not in doc["epochs"]:  # the pilot: the recipe as shipped, undisturbed
+            say(f"{name}: pilot at the recipe's epochs, to size the runs")
+            pilot = run_once(name, 0, 0, out, random.Random(0), say, arm="pilot")
+            train_s, pilot_epochs = pilot.get("train_s"), pilot.get("epochs")
+            if not isinstance(train_s, (int, float)) or not isinstance(pilot_epochs, int):
+                doc["skipped"][name] = f"its pilot did not complete ({pilot.get('status')})"
+                k += args.seeds
+                continue
+            doc["epochs"][name] = calibrated_epochs(pilot_epochs, train_s, max(faults_here))
+            say(f"  {pilot_epochs} epochs trained in {train_s:.1f} s: "
+                f"{doc['epochs'][name]} epochs per run")  # fmt: skip
+        epochs = int(doc["epochs"][name])
         for seed in range(args.seeds):
             n = plan[k]
             k += 1
@@ -476,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 say(f"{name} seed {seed}: {arm}" + (f", {faults} faults" if faults else ""))
                 rng = random.Random(f"{args.seed}-{name}-{seed}")
-                row = run_once(name, seed, faults, out, rng, say)
+                row = run_once(name, seed, faults, out, rng, say, epochs)
                 if arm == "chaos":
                     base = next(
                         (r for r in doc["runs"]
@@ -491,8 +532,8 @@ def main(argv: list[str] | None = None) -> int:
                 write(out, doc)
                 lost = "; ".join(row["problems"]) or "nothing"
                 acc = row.get("test_accuracy")
-                n = len(row["faults"])
-                say(f"  {row['status']}, test accuracy {acc}, {n} faults, lost: {lost}")
+                n_f = len(row["faults"])
+                say(f"  {row['status']}, test accuracy {acc}, {n_f} faults, lost: {lost}")
     write(out, doc)
     print((out / "chaos.md").read_text())
     return 0

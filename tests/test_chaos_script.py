@@ -49,7 +49,7 @@ def test_faults_are_shared_over_the_runs(
     assert chaos.share(total, runs) == expected
 
 
-def _run(tmp_path: Path, *, status: str = "completed", final: bool = True) -> tuple[Path, dict]:
+def _run(tmp_path: Path, *, status: str = "completed", final: bool = True) -> tuple[Path, str]:
     run = tmp_path / "run"
     (run / "metrics").mkdir(parents=True)
     (run / "model").mkdir()
@@ -62,28 +62,41 @@ def _run(tmp_path: Path, *, status: str = "completed", final: bool = True) -> tu
             "".join(json.dumps(r) + "\n" for r in rows)
         )
     (run / "model" / "final.safetensors").write_bytes(b"weights")
-    return run, {"model_sha256": hashlib.sha256(b"weights").hexdigest()}
+    return run, hashlib.sha256(b"weights").hexdigest()
 
 
 def test_a_complete_run_lost_nothing(chaos: ModuleType, tmp_path: Path) -> None:
-    run, summary = _run(tmp_path)
-    assert chaos.problems(run, summary) == []
+    run, sha = _run(tmp_path)
+    assert chaos.problems(run, {}, sha) == []
 
 
 def test_what_a_run_lost_is_named(chaos: ModuleType, tmp_path: Path) -> None:
-    run, summary = _run(tmp_path, status="failed", final=False)
-    got = chaos.problems(run, {"model_sha256": "0" * 64})
+    run, sha = _run(tmp_path, status="failed", final=False)
+    got = chaos.problems(run, {}, "0" * 64)
     assert got == [
         "status failed: None",
         "worker 1 failed",
         "worker 1 has no final event",
-        "the final model is not the one the summary names",
+        "the final model file is not the one the run recorded",
     ]
     (run / "model" / "final.safetensors").unlink()
-    assert chaos.problems(run, summary)[-1] == "no final model"
-    assert chaos.problems(run, None)[-1] == "no summary"
+    assert chaos.problems(run, {}, sha)[-1] == "no final model"
+    assert chaos.problems(run, None, sha)[-1] == "no summary"
     (run / "manifest.json").write_text("{")
-    assert chaos.problems(run, summary)[0].startswith("manifest unreadable")
+    assert chaos.problems(run, {}, sha)[0].startswith("manifest unreadable")
+
+
+@pytest.mark.parametrize(
+    ("epochs", "train_s", "faults", "expected"),
+    [(60, 6.0, 8, 1200), (60, 6.0, 2, 600), (30, 90.0, 4, 30), (6, 18.0, 9, 45)],
+)
+def test_runs_are_sized_for_their_faults(
+    chaos: ModuleType, epochs: int, train_s: float, faults: int, expected: int
+) -> None:
+    # 15 s of training per fault, at least 60 s, never fewer epochs than the recipe's
+    assert chaos.calibrated_epochs(epochs, train_s, faults) == expected
+    with pytest.raises(ValueError):
+        chaos.calibrated_epochs(0, 1.0, 1)
 
 
 ROWS: list[dict[str, Any]] = [
