@@ -31,6 +31,7 @@ from edgetrain.launch.restart import RestartBook
 from tests.helpers.cli import last_error, run_cli
 from tests.helpers.launching import Launch
 from tests.helpers.procs import edgetrain_processes, kill_all
+from tests.helpers.rejoining import gated_env, ssh_launch, worker_pid
 from tests.helpers.sshd import Sshd, sshd  # noqa: F401 - the fixture
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,6 +83,8 @@ def test_a_join_is_outside_the_restart_budget() -> None:
     assert book.joined(1) == 1
     assert book.mending == {1} and book.attempt(1) == 0
     assert book.joined(1) == 2
+    book.back(1)  # it re-entered: a later loss is a new failure
+    assert book.mending == set()
 
 
 # ------------------------------------------------------------------ request files
@@ -235,14 +238,7 @@ def _join(run: Path, *argv: str) -> subprocess.CompletedProcess[str]:
 def test_a_killed_worker_joins_again_by_edgetrain_join(tmp_path: Path) -> None:
     recipe = tmp_path / "recipe.toml"
     recipe.write_text(RECIPE)  # no [run] restart: the launcher leaves a lost worker lost
-    gate = tmp_path / "gate"
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    env = {
-        **os.environ,
-        "EDGETRAIN_PLUGINS": "tests.helpers.gate",
-        "EDGETRAIN_TEST_GATE": str(gate),  # slow steps until the rejoin, then full speed
-        "PYTHONPATH": path,
-    }
+    env, gate = gated_env(tmp_path)
     launch = Launch(recipe, tmp_path / "runs", env=env)
     run_id = ""
     try:
@@ -296,50 +292,18 @@ def test_a_killed_worker_joins_again_by_edgetrain_join(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ over ssh, onto another host
 
-SSH_RECIPE = """
-[run]
-name = "join-ssh"
-seed = 5
-heartbeat_s = 0.5
-max_failed_fraction = 0.5
-[data]
-dataset = "digits"
-[model]
-name = "mlp"
-[train]
-epochs = 60
-batch_size = 16
-[gossip]
-probability = 0.3
-[[workers]]
-count = 3
-slowdown = 25
-"""
-
 
 @pytest.mark.timeout(300)
 def test_a_worker_killed_on_its_ssh_host_joins_again_on_another(
     tmp_path: Path,
     sshd: Sshd,  # noqa: F811
 ) -> None:
-    from tests.test_ssh_launch import _hosts_toml, _venv_links
-
-    (tmp_path / "recipe.toml").write_text(SSH_RECIPE)
-    pythons = [f"{link}/bin/python" for link in _venv_links(tmp_path, 3)]
-    hosts = tmp_path / "hosts.toml"
-    hosts.write_text(_hosts_toml(sshd, pythons, [1, 1, 1]))
-    launch = Launch(tmp_path / "recipe.toml", tmp_path / "runs", "--hosts", str(hosts))
+    launch = ssh_launch(tmp_path, sshd, "max_failed_fraction = 0.5")
     run_id = ""
     try:
         launch.wait_epochs(3, epoch=2, timeout=180)
         run, run_id = launch.run_dir, launch.manifest()["run_id"]
-        worker = [
-            pid
-            for pid, cmd in edgetrain_processes(run_id).items()
-            if "--worker-id 2 " in cmd and cmd.split()[0].endswith("/bin/python")
-        ]
-        assert len(worker) == 1, edgetrain_processes(run_id)
-        os.kill(worker[0], signal.SIGKILL)  # on its host, behind the launcher's back
+        os.kill(worker_pid(run_id, 2), signal.SIGKILL)  # on its host, behind the launcher's back
         launch.wait_event(lambda r: r.get("event") == "failed" and r.get("worker") == 2, 60,
                           "worker 2 is lost")  # fmt: skip
         done = _join(run, "--worker", "2", "-H", "h0")

@@ -25,6 +25,7 @@ from tests.helpers.cli import last_error, run_cli
 from tests.helpers.fake_worker import RUN, FakeWorker, pump, started
 from tests.helpers.launching import Launch
 from tests.helpers.procs import edgetrain_processes, kill_all
+from tests.helpers.rejoining import gated_env, ssh_launch, worker_pid
 from tests.helpers.sshd import Sshd, sshd  # noqa: F401 - the fixture
 
 REPO = Path(__file__).resolve().parents[1]
@@ -347,14 +348,7 @@ def test_a_killed_worker_is_restarted_and_rejoins_with_a_peers_model(
     if technique == "edgegossip":  # one of three away is over f_threshold: go on meanwhile
         text += '[edgegossip]\non_failure = "redistribute"\n'
     recipe.write_text(text)
-    gate = tmp_path / "gate"
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    env = {
-        **os.environ,
-        "EDGETRAIN_PLUGINS": "tests.helpers.gate",
-        "EDGETRAIN_TEST_GATE": str(gate),  # slow steps until the rejoin, then full speed
-        "PYTHONPATH": path,
-    }
+    env, gate = gated_env(tmp_path)
     launch = Launch(recipe, tmp_path / "runs", env=env)
     run_id = ""
     try:
@@ -430,50 +424,18 @@ def test_a_killed_worker_is_restarted_and_rejoins_with_a_peers_model(
 
 # ------------------------------------------------------------------ over ssh
 
-SSH_RECIPE = """
-[run]
-name = "rejoin-ssh"
-seed = 5
-heartbeat_s = 0.5
-restart = 1
-[data]
-dataset = "digits"
-[model]
-name = "mlp"
-[train]
-epochs = 60
-batch_size = 16
-[gossip]
-probability = 0.3
-[[workers]]
-count = 3
-slowdown = 25
-"""
-
 
 @pytest.mark.timeout(300)
 def test_a_worker_killed_on_its_ssh_host_is_restarted_there_and_rejoins(
     tmp_path: Path,
     sshd: Sshd,  # noqa: F811
 ) -> None:
-    from tests.test_ssh_launch import _hosts_toml, _venv_links
-
-    (tmp_path / "recipe.toml").write_text(SSH_RECIPE)
-    pythons = [f"{link}/bin/python" for link in _venv_links(tmp_path, 3)]
-    hosts = tmp_path / "hosts.toml"
-    hosts.write_text(_hosts_toml(sshd, pythons, [1, 1, 1]))
-    launch = Launch(tmp_path / "recipe.toml", tmp_path / "runs", "--hosts", str(hosts))
+    launch = ssh_launch(tmp_path, sshd, "restart = 1")
     run_id = ""
     try:
         launch.wait_epochs(3, epoch=2, timeout=180)
         run_id = launch.manifest()["run_id"]
-        worker = [
-            pid
-            for pid, cmd in edgetrain_processes(run_id).items()
-            if "--worker-id 2 " in cmd and cmd.split()[0].endswith("/bin/python")
-        ]
-        assert len(worker) == 1, edgetrain_processes(run_id)
-        os.kill(worker[0], signal.SIGKILL)  # on its host, behind the launcher's back
+        os.kill(worker_pid(run_id, 2), signal.SIGKILL)  # on its host, behind the launcher's back
         launch.wait_event(lambda r: r.get("event") == "restarted" and r.get("worker") == 2,
                           60, "worker 2 is restarted over ssh")  # fmt: skip
         first = launch.wait_event(
@@ -525,20 +487,18 @@ count = 3
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(("technique", "consistency"), [("dynacomm", "bsp"), ("lbl", "ssp")])
-def test_a_killed_ps_trainer_is_restarted_and_trains_on_the_shards_current_parameters(
-    tmp_path: Path, technique: str, consistency: str
+@pytest.mark.parametrize(
+    ("technique", "consistency", "fault"),
+    [("dynacomm", "bsp", signal.SIGKILL), ("lbl", "ssp", signal.SIGSTOP)],
+)
+def test_a_lost_ps_trainer_is_restarted_and_trains_on_the_shards_current_parameters(
+    tmp_path: Path, technique: str, consistency: str, fault: int
 ) -> None:
+    """Killed, or suspended past the heartbeat limit (the launcher then ends the process the
+    run lost, which would never speak again, and restarts it)."""
     recipe = tmp_path / "recipe.toml"
     recipe.write_text(PS_RECIPE.format(technique=technique, consistency=consistency))
-    gate = tmp_path / "gate"
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    env = {
-        **os.environ,
-        "EDGETRAIN_PLUGINS": "tests.helpers.gate",
-        "EDGETRAIN_TEST_GATE": str(gate),
-        "PYTHONPATH": path,
-    }
+    env, gate = gated_env(tmp_path)
     launch = Launch(recipe, tmp_path / "runs", env=env)
     run_id = ""
     try:
@@ -548,7 +508,7 @@ def test_a_killed_ps_trainer_is_restarted_and_trains_on_the_shards_current_param
                 f"trainer {w} ends an epoch",
             )  # fmt: skip
         run_id, pids = launch.manifest()["run_id"], launch.pids()
-        os.kill(pids[3], signal.SIGKILL)
+        os.kill(pids[3], fault)
         launch.wait_event(lambda r: r.get("event") == "failed" and r.get("worker") == 3, 30,
                           "trainer 3 is lost")  # fmt: skip
         joined = launch.wait_event(

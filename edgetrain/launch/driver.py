@@ -347,6 +347,8 @@ def _check_workers(
     """Mark failed every worker whose process exited before it handed in; with ``restarts``
     (``[run] restart``), plan its restart while the run trains and its budget lasts."""
     out: list[Event] = []
+    if restarts is not None and coord.phase == "training":
+        _end_lost(coord, sup, restarts.mending)
     for wid, code in sup.newly_exited():
         if coord.workers[wid].status not in ("final", "failed"):
             out.extend(coord.mark_failed(wid, _describe_exit(code)))
@@ -361,6 +363,30 @@ def _check_workers(
             data = {"in_s": delay, "attempt": restarts.attempt(wid) + 1, "left": left}
             out.append(Event(wid, "restart_planned", data))
     return out
+
+
+# How long the launcher waits for a lost worker's process to die of SIGKILL.
+END_LOST_WAIT_S = 5.0
+
+
+def _end_lost(coord: Coordinator, sup: Supervisor, mending: set[int]) -> None:
+    """End the process of every worker the run lost while it still runs (silent past the
+    heartbeat limit: hung, suspended, cut off), so that it can be restarted or joined now. Its
+    stacks were captured before it was declared lost; it would only be told to stop when it
+    speaks again, which a hung or suspended process never does (and a parameter-server trainer
+    blocked on a pull the shards no longer answer does only after its reply timeout). A worker
+    in ``mending`` runs a new process, on its way back: left alone."""
+    for wid, info in coord.workers.items():
+        handle = sup.handles.get(wid)
+        if info.status != "failed" or info.error_kind in NOT_RESTARTED or handle is None:
+            continue
+        if wid in mending:
+            continue
+        if wid in sup.exit_codes or handle.poll() is not None:
+            continue
+        log.info("ending worker %d's process, which the run lost: %s", wid, info.error)
+        handle.kill()
+        handle.wait(END_LOST_WAIT_S)
 
 
 # Failures a restart does not mend (the run stops on the first two anyway; ``late``: training
@@ -633,6 +659,8 @@ def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
                 _write_artifacts(setup, ev)
                 if restarts is not None:
                     members |= _note_membership(manifest, ev, ev.at - rec.t0)
+                    if ev.kind == "joined" and ev.worker is not None:
+                        restarts.back(ev.worker)
             if members:  # `edgetrain status` shows who left and who joined as it happens
                 run_dir.write_manifest(manifest)
             _write_checkpoints(coord, setup, rec)

@@ -68,6 +68,10 @@ class RestartBook:
         self.joins[worker] = self.joins.get(worker, 0) + 1
         return self.joins[worker]
 
+    def back(self, worker: int) -> None:
+        """``worker``'s new process re-entered the run: no longer on its way back."""
+        self.started.discard(worker)
+
     def cancel(self, worker: int) -> None:
         self.due_at.pop(worker, None)
 
