@@ -281,6 +281,7 @@ def run_once(
                       out / "logs" / f"{tag}.log")  # fmt: skip
     t0 = time.monotonic()
     row: dict[str, Any] = {"recipe": recipe, "seed": seed, "arm": arm, "faults": []}
+    row["commit"] = _commit()  # a resumed report can mix runs of several commits
     started = launch.wait(lambda r: _is(r, "started"), 300)
     if started is not None:
         row["startup_s"] = float(started.get("t", time.monotonic() - t0))

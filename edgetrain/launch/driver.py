@@ -347,7 +347,7 @@ def _check_workers(
     """Mark failed every worker whose process exited before it handed in; with ``restarts``
     (``[run] restart``), plan its restart while the run trains and its budget lasts."""
     out: list[Event] = []
-    if restarts is not None and coord.phase == "training":
+    if restarts is not None and restarts.limit > 0 and coord.phase == "training":
         _end_lost(coord, sup, restarts.mending)
     for wid, code in sup.newly_exited():
         if coord.workers[wid].status not in ("final", "failed"):
