@@ -31,7 +31,7 @@ from edgetrain.launch.restart import RestartBook
 from tests.helpers.cli import last_error, run_cli
 from tests.helpers.launching import Launch
 from tests.helpers.procs import edgetrain_processes, kill_all
-from tests.helpers.rejoining import gated_env, ssh_launch, worker_pid
+from tests.helpers.rejoining import gated_env, rejoined_epoch, ssh_launch, worker_pid
 from tests.helpers.sshd import Sshd, sshd  # noqa: F401 - the fixture
 
 REPO = Path(__file__).resolve().parents[1]
@@ -260,11 +260,7 @@ def test_a_killed_worker_joins_again_by_edgetrain_join(tmp_path: Path) -> None:
             lambda r: r.get("event") == "restarted" and r.get("worker") == 2, 30, "restarted"
         )
         assert restarted["by"] == "join"
-        first = launch.wait_event(
-            lambda r: r.get("event") == "epoch" and r.get("worker") == 2 and "rejoin" in r,
-            120,
-            "its first epoch after the rejoin",
-        )
+        first = rejoined_epoch(launch, 2, 120)
         gate.touch()
         code, summary = launch.finish(timeout=200)
     finally:
@@ -309,11 +305,7 @@ def test_a_worker_killed_on_its_ssh_host_joins_again_on_another(
         done = _join(run, "--worker", "2", "-H", "h0")
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["host"] == "h0"
-        first = launch.wait_event(
-            lambda r: r.get("event") == "epoch" and r.get("worker") == 2 and "rejoin" in r,
-            120,
-            "its first epoch after the rejoin",
-        )
+        first = rejoined_epoch(launch, 2, 120)
         code, summary = launch.finish(timeout=200)
     finally:
         launch.kill()

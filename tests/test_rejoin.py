@@ -25,7 +25,7 @@ from tests.helpers.cli import last_error, run_cli
 from tests.helpers.fake_worker import RUN, FakeWorker, pump, started
 from tests.helpers.launching import Launch
 from tests.helpers.procs import edgetrain_processes, kill_all
-from tests.helpers.rejoining import gated_env, ssh_launch, worker_pid
+from tests.helpers.rejoining import gated_env, rejoined_epoch, ssh_launch, worker_pid
 from tests.helpers.sshd import Sshd, sshd  # noqa: F401 - the fixture
 
 REPO = Path(__file__).resolve().parents[1]
@@ -363,11 +363,7 @@ def test_a_killed_worker_is_restarted_and_rejoins_with_a_peers_model(
         joined = launch.wait_event(
             lambda r: r.get("event") == "joined" and r.get("worker") == 2, 120, "it rejoins"
         )
-        first = launch.wait_event(
-            lambda r: r.get("event") == "epoch" and r.get("worker") == 2 and "rejoin" in r,
-            60,
-            "its first epoch after the rejoin",
-        )
+        first = rejoined_epoch(launch, 2, 60)
         gate.touch()
         code, summary = launch.finish(timeout=200)
     finally:
@@ -438,11 +434,7 @@ def test_a_worker_killed_on_its_ssh_host_is_restarted_there_and_rejoins(
         os.kill(worker_pid(run_id, 2), signal.SIGKILL)  # on its host, behind the launcher's back
         launch.wait_event(lambda r: r.get("event") == "restarted" and r.get("worker") == 2,
                           60, "worker 2 is restarted over ssh")  # fmt: skip
-        first = launch.wait_event(
-            lambda r: r.get("event") == "epoch" and r.get("worker") == 2 and "rejoin" in r,
-            120,
-            "its first epoch after the rejoin",
-        )
+        first = rejoined_epoch(launch, 2, 120)
         code, summary = launch.finish(timeout=200)
     finally:
         launch.kill()
@@ -514,11 +506,7 @@ def test_a_lost_ps_trainer_is_restarted_and_trains_on_the_shards_current_paramet
         joined = launch.wait_event(
             lambda r: r.get("event") == "joined" and r.get("worker") == 3, 120, "it rejoins"
         )
-        first = launch.wait_event(
-            lambda r: r.get("event") == "epoch" and r.get("worker") == 3 and "rejoin" in r,
-            120,
-            "its first epoch after the rejoin",
-        )
+        first = rejoined_epoch(launch, 3, 120)
         gate.touch()
         code, summary = launch.finish(timeout=200)
     finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from tests.helpers.launching import Launch
 from tests.helpers.procs import edgetrain_processes
@@ -69,3 +70,12 @@ def worker_pid(run_id: str, worker: int) -> int:
     ]
     assert len(found) == 1, edgetrain_processes(run_id)
     return found[0]
+
+
+def rejoined_epoch(launch: Launch, worker: int, timeout: float = 120) -> dict[str, Any]:
+    """The first epoch ``worker`` reports after it rejoined (the row with its ``rejoin``)."""
+    return launch.wait_event(
+        lambda r: r.get("event") == "epoch" and r.get("worker") == worker and "rejoin" in r,
+        timeout,
+        "its first epoch after the rejoin",
+    )
