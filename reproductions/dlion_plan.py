@@ -159,8 +159,11 @@ def plan_for(args: argparse.Namespace) -> Plan:
     seeds = cli.measured_seeds(args)
     if args.smoke:
         return Plan(
-            (1,), (1,), True, "digits", "lenet5", 2, 16, 0.02, 0.5, ("R-DL-1",),
-            candidates=(("lenet5", 16),),  # one: at b0 = 8 a smoke pilot diverged (eta 0.02)
+            (1,), (1,), True, "digits", "lenet5", 2, 16, QUICK_LR, 0.5, ("R-DL-1",),
+            # one candidate: at b0 = 8 a smoke pilot diverged (eta 0.02); at b0 = 16 and eta
+            # 0.02 one CI run's DLion pilot diverged too (0.16), so the smoke path takes the
+            # --quick eta
+            candidates=(("lenet5", 16),),
         )  # fmt: skip
     local = cli.local(args)
     periods: tuple[int | None, ...] = (None,) if local else (DEFAULT_PERIOD_MS, SHORT_PERIOD_MS)
