@@ -129,12 +129,52 @@ def send(
             traffic.drop(reason, peer)
         raise
     if traffic is not None:
-        traffic.bytes_sent += nbytes
-        traffic.messages_sent += 1
-        if peer is not None:
-            known = peer in traffic.bytes_sent_to or len(traffic.bytes_sent_to) < MAX_TRACKED_PEERS
-            traffic.bytes_sent_to[peer if known else OTHER_PEER] += nbytes
+        _count_sent(traffic, nbytes, peer)
     return nbytes
+
+
+def send_tracked(
+    sock: zmq.SyncSocket,
+    msg: Message,
+    traffic: Traffic | None = None,
+    identity: bytes | None = None,
+    flags: int = 0,
+    peer: str | None = None,
+) -> tuple[int, list[zmq.MessageTracker]]:
+    """:func:`send`, zero-copy whatever the size, with a tracker per frame: the sender must
+    not change the arrays it sent until every tracker is done (ZeroMQ has let go of them).
+    On an error the trackers of the frames already queued go with the exception's
+    ``trackers`` attribute."""
+    if peer is None and identity is not None:
+        peer = identity.decode("latin-1")
+    frames = encode(msg)
+    nbytes = sum(len(f) for f in frames)
+    if identity is not None:
+        frames = [identity, *frames]
+    trackers: list[zmq.MessageTracker] = []
+    try:
+        for i, frame in enumerate(frames):
+            more = zmq.SNDMORE if i < len(frames) - 1 else 0
+            tracker = sock.send(frame, flags=flags | more, copy=False, track=True)
+            if tracker is not None:
+                trackers.append(tracker)
+    except zmq.ZMQError as exc:
+        if traffic is not None and isinstance(exc, zmq.Again):
+            reason = "send_queue_full" if flags & zmq.NOBLOCK else "send_timeout"
+            traffic.drop(reason, peer)
+        exc.trackers = trackers  # type: ignore[attr-defined]
+        raise
+    if traffic is not None:
+        _count_sent(traffic, nbytes, peer)
+    return nbytes, trackers
+
+
+def _count_sent(traffic: Traffic, nbytes: int, peer: str | None) -> None:
+    traffic.bytes_sent += nbytes
+    traffic.messages_sent += 1
+    if peer is not None:
+        known = peer in traffic.bytes_sent_to or len(traffic.bytes_sent_to) < MAX_TRACKED_PEERS
+        traffic.bytes_sent_to[peer if known else OTHER_PEER] += nbytes
 
 
 def recv(

@@ -80,17 +80,29 @@ _M_MMAP_THRESHOLD = -3
 _M_MMAP_MAX = -4
 
 
-@functools.lru_cache(maxsize=1)
-def keep_freed_buffers() -> bool:
+# What keep_freed_buffers keeps by default, and the least any caller's bound comes to.
+KEEP_BYTES = 2**30
+MIN_KEEP_BYTES = 64 * 2**20
+
+
+def keep_bytes_for(message_bytes: int) -> int:
+    """A bound on kept memory for a process that receives messages of about ``message_bytes``
+    (twice that, at least :data:`MIN_KEEP_BYTES`, at most :data:`KEEP_BYTES`). Pure."""
+    return int(min(KEEP_BYTES, max(MIN_KEEP_BYTES, 2 * message_bytes)))
+
+
+@functools.lru_cache(maxsize=4)
+def keep_freed_buffers(keep_bytes: int = KEEP_BYTES) -> bool:
     """Let this process reuse freed large buffers instead of returning them to the OS.
 
     ZeroMQ allocates a fresh buffer for every received frame (up to 16 MiB); glibc serves
     those with mmap and unmaps them on free, so every message pays a page fault per 4 KiB.
     Serving them (and the arrays that join a tensor's frames) from the heap, and keeping up to
-    1 GiB of freed memory, makes a receiver's buffers warm after the first message: on
-    loopback this is the difference between about half of raw TCP throughput and parity
-    (scripts/bench_transport). The cost: freed memory up to 1 GiB stays with the process.
-    Process-wide and idempotent; returns False where glibc's mallopt is not available.
+    ``keep_bytes`` of freed memory at the heap's top, makes a receiver's buffers warm after the
+    first message: on loopback this is the difference between about half of raw TCP
+    throughput and parity (scripts/bench_transport). The cost: that much freed memory stays
+    with the process. Process-wide (the last call's bound holds); returns False where glibc's
+    mallopt is not available.
     """
     name = ctypes.util.find_library("c")
     try:
@@ -101,8 +113,8 @@ def keep_freed_buffers() -> bool:
     if mallopt is None:
         return False
     ok = mallopt(_M_MMAP_THRESHOLD, 32 * 2**20)  # glibc's maximum on 64-bit
-    ok &= mallopt(_M_TRIM_THRESHOLD, 2**30)
-    ok &= mallopt(_M_TOP_PAD, 64 * 2**20)
+    ok &= mallopt(_M_TRIM_THRESHOLD, int(keep_bytes))
+    ok &= mallopt(_M_TOP_PAD, min(64 * 2**20, int(keep_bytes)))
     ok &= mallopt(_M_MMAP_MAX, 0)  # joined multi-frame tensors (> 32 MiB) from the heap too
     return bool(ok)
 

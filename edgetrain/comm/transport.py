@@ -117,6 +117,19 @@ class Transport:
         """:func:`channel.send` with this worker's counters; the bytes put on the wire."""
         return channel.send(sock, msg, self.traffic, identity, flags, peer)
 
+    def send_tracked(
+        self,
+        sock: zmq.SyncSocket,
+        msg: Message,
+        *,
+        peer: str | None = None,
+        identity: bytes | None = None,
+        flags: int = 0,
+    ) -> tuple[int, list[zmq.MessageTracker]]:
+        """:func:`channel.send_tracked` with this worker's counters: zero-copy, with the
+        trackers that say when ZeroMQ has let go of the arrays."""
+        return channel.send_tracked(sock, msg, self.traffic, identity, flags, peer)
+
     def recv(
         self,
         sock: zmq.SyncSocket,

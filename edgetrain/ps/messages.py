@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import torch
 
 from edgetrain.comm.wire import float32_problem, is_count
 
@@ -61,4 +62,25 @@ def gradients(
         reason = float32_problem(tensors[name], shapes[name])
         if reason is not None:
             return reason
+    return None
+
+
+def copy_in(
+    params: Mapping[str, torch.Tensor], tensors: Mapping[str, np.ndarray], names: list[str]
+) -> str | None:
+    """Copy a pull's answer into a trainer's parameters; why it cannot be, or None (exactly
+    ``names``, each float32 of its parameter's shape; nothing is copied then)."""
+    if set(tensors) != set(names):
+        return "answered a pull with other tensors"
+    for n in names:
+        arr, p = tensors[n], params[n]
+        if tuple(arr.shape) != tuple(p.shape) or arr.dtype != np.float32:
+            return f"sent {n} with a wrong shape or dtype"
+    with torch.no_grad():
+        for n in names:
+            arr, p = tensors[n], params[n]
+            if p.device.type == "cpu":
+                np.copyto(p.detach().numpy(), arr)  # (received arrays are read-only views)
+            else:  # a GPU trainer: one host-to-device copy
+                p.copy_(torch.from_numpy(np.array(arr)))
     return None

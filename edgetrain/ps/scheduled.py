@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from edgetrain.comm import sockets
 from edgetrain.comm.client import Serve
 from edgetrain.comm.control import HandIn
 from edgetrain.comm.transport import Transport
@@ -145,6 +146,9 @@ class ScheduledTrainer:
                     if k in ctx.resume.weights:
                         v.copy_(torch.from_numpy(np.array(ctx.resume.weights[k])))
         self.params = dict(model.named_parameters())
+        if self.cfg.keep_buffers:  # pulled parameters land in warm memory
+            nbytes = sum(p.numel() * p.element_size() for p in self.params.values())
+            sockets.keep_freed_buffers(sockets.keep_bytes_for(nbytes))
         meta = {"samples": self.trainer.num_samples, "layers": len(self.layout.specs)}
         return Ready({}, meta)
 

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import zmq
 
-from edgetrain.comm import protocol
+from edgetrain.comm import protocol, sockets
 from edgetrain.comm.control import HandIn
 from edgetrain.comm.transport import Transport
 from edgetrain.comm.wire import Message
@@ -36,6 +36,7 @@ from edgetrain.ps.config import PsSection
 from edgetrain.ps.delay import DelayLine
 from edgetrain.ps.gradient_sum import Aggregator, StaleClock
 from edgetrain.ps.layout import Layout, build_layout
+from edgetrain.ps.loans import Loan, Loans
 from edgetrain.runtime.base import Final, Ready, WorkerContext
 from edgetrain.runtime.session import Session
 from edgetrain.runtime.setup import build_run_model, load_run_data
@@ -67,6 +68,7 @@ class ShardServer:
         self.one_way = self.cfg.hold_ms / 2000.0  # half the emulated round trip
         self.router: zmq.SyncSocket | None = None
         self.delay = DelayLine()
+        self.loans = Loans()  # tensors lent, zero-copy, to pull replies on their way
         self.parked: list[_Pull] = []
         # max_lead: the most iterations an answered pull was ahead of its tensors' version (0
         # under BSP; at most ``staleness`` under SSP)
@@ -97,6 +99,8 @@ class ShardServer:
             zmq.ROUTER, what=f"parameter server {ctx.role.index}"
         )
         nbytes = sum(t.numel() * t.element_size() for t in self.tensors.values())
+        if self.cfg.keep_buffers:  # pushed gradients land in warm memory
+            sockets.keep_freed_buffers(sockets.keep_bytes_for(nbytes))
         log.info(
             "shard %d: %d tensors, %d bytes, at %s",
             ctx.role.index,
@@ -123,7 +127,8 @@ class ShardServer:
         self._run_timers(final=True)
         weights = state_arrays(self.tensors, self.optimizer)
         meta = {"server": self.ctx.role.index, "version": min(self.version.values(), default=0)}
-        metrics = {**self.stats, "steps": 0, **self.ctx.traffic.as_dict()}
+        metrics: dict[str, Any] = {**self.stats, "steps": 0, "lent_copies": self.loans.copies}
+        metrics.update(self.ctx.traffic.as_dict())
         if self.rejoins:
             metrics["rejoined"] = self.rejoins
         return Final(HandIn(weights, meta), metrics)
@@ -229,6 +234,7 @@ class ShardServer:
 
     def _step(self, name: str, grad: np.ndarray) -> None:
         tensor = self.tensors[name]
+        self.loans.before_update(name, tensor)  # a reply on its way keeps the old values
         tensor.grad = torch.from_numpy(np.ascontiguousarray(grad)).reshape(tensor.shape)
         self.optimizer.step()
         tensor.grad = None
@@ -277,7 +283,8 @@ class ShardServer:
         """The weights as they are now, sent after the reply's half of the round trip."""
         held = max(0.0, now - pull.arrived)  # parked, waiting for the version
         self.stats["held_s"] += held
-        weights = {n: self.tensors[n].detach().numpy().copy() for n in pull.names}
+        weights = {n: self.tensors[n].detach().numpy() for n in pull.names}  # lent, no copy
+        loan = self.loans.lend(pull.names)
         meta = {
             "iter": pull.it,
             "seg": pull.seg,
@@ -285,16 +292,32 @@ class ShardServer:
             "held_s": held,
             "version": min(self.version[n] for n in pull.names),
         }
-        reply = functools.partial(self._reply, pull.identity, messages.PARAMS, meta, weights)
+        reply = functools.partial(self._reply, pull.identity, messages.PARAMS, meta, weights, loan)
         self.delay.later(now + self.one_way, reply)
 
     def _reply(
-        self, identity: bytes, kind: str, meta: dict[str, Any], tensors: dict[str, np.ndarray]
+        self,
+        identity: bytes,
+        kind: str,
+        meta: dict[str, Any],
+        tensors: dict[str, np.ndarray],
+        loan: Loan | None = None,
     ) -> None:
+        """Send a reply; one with a ``loan`` zero-copy, its tensors lent until ZeroMQ is done."""
         assert self.router is not None
         msg = self.transport.message(kind, meta, tensors)
-        with contextlib.suppress(zmq.ZMQError):  # the trainer is gone: the control plane knows
-            self.transport.send(self.router, msg, identity=identity, flags=zmq.NOBLOCK)
+        if loan is None:
+            with contextlib.suppress(zmq.ZMQError):  # the trainer is gone: the control plane
+                self.transport.send(self.router, msg, identity=identity, flags=zmq.NOBLOCK)
+            return
+        trackers: list[zmq.MessageTracker] = []
+        try:
+            _, trackers = self.transport.send_tracked(
+                self.router, msg, identity=identity, flags=zmq.NOBLOCK
+            )
+        except zmq.ZMQError as exc:  # (as above; frames already queued stay lent)
+            trackers = list(getattr(exc, "trackers", []))
+        self.loans.sent(loan, trackers)
 
     # ------------------------------------------------------------------ timers, checkpoints
 

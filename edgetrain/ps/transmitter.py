@@ -376,20 +376,9 @@ class Transmitter(threading.Thread):
         self._backlog.clear()
 
     def _copy_in(self, reply: Message, names: list[str], k: int) -> None:
-        if set(reply.tensors) != set(names):
-            self.error = f"parameter server {k} answered a pull with other tensors"
-            return
-        with torch.no_grad():
-            for n in names:
-                arr = reply.tensors[n]
-                p = self.params[n]
-                if tuple(arr.shape) != tuple(p.shape) or arr.dtype != np.float32:
-                    self.error = f"parameter server {k} sent {n} with a wrong shape or dtype"
-                    return
-                if p.device.type == "cpu":
-                    np.copyto(p.detach().numpy(), arr)  # (received arrays are read-only views)
-                else:  # a GPU trainer: one host-to-device copy
-                    p.copy_(torch.from_numpy(np.array(arr)))
+        problem = messages.copy_in(self.params, reply.tensors, names)
+        if problem is not None:
+            self.error = f"parameter server {k} {problem}"
 
 
 def _grad(p: torch.Tensor) -> np.ndarray:

@@ -1,0 +1,164 @@
+"""The parameter-server pull path of ``scripts/bench_transport``: one trainer pulls a whole
+model from one shard, three ways, between two processes.
+
+- ``edgetrain``: the code a run executes: the trainer's ``ps.pull`` request through a
+  :class:`~edgetrain.comm.transport.Transport` DEALER, the shard's checks
+  (:func:`~edgetrain.ps.messages.request_fields`), its zero-copy ``ps.params`` reply to the
+  ROUTER identity with the tensors lent until ZeroMQ is done (:mod:`edgetrain.ps.loans`),
+  and the trainer's validated receipt and copy into its parameters
+  (:func:`~edgetrain.ps.messages.copy_in`).
+- ``gloo``: what a user's parameter server over ``torch.distributed`` would do: a one-element
+  request, then ``dist.send`` of every tensor straight from the shard's storage and
+  ``dist.recv`` straight into the trainer's parameters (no copy at either end).
+- ``raw``: the ideal over a TCP socket: a one-byte request, ``sendall`` of every tensor's
+  bytes, ``recv_into`` every parameter's storage.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import zmq
+
+from edgetrain.comm.channel import Traffic
+from edgetrain.comm.transport import Transport
+from edgetrain.comm.wire import Limits
+from edgetrain.models.zoo import build_model
+from edgetrain.ps import messages
+from edgetrain.ps.loans import Loans
+from edgetrain.runtime.limits import limits_for
+
+RUN = "bench"
+LAYOUT = "bench-layout"
+INPUT = (3, 32, 32)
+
+
+@dataclass
+class Model:
+    """A zoo model's parameters (float32, in order), as one side of the pull holds them."""
+
+    name: str
+    params: dict[str, torch.Tensor]
+
+    @classmethod
+    def build(cls, name: str, seed: int) -> Model:
+        torch.manual_seed(seed)
+        net = build_model(name, INPUT, 10)
+        return cls(name, {n: p.detach().clone() for n, p in net.named_parameters()})
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.params)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(p.numel() * p.element_size()) for p in self.params.values())
+
+    def limits(self) -> Limits:
+        return limits_for(self.nbytes, len(self.params), 0)
+
+    def views(self) -> list[memoryview]:
+        return [memoryview(p.numpy()).cast("B") for p in self.params.values()]
+
+
+def transport(ctx: zmq.SyncContext, model: Model, worker: int) -> Transport:
+    return Transport(ctx, RUN, worker, Traffic(), limits=model.limits())
+
+
+# ---------------------------------------------------------------- the shard's side
+
+
+def shard_edgetrain(tr: Transport, router: zmq.SyncSocket, model: Model, loans: Loans) -> None:
+    """Answer one pull as a shard does: zero-copy, the tensors lent until ZeroMQ is done."""
+    got = tr.recv(router, messages.TO_SERVER, router=True)
+    assert got is not None, "the pull did not decode"
+    identity, msg = got
+    problem = messages.request_fields(msg.meta, set(model.params), LAYOUT)
+    assert problem is None, problem
+    names = list(msg.meta["names"])
+    for name in names:  # the update a shard makes between pulls (here: none, values kept)
+        loans.before_update(name, model.params[name])
+    weights = {n: model.params[n].detach().numpy() for n in names}
+    loan = loans.lend(names)
+    meta = {k: msg.meta[k] for k in ("iter", "seg", "req")} | {"held_s": 0.0, "version": 0}
+    reply = tr.message(messages.PARAMS, meta, weights)
+    _, trackers = tr.send_tracked(router, reply, identity=identity or b"", flags=zmq.NOBLOCK)
+    loans.sent(loan, trackers)
+
+
+def shard_gloo(model: Model) -> None:
+    import torch.distributed as dist
+
+    req = torch.zeros(1)
+    dist.recv(req, src=1)
+    for p in model.params.values():
+        dist.send(p, dst=1)
+
+
+def shard_raw(conn: socket.socket, model: Model) -> None:
+    for view in model.views():
+        conn.sendall(view)
+
+
+# ---------------------------------------------------------------- the trainer's side
+
+
+def pull_fns(
+    model: Model,
+    tr: Transport,
+    dealer: zmq.SyncSocket,
+    conn: socket.socket,
+    gloo: bool,
+) -> dict[str, Callable[[], None]]:
+    """One pull of ``model`` per call, for each way, in the order of the shard's rounds."""
+    count = iter(range(1, 2**31))
+
+    def edgetrain() -> None:
+        i = next(count)
+        meta: dict[str, Any] = {
+            "iter": i, "seg": 0, "req": i, "names": model.names, "layout": LAYOUT,
+        }  # fmt: skip
+        tr.send(dealer, tr.message(messages.PULL, meta), peer="ps0")
+        assert dealer.poll(600_000), "the shard did not answer the pull"
+        got = tr.recv(dealer, messages.TO_TRAINER)
+        assert got is not None and got[1].type == messages.PARAMS
+        problem = messages.copy_in(model.params, got[1].tensors, model.names)
+        assert problem is None, problem
+
+    def raw() -> None:
+        conn.sendall(b"p")
+        for view in model.views():
+            _recv_exact(conn, view)
+
+    fns = {"raw": raw, "edgetrain": edgetrain}  # (no bare ZeroMQ way: a pull is the PS's code)
+    if gloo:
+        import torch.distributed as dist
+
+        req = torch.ones(1)
+
+        def gloo_pull() -> None:
+            dist.send(req, dst=0)
+            for p in model.params.values():
+                dist.recv(p, src=0)
+
+        fns["gloo"] = gloo_pull
+    return fns
+
+
+def _recv_exact(conn: socket.socket, view: memoryview) -> None:
+    got = 0
+    while got < len(view):
+        n = conn.recv_into(view[got:])
+        if n == 0:
+            raise ConnectionError("the other side closed the connection")
+        got += n
+
+
+def same_weights(a: Model, b: Model) -> bool:
+    """Whether a pull left the trainer with the shard's exact weights."""
+    return all(np.array_equal(a.params[n].numpy(), b.params[n].numpy()) for n in a.params)

@@ -1,0 +1,83 @@
+"""A shard's zero-copy pull replies: the tensors a reply on its way holds move to fresh storage
+before an update, so the reply carries the values it was answered with; once ZeroMQ has let go
+of the reply, updates are in place again. Real ZeroMQ trackers over an inproc pair."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+import zmq
+
+from edgetrain.comm import channel
+from edgetrain.comm.channel import Traffic
+from edgetrain.comm.wire import Message
+from edgetrain.ps import messages
+from edgetrain.ps.loans import Loans
+
+N = 1 << 16  # 256 KiB of float32: above pyzmq's copy threshold, so really zero-copy
+
+
+@pytest.fixture()
+def pair() -> Iterator[tuple[zmq.SyncSocket, zmq.SyncSocket]]:
+    ctx = zmq.Context()
+    a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    a.bind("inproc://loans")
+    b.connect("inproc://loans")
+    yield a, b
+    a.close(0)
+    b.close(0)
+    ctx.term()
+
+
+def test_an_update_overtaking_a_reply_copies_and_the_reply_keeps_its_values(
+    pair: tuple[zmq.SyncSocket, zmq.SyncSocket],
+) -> None:
+    a, b = pair
+    w = torch.zeros(N)
+    loans = Loans()
+    loan = loans.lend(["w"])
+    msg = Message(messages.PARAMS, "w0", "run", tensors={"w": w.detach().numpy()})
+    traffic = Traffic()
+    nbytes, trackers = channel.send_tracked(a, msg, traffic)
+    loans.sent(loan, trackers)
+    assert nbytes > 4 * N and traffic.messages_sent == 1 and len(loans) == 1
+    before = w.data_ptr()
+    loans.before_update("w", w)  # the reply is still queued: the update must not touch it
+    assert w.data_ptr() != before and loans.copies == 1
+    w.add_(1.0)
+    got = channel.recv(b, "run", [messages.PARAMS])
+    assert got is not None
+    assert np.array_equal(got[1].tensors["w"], np.zeros(N, dtype=np.float32))
+    loans.before_update("w", w)  # no reply holds the new storage: in place again
+    assert loans.copies == 1
+
+
+def test_once_zeromq_lets_go_updates_are_in_place(
+    pair: tuple[zmq.SyncSocket, zmq.SyncSocket],
+) -> None:
+    a, b = pair
+    w = torch.zeros(N)
+    loans = Loans()
+    loan = loans.lend(["w"])
+    _, trackers = channel.send_tracked(a, Message("x", "w0", "run", tensors={"w": w.numpy()}))
+    loans.sent(loan, trackers)
+    frames = b.recv_multipart(copy=False)
+    del frames  # the receiver frees the message: ZeroMQ lets go of the sender's buffer
+    for t in trackers:
+        t.wait(5)
+    before = w.data_ptr()
+    loans.before_update("w", w)
+    assert w.data_ptr() == before and loans.copies == 0 and len(loans) == 0
+
+
+def test_a_reply_not_yet_sent_holds_its_tensors_and_other_tensors_are_free() -> None:
+    loans = Loans()
+    loans.lend(["a"])  # waiting in the emulated link's delay line
+    a, other = torch.zeros(4), torch.zeros(4)
+    pa, po = a.data_ptr(), other.data_ptr()
+    loans.before_update("other", other)
+    loans.before_update("a", a)
+    assert other.data_ptr() == po and a.data_ptr() != pa and loans.copies == 1
