@@ -125,9 +125,9 @@ def pull_fns(
         }  # fmt: skip
         tr.send(dealer, tr.message(messages.PULL, meta), peer="ps0")
         assert dealer.poll(600_000), "the shard did not answer the pull"
-        got = tr.recv(dealer, messages.TO_TRAINER)
+        got = tr.recv(dealer, messages.TO_TRAINER, join=False)
         assert got is not None and got[1].type == messages.PARAMS
-        problem = messages.copy_in(model.params, got[1].tensors, model.names)
+        problem = messages.copy_in(model.params, got[1].tensors, model.names, got[1].chunked)
         assert problem is None, problem
 
     def raw() -> None:

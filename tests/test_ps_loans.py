@@ -81,3 +81,23 @@ def test_a_reply_not_yet_sent_holds_its_tensors_and_other_tensors_are_free() -> 
     loans.before_update("other", other)
     loans.before_update("a", a)
     assert other.data_ptr() == po and a.data_ptr() != pa and loans.copies == 1
+
+
+def test_a_pull_answer_is_copied_in_whole_or_not_at_all() -> None:
+    from edgetrain.comm.wire import MAX_FRAME_BYTES, decode, encode
+
+    params = {"a": torch.zeros(3), "big": torch.zeros(MAX_FRAME_BYTES // 4 + 10)}
+    answer = {
+        "a": np.ones(3, np.float32),
+        "big": np.full(MAX_FRAME_BYTES // 4 + 10, 2.0, np.float32),
+    }
+    got = decode(encode(Message(messages.PARAMS, "w0", "run", tensors=answer)), "run", join=False)
+    assert list(got.chunked) == ["big"]  # two frames, left unjoined
+    names = ["a", "big"]
+    assert messages.copy_in(params, got.tensors, names, got.chunked) is None
+    assert params["a"].tolist() == [1.0] * 3 and bool((params["big"] == 2.0).all())
+    bad = {"a": np.ones(4, np.float32)}  # a wrong shape: nothing is copied, the reason named
+    fresh = {"a": torch.zeros(3), "big": torch.zeros(MAX_FRAME_BYTES // 4 + 10)}
+    assert "wrong shape" in str(messages.copy_in(fresh, bad, names, got.chunked))
+    assert float(fresh["big"].abs().sum()) == 0.0
+    assert "other tensors" in str(messages.copy_in(fresh, got.tensors, names))

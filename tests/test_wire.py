@@ -55,6 +55,24 @@ def test_large_tensor_spans_frames_of_at_most_16_mib() -> None:
     np.testing.assert_array_equal(decode(frames, RUN).tensors["x"], arr)
 
 
+def test_unjoined_tensors_keep_their_frames_and_copy_into_place() -> None:
+    n = (MAX_FRAME_BYTES * 2 + 1000) // 4
+    big = np.arange(n, dtype=np.float32).reshape(2, -1)
+    small = np.ones(3, dtype=np.float32)
+    frames = encode(_msg(x=big, y=small))
+    out = decode(frames, RUN, join=False)
+    assert list(out.tensors) == ["y"] and list(out.chunked) == ["x"]
+    chunked = out.chunked["x"]
+    assert (chunked.shape, chunked.dtype, len(chunked.parts)) == (big.shape, big.dtype, 3)
+    assert out.tensor_bytes == big.nbytes + small.nbytes == chunked.nbytes + small.nbytes
+    into = np.zeros_like(big)
+    chunked.copy_to(into)
+    np.testing.assert_array_equal(into, big)
+    np.testing.assert_array_equal(chunked.join(), big)
+    with pytest.raises(WireError, match="frame"):  # unjoined, the frames are checked alike
+        decode(frames[:-1], RUN, join=False)
+
+
 def test_float16_and_non_contiguous_arrays() -> None:
     arr = np.arange(24, dtype=np.float16).reshape(4, 6)[:, ::2]
     out = decode(encode(_msg(x=arr)), RUN)

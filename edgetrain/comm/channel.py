@@ -186,8 +186,10 @@ def recv(
     max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     flags: int = 0,
     limits: Limits = DEFAULT_LIMITS,
+    join: bool = True,
 ) -> tuple[bytes | None, Message] | None:
     """Receive one message; a malformed one is counted, logged and dropped (returns None).
+    ``join=False``: tensors of several frames stay unjoined (:func:`~edgetrain.comm.wire.decode`).
 
     On a ROUTER socket the first frame is the peer's identity; the returned identity is
     that frame, else None. Raises ``zmq.Again`` when ``flags`` has NOBLOCK and nothing waits.
@@ -202,7 +204,7 @@ def recv(
     if traffic is not None:
         traffic.bytes_received += nbytes
     try:
-        msg = decode(frames, run_id, allowed_types, max_bytes=max_bytes, limits=limits)
+        msg = decode(frames, run_id, allowed_types, max_bytes=max_bytes, limits=limits, join=join)
     except WireError as exc:
         count = 0
         if traffic is not None:

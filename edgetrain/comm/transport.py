@@ -137,9 +137,11 @@ class Transport:
         *,
         router: bool = False,
         flags: int = 0,
+        join: bool = True,
     ) -> tuple[bytes | None, Message] | None:
         """:func:`channel.recv` of this run's messages of ``types``, with this worker's
         counters (None: a malformed message, counted and dropped)."""
         return channel.recv(
-            sock, self.run_id, types, self.traffic, router=router, flags=flags, limits=self.limits
-        )
+            sock, self.run_id, types, self.traffic, router=router, flags=flags,
+            limits=self.limits, join=join,
+        )  # fmt: skip

@@ -103,9 +103,37 @@ def limits_for(
     return Limits(message, min(MAX_TENSORS, 4 * state_tensors + 64))
 
 
+@dataclass(frozen=True)
+class Chunked:
+    """A received tensor that spans several frames, not joined (``decode(join=False)``): its
+    dtype, shape and the frames' bytes in order, each a read-only view of a received frame."""
+
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+    parts: tuple[memoryview, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+    def copy_to(self, out: np.ndarray) -> None:
+        """Copy the bytes into ``out`` (C-contiguous, of this dtype and shape), frame by frame."""
+        flat = out.reshape(-1).view(np.uint8)
+        off = 0
+        for part in self.parts:
+            flat[off : off + len(part)] = np.frombuffer(part, dtype=np.uint8)
+            off += len(part)
+
+    def join(self) -> np.ndarray:
+        out = np.empty(self.shape, dtype=self.dtype)
+        self.copy_to(out)
+        return out
+
+
 @dataclass
 class Message:
-    """One decoded (or to-be-encoded) message."""
+    """One decoded (or to-be-encoded) message. ``chunked``: the tensors a receiver asked to
+    get unjoined (``decode(join=False)``); ``tensors`` then holds the others."""
 
     type: str
     sender: str
@@ -114,10 +142,13 @@ class Message:
     epoch: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
     tensors: dict[str, np.ndarray] = field(default_factory=dict)
+    chunked: dict[str, Chunked] = field(default_factory=dict)
 
     @property
     def tensor_bytes(self) -> int:
-        return sum(int(a.nbytes) for a in self.tensors.values())
+        return sum(int(a.nbytes) for a in self.tensors.values()) + sum(
+            c.nbytes for c in self.chunked.values()
+        )
 
 
 def _chunks(nbytes: int) -> int:
@@ -221,11 +252,13 @@ def decode(
     allowed_types: Iterable[str] | None = None,
     max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     limits: Limits = DEFAULT_LIMITS,
+    join: bool = True,
 ) -> Message:
     """Validate and decode frames into a :class:`Message` within ``limits`` (and ``max_bytes``).
 
     Single-frame tensors are zero-copy, read-only views of the received frame; tensors that
-    span several frames are joined into one new array.
+    span several frames are joined into one new array, or with ``join=False`` left as their
+    frames (:class:`Chunked`, in ``chunked``) for a receiver that copies them somewhere anyway.
     """
     if not frames:
         raise WireError("empty", "no frames")
@@ -243,13 +276,14 @@ def decode(
     pos = 0
     total = 0
     tensors: dict[str, np.ndarray] = {}
+    chunked: dict[str, Chunked] = {}
     for spec in header["tensors"]:
         if not isinstance(spec, dict):
             raise WireError("bad_tensor", "tensor entry is not an object")
         name = spec.get("name")
         if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS:
             raise WireError("bad_tensor", "tensor name must be a short string")
-        if name in tensors:
+        if name in tensors or name in chunked:
             raise WireError("bad_tensor", f"duplicate tensor {name!r}")
         dname = spec.get("dtype")
         dtype = DTYPES.get(dname) if isinstance(dname, str) else None
@@ -278,6 +312,9 @@ def decode(
                 raise WireError("frame_mismatch", f"{name!r}: frame {i} has {len(part)} bytes")
         if nframes == 1:
             flat = np.frombuffer(parts[0], dtype=dtype)
+        elif not join:
+            chunked[name] = Chunked(dtype, tuple(dims), tuple(memoryview(p) for p in parts))
+            continue
         else:
             joined = np.empty(nbytes, dtype=np.uint8)
             off = 0
@@ -296,6 +333,7 @@ def decode(
         epoch=header["epoch"],
         meta=header["meta"],
         tensors=tensors,
+        chunked=chunked,
     )
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from edgetrain.comm.wire import float32_problem, is_count
+from edgetrain.comm.wire import Chunked, float32_problem, is_count
 
 PULL = "ps.pull"
 PARAMS = "ps.params"
@@ -66,21 +66,29 @@ def gradients(
 
 
 def copy_in(
-    params: Mapping[str, torch.Tensor], tensors: Mapping[str, np.ndarray], names: list[str]
+    params: Mapping[str, torch.Tensor],
+    tensors: Mapping[str, np.ndarray],
+    names: list[str],
+    chunked: Mapping[str, Chunked] | None = None,
 ) -> str | None:
     """Copy a pull's answer into a trainer's parameters; why it cannot be, or None (exactly
-    ``names``, each float32 of its parameter's shape; nothing is copied then)."""
-    if set(tensors) != set(names):
+    ``names``, each float32 of its parameter's shape; nothing is copied then). ``chunked``:
+    the answer's tensors of several frames, copied frame by frame (never joined first)."""
+    chunked = chunked or {}
+    if set(tensors) | set(chunked) != set(names) or set(tensors) & set(chunked):
         return "answered a pull with other tensors"
     for n in names:
-        arr, p = tensors[n], params[n]
-        if tuple(arr.shape) != tuple(p.shape) or arr.dtype != np.float32:
+        got = tensors[n] if n in tensors else chunked[n]
+        if tuple(got.shape) != tuple(params[n].shape) or got.dtype != np.float32:
             return f"sent {n} with a wrong shape or dtype"
     with torch.no_grad():
         for n in names:
-            arr, p = tensors[n], params[n]
-            if p.device.type == "cpu":
-                np.copyto(p.detach().numpy(), arr)  # (received arrays are read-only views)
+            p = params[n]
+            if p.device.type == "cpu" and n in chunked:
+                chunked[n].copy_to(p.detach().numpy())
+            elif p.device.type == "cpu":
+                np.copyto(p.detach().numpy(), tensors[n])  # (received arrays are read-only)
             else:  # a GPU trainer: one host-to-device copy
-                p.copy_(torch.from_numpy(np.array(arr)))
+                arr = chunked[n].join() if n in chunked else np.array(tensors[n])
+                p.copy_(torch.from_numpy(arr))
     return None

@@ -297,7 +297,9 @@ class Transmitter(threading.Thread):
     def _receive(self, sock: zmq.SyncSocket, k: int) -> None:
         """Keep every reply waiting on shard ``k``'s socket with the request it answers."""
         while sock.poll(0, zmq.POLLIN):
-            got = self.transport.recv(sock, messages.TO_TRAINER)
+            # (a pull's tensors of several frames are copied into the parameters frame by
+            # frame when the pull is applied, never joined first)
+            got = self.transport.recv(sock, messages.TO_TRAINER, join=False)
             if got is None:
                 continue
             msg = got[1]
@@ -342,7 +344,7 @@ class Transmitter(threading.Thread):
                 if self.error is not None:
                     job.done.set()
                     return
-                nbytes += sum(int(a.nbytes) for a in reply.tensors.values())
+                nbytes += reply.tensor_bytes
         end = time.perf_counter()
         d = job.direction
         start = flight.sent if flight.lead else max(flight.sent, self._last_end[d])
@@ -376,7 +378,7 @@ class Transmitter(threading.Thread):
         self._backlog.clear()
 
     def _copy_in(self, reply: Message, names: list[str], k: int) -> None:
-        problem = messages.copy_in(self.params, reply.tensors, names)
+        problem = messages.copy_in(self.params, reply.tensors, names, reply.chunked)
         if problem is not None:
             self.error = f"parameter server {k} {problem}"
 
