@@ -1,5 +1,5 @@
-"""The parameter-server pull path of ``scripts/bench_transport``: one trainer pulls a whole
-model from one shard, three ways, between two processes.
+"""The parameter-server paths of ``scripts/bench_transport``: one trainer pulls a whole model
+from one shard, and pushes a whole model's gradients to it, three ways, between two processes.
 
 - ``edgetrain``: the code a run executes: the trainer's ``ps.pull`` request through a
   :class:`~edgetrain.comm.transport.Transport` DEALER, the shard's checks
@@ -12,6 +12,13 @@ model from one shard, three ways, between two processes.
   ``dist.recv`` straight into the trainer's parameters (no copy at either end).
 - ``raw``: the ideal over a TCP socket: a one-byte request, ``sendall`` of every tensor's
   bytes, ``recv_into`` every parameter's storage.
+
+A push is the same the other way: ``edgetrain`` is the trainer's ``ps.push`` of every
+gradient (zero-copy views, as the transmitter sends them) and the shard's checks of the request
+and of the gradients (float32, shapes, finite: :func:`~edgetrain.ps.messages.gradients`) and
+its ``ps.ack``; ``gloo`` and ``raw`` send every gradient into buffers the shard preallocated,
+then a one-element (one-byte) ack. The shard's aggregation and update are not timed: every way
+would do them alike.
 """
 
 from __future__ import annotations
@@ -91,6 +98,33 @@ def shard_edgetrain(tr: Transport, router: zmq.SyncSocket, model: Model, loans: 
     loans.sent(loan, trackers)
 
 
+def shard_push_edgetrain(tr: Transport, router: zmq.SyncSocket, model: Model) -> None:
+    """Take one push as a shard does (up to its aggregation), and acknowledge it."""
+    got = tr.recv(router, messages.TO_SERVER, router=True, join=False)  # as a shard does
+    assert got is not None, "the push did not decode"
+    identity, msg = got
+    problem = messages.request_fields(msg.meta, set(model.params), LAYOUT)
+    shapes = {n: tuple(p.shape) for n, p in model.params.items()}
+    problem = problem or messages.gradients(msg.tensors, msg.meta["names"], shapes, msg.chunked)
+    assert problem is None, problem
+    ack = {k: msg.meta[k] for k in ("iter", "seg", "req")}
+    tr.send(router, tr.message(messages.ACK, ack), identity=identity or b"")
+
+
+def shard_push_gloo(model: Model, into: dict[str, torch.Tensor]) -> None:
+    import torch.distributed as dist
+
+    for name in model.params:
+        dist.recv(into[name], src=1)
+    dist.send(torch.ones(1), dst=1)
+
+
+def shard_push_raw(conn: socket.socket, into: dict[str, torch.Tensor]) -> None:
+    for t in into.values():
+        _recv_exact(conn, memoryview(t.numpy()).cast("B"))
+    conn.sendall(b"k")
+
+
 def shard_gloo(model: Model) -> None:
     import torch.distributed as dist
 
@@ -147,6 +181,43 @@ def pull_fns(
                 dist.recv(p, src=0)
 
         fns["gloo"] = gloo_pull
+    return fns
+
+
+def push_fns(
+    model: Model, tr: Transport, dealer: zmq.SyncSocket, conn: socket.socket, gloo: bool
+) -> dict[str, Callable[[], None]]:
+    """One push of ``model``'s gradients (its parameters' values stand in) per call."""
+    count = iter(range(1, 2**31))
+    grads = {n: p.detach().numpy() for n, p in model.params.items()}  # as the transmitter's
+
+    def edgetrain() -> None:
+        i = next(count)
+        meta: dict[str, Any] = {
+            "iter": i, "seg": 0, "req": i, "names": model.names, "layout": LAYOUT,
+        }  # fmt: skip
+        tr.send(dealer, tr.message(messages.PUSH, meta, grads), peer="ps0")
+        assert dealer.poll(600_000), "the shard did not acknowledge the push"
+        got = tr.recv(dealer, messages.TO_TRAINER)
+        assert got is not None and got[1].type == messages.ACK
+
+    def raw() -> None:
+        for view in model.views():
+            conn.sendall(view)
+        assert conn.recv(1) == b"k"
+
+    fns = {"raw": raw, "edgetrain": edgetrain}
+    if gloo:
+        import torch.distributed as dist
+
+        ack = torch.zeros(1)
+
+        def gloo_push() -> None:
+            for p in model.params.values():
+                dist.send(p, dst=0)
+            dist.recv(ack, src=0)
+
+        fns["gloo"] = gloo_push
     return fns
 
 

@@ -31,6 +31,10 @@ def test_bench_transport_measures_every_way_and_a_whole_pull() -> None:
     (pull,) = doc["pull"]  # the pull asserted the trainer ended with the shard's weights
     assert pull["model"] == "cnn2" and pull["tensors"] == 8
     assert {f"{w}_ms" for w in ways - {"zmq"}} == {k for k in pull if k.endswith("_ms")}
+    (push,) = doc["push"]  # the shard checked every gradient it took
+    assert push["model"] == "cnn2" and {k for k in push if k.endswith("_ms")} == {
+        k for k in pull if k.endswith("_ms")
+    }
     assert doc["tbf_100mbit"] == [] and doc["keep_buffers"] is True
 
 

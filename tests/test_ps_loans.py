@@ -101,3 +101,19 @@ def test_a_pull_answer_is_copied_in_whole_or_not_at_all() -> None:
     assert "wrong shape" in str(messages.copy_in(fresh, bad, names, got.chunked))
     assert float(fresh["big"].abs().sum()) == 0.0
     assert "other tensors" in str(messages.copy_in(fresh, got.tensors, names))
+
+
+def test_an_unjoined_gradient_is_checked_like_a_joined_one() -> None:
+    from edgetrain.comm.wire import MAX_FRAME_BYTES, decode, encode
+
+    n = MAX_FRAME_BYTES // 4 + 5
+    shapes = {"g": (n,)}
+    for value, reason in ((1.0, None), (float("nan"), "non_finite"), (float("inf"), "non_finite")):
+        g = np.ones(n, np.float32)
+        g[-1] = value  # in the second frame
+        msg = decode(
+            encode(Message(messages.PUSH, "w1", "run", tensors={"g": g})), "run", join=False
+        )
+        assert messages.gradients(msg.tensors, ["g"], shapes, msg.chunked) == reason
+    assert messages.gradients({}, ["g"], {"g": (n + 1,)}, msg.chunked) == "bad_tensor_shape"
+    assert messages.gradients({}, ["g", "h"], shapes, msg.chunked) == "bad_tensor_names"

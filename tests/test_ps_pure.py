@@ -46,6 +46,25 @@ def test_aggregation_sums_in_trainer_order_whatever_the_arrival() -> None:
         assert agg.next == 1 and agg.ready() is None
 
 
+def test_aggregation_of_unjoined_gradients_is_bit_for_bit_the_joined_sum() -> None:
+    from edgetrain.comm.wire import MAX_FRAME_BYTES, Chunked, Message, decode, encode
+
+    n = MAX_FRAME_BYTES // 4 + 5  # two frames
+    rng = np.random.default_rng(3)
+    grads = {t: rng.standard_normal(n).astype(np.float32) for t in range(3)}
+    expected = ((grads[0] + grads[1]) + grads[2]) / np.float32(3)
+    for unjoined in ({0}, {1, 2}, {0, 1, 2}):
+        agg = Aggregator([0, 1, 2])
+        for t in (2, 0, 1):
+            g: np.ndarray | Chunked = grads[t]
+            if t in unjoined:
+                msg = decode(encode(Message("x", "w", "r", tensors={"g": g})), "r", join=False)
+                g = msg.chunked["g"]
+            assert agg.push(0, t, g) is None
+        mean = agg.ready()
+        assert mean is not None and mean.tobytes() == expected.tobytes()
+
+
 def test_aggregation_refuses_and_survives_a_failed_trainer() -> None:
     agg = Aggregator([0, 1])
     g = np.ones(2, np.float32)

@@ -124,6 +124,18 @@ class Chunked:
             flat[off : off + len(part)] = np.frombuffer(part, dtype=np.uint8)
             off += len(part)
 
+    def add_to(self, out: np.ndarray) -> None:
+        """Add the values into ``out`` (C-contiguous, of this dtype and shape) in place."""
+        flat = out.reshape(-1)
+        off = 0
+        for part in self.parts:
+            vals = np.frombuffer(part, dtype=self.dtype)
+            flat[off : off + len(vals)] += vals
+            off += len(vals)
+
+    def all_finite(self) -> bool:
+        return all(bool(np.isfinite(np.frombuffer(p, dtype=self.dtype)).all()) for p in self.parts)
+
     def join(self) -> np.ndarray:
         out = np.empty(self.shape, dtype=self.dtype)
         self.copy_to(out)
@@ -359,13 +371,17 @@ def is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def float32_problem(arr: np.ndarray, shape: Sequence[int], finite: bool = True) -> str | None:
-    """Why a received array is not a float32 tensor of ``shape`` (with ``finite``: of finite
-    values), as a drop reason, or None."""
+def float32_problem(
+    arr: np.ndarray | Chunked, shape: Sequence[int], finite: bool = True
+) -> str | None:
+    """Why a received array (or unjoined tensor) is not a float32 tensor of ``shape`` (with
+    ``finite``: of finite values), as a drop reason, or None."""
     if arr.dtype != np.float32:
         return "bad_tensor_dtype"
     if tuple(arr.shape) != tuple(shape):
         return "bad_tensor_shape"
-    if finite and not np.isfinite(arr).all():
-        return "non_finite"
+    if finite:
+        ok = arr.all_finite() if isinstance(arr, Chunked) else bool(np.isfinite(arr).all())
+        if not ok:
+            return "non_finite"
     return None

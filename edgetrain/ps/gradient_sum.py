@@ -4,22 +4,29 @@ Iteration i's gradient of a tensor is applied once every live trainer has pushed
 runs over the trainers in id order whatever the order the pushes arrived in, so the weights
 cannot depend on timing or on the schedule. A trainer that fails is dropped: what waited only
 for it is released (its own pushes of unfinished iterations are discarded). A trainer that
-rejoins is added back from the next iteration applied.
+rejoins is added back from the next iteration applied. A gradient may come unjoined (a tensor
+of several frames, :class:`~edgetrain.comm.wire.Chunked`): the sum reads its frames in place.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TypeVar
 
 import numpy as np
 
+from edgetrain.comm.wire import Chunked
+
+Grad = np.ndarray | Chunked
+T = TypeVar("T")
+
 
 def keep(
-    pending: dict[int, dict[int, np.ndarray]],
+    pending: dict[int, dict[int, T]],
     next_iteration: int,
     iteration: int,
     sender: int,
-    grad: np.ndarray,
+    grad: T,
     what: str,
 ) -> str | None:
     """Keep ``sender``'s ``grad`` of ``iteration`` in ``pending`` (by iteration, then sender)
@@ -42,9 +49,9 @@ class Aggregator:
     def __init__(self, trainers: Iterable[int], first_iteration: int = 0) -> None:
         self.trainers = set(trainers)
         self.next = first_iteration  # the iteration whose update is applied next
-        self._pending: dict[int, dict[int, np.ndarray]] = {}
+        self._pending: dict[int, dict[int, Grad]] = {}
 
-    def push(self, iteration: int, trainer: int, grad: np.ndarray) -> str | None:
+    def push(self, iteration: int, trainer: int, grad: Grad) -> str | None:
         """Take a push; returns why it is refused (a counter reason), or None."""
         if trainer not in self.trainers:
             return "unknown_trainer"
@@ -58,9 +65,17 @@ class Aggregator:
         if not self.trainers or not self.trainers <= set(got):
             return None
         order = sorted(self.trainers)
-        total = np.array(got[order[0]], dtype=np.float32, copy=True)
+        first = got[order[0]]
+        if isinstance(first, Chunked):
+            total = first.join()
+        else:
+            total = np.array(first, dtype=np.float32, copy=True)
         for t in order[1:]:
-            total += got[t]
+            grad = got[t]
+            if isinstance(grad, Chunked):
+                grad.add_to(total)
+            else:
+                total += grad
         total /= np.float32(len(order))
         del self._pending[self.next]
         self.next += 1

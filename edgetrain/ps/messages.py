@@ -52,14 +52,19 @@ def request_fields(meta: Mapping[str, Any], owned: set[str], layout: str) -> str
 
 
 def gradients(
-    tensors: Mapping[str, np.ndarray], names: list[str], shapes: Mapping[str, tuple[int, ...]]
+    tensors: Mapping[str, np.ndarray],
+    names: list[str],
+    shapes: Mapping[str, tuple[int, ...]],
+    chunked: Mapping[str, Chunked] | None = None,
 ) -> str | None:
-    """Why a push's gradients are unusable, or None: exactly ``names``, float32, the shapes,
-    finite."""
-    if set(tensors) != set(names):
+    """Why a push's gradients are unusable, or None: exactly ``names`` (``chunked``: those of
+    several frames, unjoined), float32, the shapes, finite."""
+    chunked = chunked or {}
+    if set(tensors) | set(chunked) != set(names) or set(tensors) & set(chunked):
         return "bad_tensor_names"
     for name in names:
-        reason = float32_problem(tensors[name], shapes[name])
+        got = tensors[name] if name in tensors else chunked[name]
+        reason = float32_problem(got, shapes[name])
         if reason is not None:
             return reason
     return None

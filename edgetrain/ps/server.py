@@ -30,11 +30,11 @@ import zmq
 from edgetrain.comm import protocol, sockets
 from edgetrain.comm.control import HandIn
 from edgetrain.comm.transport import Transport
-from edgetrain.comm.wire import Message
+from edgetrain.comm.wire import Chunked, Message
 from edgetrain.ps import messages
 from edgetrain.ps.config import PsSection
 from edgetrain.ps.delay import DelayLine
-from edgetrain.ps.gradient_sum import Aggregator, StaleClock
+from edgetrain.ps.gradient_sum import Aggregator, Grad, StaleClock
 from edgetrain.ps.layout import Layout, build_layout
 from edgetrain.ps.loans import Loan, Loans
 from edgetrain.runtime.base import Final, Ready, WorkerContext
@@ -142,7 +142,8 @@ class ShardServer:
     def _serve(self) -> None:
         assert self.router is not None
         while self.router.poll(0, zmq.POLLIN):
-            got = self.transport.recv(self.router, messages.TO_SERVER, router=True)
+            # (a pushed gradient of several frames stays unjoined: the sum reads its frames)
+            got = self.transport.recv(self.router, messages.TO_SERVER, router=True, join=False)
             if got is None:
                 continue
             identity, msg = got
@@ -155,7 +156,8 @@ class ShardServer:
                 continue
             reason = messages.request_fields(msg.meta, set(self.names), self.layout.digest)
             if reason is None and msg.type == messages.PUSH:
-                reason = messages.gradients(msg.tensors, msg.meta["names"], self.layout.shapes)
+                names, shapes = msg.meta["names"], self.layout.shapes
+                reason = messages.gradients(msg.tensors, names, shapes, msg.chunked)
             if reason is not None:
                 self.ctx.traffic.drop(reason, msg.sender)
                 continue
@@ -201,7 +203,7 @@ class ShardServer:
         it, names = int(msg.meta["iter"]), list(msg.meta["names"])
         self.stats["pushes"] += 1
         for name in names:
-            grad = msg.tensors[name]
+            grad = msg.tensors[name] if name in msg.tensors else msg.chunked[name]
             if self.cfg.consistency == "ssp":
                 self._apply_stale(name, it, trainer, grad, msg.sender)
                 continue
@@ -221,14 +223,15 @@ class ShardServer:
         self.version[name] += 1
         self._maybe_checkpoint()
 
-    def _apply_stale(self, name: str, it: int, trainer: int, grad: np.ndarray, sender: str) -> None:
+    def _apply_stale(self, name: str, it: int, trainer: int, grad: Grad, sender: str) -> None:
         """SSP: apply one trainer's gradient now, scaled by 1/K; the version is the slowest
         live trainer's clock."""
         reason = self.clock[name].push(it, trainer)
         if reason is not None:
             self.ctx.traffic.drop(reason, sender)
             return
-        self._step(name, np.asarray(grad, dtype=np.float32) / np.float32(len(self.trainers)))
+        full = grad.join() if isinstance(grad, Chunked) else np.asarray(grad, dtype=np.float32)
+        self._step(name, full / np.float32(len(self.trainers)))
         self.version[name] = max(self.version[name], self.clock[name].version)
         self._maybe_checkpoint()
 
