@@ -210,7 +210,9 @@ def recipe(
     """The recipe of one arm; ``{seed}`` is filled per run (``model``, ``b0``: another
     workload than the plan's, a control's)."""
     technique, changes = ARMS[arm]
-    section: dict[str, Any] = {"pilot_s": p.pilot_s, **bed.sites(), **changes}
+    # the paper's Eq. 5 in every DLion arm but R-DL-1w's (DLion's default weighs by samples)
+    paper = {"gradient_weighting": "worker"} if technique == "dlion" else {}
+    section: dict[str, Any] = {"pilot_s": p.pilot_s, **bed.sites(), **paper, **changes}
     if technique == "dlion" and t_bs is not None and not arm.startswith("knee-"):
         section.setdefault("t_bs", t_bs)
     train = {"family": "gossip", "technique": technique, "epochs": epochs or p.epochs}
