@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from edgetrain.ps.family import iterations_per_epoch, plan_directive
-from edgetrain.ps.gradient_sum import Aggregator, StaleClock
+from edgetrain.ps.gradient_sum import Aggregator, StaleClock, survivor_scale
 from edgetrain.ps.hooks import backward_segments, segments
 from edgetrain.ps.livecosts import fit_link, layer_costs
 from edgetrain.ps.scheduled import buckets
@@ -186,3 +186,12 @@ def test_link_fit_treats_a_few_header_bytes_as_one_size() -> None:
     fit = fit_link(samples)
     assert fit is not None and fit.dt == 0.0
     assert fit.bandwidth == pytest.approx(40_000 / 0.0014, rel=0.05)  # the mean rate
+
+
+def test_the_survivors_learning_rate_follows_the_live_trainers() -> None:
+    table = [  # live, trainers, mode -> factor
+        (2, 2, "scaled", 1.0), (1, 2, "scaled", 0.5), (3, 4, "scaled", 0.75),
+        (1, 2, "same", 1.0), (0, 2, "scaled", 0.0), (3, 2, "scaled", 1.0), (1, 0, "scaled", 1.0),
+    ]  # fmt: skip
+    for live, trainers, mode, factor in table:
+        assert survivor_scale(live, trainers, mode) == factor, (live, trainers, mode)

@@ -107,6 +107,32 @@ def test_every_schedule_trains_the_same_weights(
     assert len(set(shas.values())) == 1, shas  # scheduling changes time, not the model
 
 
+@pytest.mark.timeout(300)
+def test_a_lost_trainer_leaves_the_survivor_a_smaller_step(tmp_path: Path) -> None:
+    """[ps] survivor_lr = "scaled" (default): once one of two trainers is lost for good, each
+    update is the survivor's alone, at half the learning rate; the run completes."""
+    recipe = _recipe(tmp_path, "sequential", epochs=4)
+    text = recipe.read_text().replace("checkpoint_every = 0", "max_failed_fraction = 0.5")
+    recipe.write_text(text)
+    launch = Launch(recipe, tmp_path / "runs")
+    try:
+        launch.wait_event(
+            lambda r: r.get("event") == "epoch" and r.get("worker") == 3, 120, "epoch"
+        )
+        os.kill(launch.pids()[3], signal.SIGKILL)  # trainer 3, for good (no [run] restart)
+        code, summary = launch.finish(timeout=200)
+    finally:
+        launch.kill()
+    assert code == 0, launch.stderr
+    assert summary is not None and summary["status"] == "completed"
+    for shard in (0, 1):
+        rows = read_jsonl(launch.run_dir / "metrics" / f"worker-{shard}.jsonl")
+        final = next(r for r in rows if r["event"] == "final")
+        metrics = final.get("metrics", final)
+        assert metrics["scaled_updates"] > 0 and metrics["least_lr_scale"] == 0.5, metrics
+        assert metrics["updates"] > metrics["scaled_updates"]  # before the loss: the full rate
+
+
 @pytest.mark.timeout(240)
 def test_a_lost_shard_stops_the_run_naming_it(tmp_path: Path) -> None:
     launch = Launch(_recipe(tmp_path, "dynacomm", epochs=100_000), tmp_path / "runs")

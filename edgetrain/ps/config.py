@@ -52,6 +52,11 @@ class PsSection(Section):
     # bounded by twice the model's bytes (at least 64 MiB, at most 1 GiB); false returns freed
     # buffers to the OS at once.
     keep_buffers: bool = True
+    # While trainers are away (lost, or gone and not yet rejoined), each update is the mean over
+    # fewer trainers: "scaled" (default) takes the learning rate down to live / all trainers
+    # for it (the linear scaling rule), "same" keeps [train] lr. With recipes/dynacomm.toml a
+    # trainer left alone at the full rate fell to chance (benchmarks/chaos/).
+    survivor_lr: Literal["scaled", "same"] = "scaled"
 
     @field_validator("plan_bandwidth")
     @classmethod

@@ -43,6 +43,15 @@ def keep(
     return None
 
 
+def survivor_scale(live: int, trainers: int, mode: str) -> float:
+    """The learning-rate factor of an update while only ``live`` of the run's ``trainers``
+    push: ``live / trainers`` with ``mode = "scaled"`` (the linear scaling rule: the mean over
+    fewer trainers is a gradient over fewer samples, so a smaller step), else 1. Pure."""
+    if mode != "scaled" or trainers <= 0 or live >= trainers:
+        return 1.0
+    return max(live, 0) / trainers
+
+
 class Aggregator:
     """Pending pushes of one tensor, by iteration and trainer."""
 

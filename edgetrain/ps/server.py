@@ -34,7 +34,7 @@ from edgetrain.comm.wire import Chunked, Message
 from edgetrain.ps import messages
 from edgetrain.ps.config import PsSection
 from edgetrain.ps.delay import DelayLine
-from edgetrain.ps.gradient_sum import Aggregator, Grad, StaleClock
+from edgetrain.ps.gradient_sum import Aggregator, Grad, StaleClock, survivor_scale
 from edgetrain.ps.layout import Layout, build_layout
 from edgetrain.ps.loans import Loan, Loans
 from edgetrain.runtime.base import Final, Ready, WorkerContext
@@ -73,6 +73,9 @@ class ShardServer:
         # max_lead: the most iterations an answered pull was ahead of its tensors' version (0
         # under BSP; at most ``staleness`` under SSP)
         self.stats = {"pulls": 0, "pushes": 0, "updates": 0, "held_s": 0.0, "max_lead": 0}
+        # updates made at a learning rate scaled down for trainers away ([ps] survivor_lr)
+        self.stats |= {"scaled_updates": 0, "least_lr_scale": 1.0}
+        self._lr_scale = 1.0
         self.rejoins: list[dict[str, Any]] = []  # trainers taken back, and from which iteration
 
     # ------------------------------------------------------------------ runner
@@ -238,6 +241,14 @@ class ShardServer:
     def _step(self, name: str, grad: np.ndarray) -> None:
         tensor = self.tensors[name]
         self.loans.before_update(name, tensor)  # a reply on its way keeps the old values
+        scale = survivor_scale(len(self.trainers), len(self.all_trainers), self.cfg.survivor_lr)
+        if scale != self._lr_scale:  # fewer trainers than the run's: a smaller step
+            self._lr_scale = scale
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.ctx.recipe.train.lr * scale
+        if scale < 1.0:
+            self.stats["scaled_updates"] += 1
+            self.stats["least_lr_scale"] = min(self.stats["least_lr_scale"], scale)
         tensor.grad = torch.from_numpy(np.ascontiguousarray(grad)).reshape(tensor.shape)
         self.optimizer.step()
         tensor.grad = None
