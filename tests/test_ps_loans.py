@@ -32,17 +32,23 @@ def pair() -> Iterator[tuple[zmq.SyncSocket, zmq.SyncSocket]]:
     ctx.term()
 
 
+def _lend_and_send(
+    sock: zmq.SyncSocket, w: torch.Tensor, loans: Loans, traffic: Traffic | None = None
+) -> tuple[int, list[zmq.MessageTracker]]:
+    """What a shard does with a pull's reply: lend ``w`` and send it zero-copy, tracked."""
+    loan = loans.lend(["w"])
+    msg = Message(messages.PARAMS, "w0", "run", tensors={"w": w.detach().numpy()})
+    nbytes, trackers = channel.send_tracked(sock, msg, traffic)
+    loans.sent(loan, trackers)
+    return nbytes, trackers
+
+
 def test_an_update_overtaking_a_reply_copies_and_the_reply_keeps_its_values(
     pair: tuple[zmq.SyncSocket, zmq.SyncSocket],
 ) -> None:
     a, b = pair
-    w = torch.zeros(N)
-    loans = Loans()
-    loan = loans.lend(["w"])
-    msg = Message(messages.PARAMS, "w0", "run", tensors={"w": w.detach().numpy()})
-    traffic = Traffic()
-    nbytes, trackers = channel.send_tracked(a, msg, traffic)
-    loans.sent(loan, trackers)
+    w, loans, traffic = torch.zeros(N), Loans(), Traffic()
+    nbytes, trackers = _lend_and_send(a, w, loans, traffic)
     assert nbytes > 4 * N and traffic.messages_sent == 1 and len(loans) == 1
     before = w.data_ptr()
     loans.before_update("w", w)  # the reply is still queued: the update must not touch it
@@ -59,11 +65,8 @@ def test_once_zeromq_lets_go_updates_are_in_place(
     pair: tuple[zmq.SyncSocket, zmq.SyncSocket],
 ) -> None:
     a, b = pair
-    w = torch.zeros(N)
-    loans = Loans()
-    loan = loans.lend(["w"])
-    _, trackers = channel.send_tracked(a, Message("x", "w0", "run", tensors={"w": w.numpy()}))
-    loans.sent(loan, trackers)
+    w, loans = torch.zeros(N), Loans()
+    _, trackers = _lend_and_send(a, w, loans)
     frames = b.recv_multipart(copy=False)
     del frames  # the receiver frees the message: ZeroMQ lets go of the sender's buffer
     for t in trackers:

@@ -6,6 +6,7 @@ import logging
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import zmq
 
@@ -114,19 +115,12 @@ def send(
     the destination) when the message cannot be queued: no peer, or its queue is full, for
     longer than SNDTIMEO.
     """
-    if peer is None and identity is not None:
-        peer = identity.decode("latin-1")
-    frames = encode(msg)
-    nbytes = sum(len(f) for f in frames)
-    if identity is not None:
-        frames = [identity, *frames]
+    frames, nbytes, peer = _framed(msg, identity, peer)
     copy = nbytes < ZERO_COPY_THRESHOLD
     try:
         sock.send_multipart(frames, flags=flags, copy=copy)
     except zmq.Again:
-        if traffic is not None:
-            reason = "send_queue_full" if flags & zmq.NOBLOCK else "send_timeout"
-            traffic.drop(reason, peer)
+        _count_refused(traffic, flags, peer)
         raise
     if traffic is not None:
         _count_sent(traffic, nbytes, peer)
@@ -145,12 +139,7 @@ def send_tracked(
     not change the arrays it sent until every tracker is done (ZeroMQ has let go of them).
     On an error the trackers of the frames already queued go with the exception's
     ``trackers`` attribute."""
-    if peer is None and identity is not None:
-        peer = identity.decode("latin-1")
-    frames = encode(msg)
-    nbytes = sum(len(f) for f in frames)
-    if identity is not None:
-        frames = [identity, *frames]
+    frames, nbytes, peer = _framed(msg, identity, peer)
     trackers: list[zmq.MessageTracker] = []
     try:
         for i, frame in enumerate(frames):
@@ -159,14 +148,33 @@ def send_tracked(
             if tracker is not None:
                 trackers.append(tracker)
     except zmq.ZMQError as exc:
-        if traffic is not None and isinstance(exc, zmq.Again):
-            reason = "send_queue_full" if flags & zmq.NOBLOCK else "send_timeout"
-            traffic.drop(reason, peer)
+        if isinstance(exc, zmq.Again):
+            _count_refused(traffic, flags, peer)
         exc.trackers = trackers  # type: ignore[attr-defined]
         raise
     if traffic is not None:
         _count_sent(traffic, nbytes, peer)
     return nbytes, trackers
+
+
+def _framed(
+    msg: Message, identity: bytes | None, peer: str | None
+) -> tuple[list[Any], int, str | None]:
+    """The frames of ``msg`` (after ``identity`` on a ROUTER), its bytes on the wire, and the
+    peer the counters name (default: the identity)."""
+    if peer is None and identity is not None:
+        peer = identity.decode("latin-1")
+    frames: list[Any] = list(encode(msg))
+    nbytes = sum(len(f) for f in frames)
+    if identity is not None:
+        frames = [identity, *frames]
+    return frames, nbytes, peer
+
+
+def _count_refused(traffic: Traffic | None, flags: int, peer: str | None) -> None:
+    if traffic is not None:
+        reason = "send_queue_full" if flags & zmq.NOBLOCK else "send_timeout"
+        traffic.drop(reason, peer)
 
 
 def _count_sent(traffic: Traffic, nbytes: int, peer: str | None) -> None:
