@@ -158,9 +158,11 @@ class Message:
 
     @property
     def tensor_bytes(self) -> int:
-        return sum(int(a.nbytes) for a in self.tensors.values()) + sum(
-            c.nbytes for c in self.chunked.values()
-        )
+        return sum(int(a.nbytes) for a in self.received().values())
+
+    def received(self) -> dict[str, np.ndarray | Chunked]:
+        """Every tensor by name, joined or not (decode never gives a name to both)."""
+        return {**self.tensors, **self.chunked}
 
 
 def _chunks(nbytes: int) -> int:
@@ -323,18 +325,13 @@ def decode(
             if len(part) != max(want, 0):
                 raise WireError("frame_mismatch", f"{name!r}: frame {i} has {len(part)} bytes")
         if nframes == 1:
-            flat = np.frombuffer(parts[0], dtype=dtype)
-        elif not join:
-            chunked[name] = Chunked(dtype, tuple(dims), tuple(memoryview(p) for p in parts))
+            tensors[name] = np.frombuffer(parts[0], dtype=dtype).reshape(tuple(dims))
             continue
+        unjoined = Chunked(dtype, tuple(dims), tuple(memoryview(p) for p in parts))
+        if join:
+            tensors[name] = unjoined.join()
         else:
-            joined = np.empty(nbytes, dtype=np.uint8)
-            off = 0
-            for part in parts:
-                joined[off : off + len(part)] = np.frombuffer(part, dtype=np.uint8)
-                off += len(part)
-            flat = joined.view(dtype)
-        tensors[name] = flat.reshape(tuple(dims))
+            chunked[name] = unjoined
     if pos != len(body):
         raise WireError("frame_mismatch", "more frames than the header announces")
     return Message(

@@ -59,12 +59,11 @@ def gradients(
 ) -> str | None:
     """Why a push's gradients are unusable, or None: exactly ``names`` (``chunked``: those of
     several frames, unjoined), float32, the shapes, finite."""
-    chunked = chunked or {}
-    if set(tensors) | set(chunked) != set(names) or set(tensors) & set(chunked):
+    got = _by_name(tensors, chunked, names)
+    if got is None:
         return "bad_tensor_names"
     for name in names:
-        got = tensors[name] if name in tensors else chunked[name]
-        reason = float32_problem(got, shapes[name])
+        reason = float32_problem(got[name], shapes[name])
         if reason is not None:
             return reason
     return None
@@ -79,21 +78,31 @@ def copy_in(
     """Copy a pull's answer into a trainer's parameters; why it cannot be, or None (exactly
     ``names``, each float32 of its parameter's shape; nothing is copied then). ``chunked``:
     the answer's tensors of several frames, copied frame by frame (never joined first)."""
-    chunked = chunked or {}
-    if set(tensors) | set(chunked) != set(names) or set(tensors) & set(chunked):
+    got = _by_name(tensors, chunked, names)
+    if got is None:
         return "answered a pull with other tensors"
     for n in names:
-        got = tensors[n] if n in tensors else chunked[n]
-        if tuple(got.shape) != tuple(params[n].shape) or got.dtype != np.float32:
+        if tuple(got[n].shape) != tuple(params[n].shape) or got[n].dtype != np.float32:
             return f"sent {n} with a wrong shape or dtype"
     with torch.no_grad():
         for n in names:
-            p = params[n]
-            if p.device.type == "cpu" and n in chunked:
-                chunked[n].copy_to(p.detach().numpy())
-            elif p.device.type == "cpu":
-                np.copyto(p.detach().numpy(), tensors[n])  # (received arrays are read-only)
-            else:  # a GPU trainer: one host-to-device copy
-                arr = chunked[n].join() if n in chunked else np.array(tensors[n])
-                p.copy_(torch.from_numpy(arr))
+            p, arr = params[n], got[n]
+            if p.device.type != "cpu":  # a GPU trainer: one host-to-device copy
+                host = arr.join() if isinstance(arr, Chunked) else np.array(arr)
+                p.copy_(torch.from_numpy(host))
+            elif isinstance(arr, Chunked):
+                arr.copy_to(p.detach().numpy())
+            else:
+                np.copyto(p.detach().numpy(), arr)  # (received arrays are read-only)
     return None
+
+
+def _by_name(
+    tensors: Mapping[str, np.ndarray], chunked: Mapping[str, Chunked] | None, names: list[str]
+) -> dict[str, np.ndarray | Chunked] | None:
+    """A message's tensors, joined or not, by name, if they are exactly ``names`` (no name in
+    both), else None."""
+    got: dict[str, np.ndarray | Chunked] = {**tensors, **(chunked or {})}
+    if set(got) != set(names) or len(got) != len(tensors) + len(chunked or {}):
+        return None
+    return got

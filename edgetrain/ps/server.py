@@ -205,8 +205,9 @@ class ShardServer:
     def _on_push(self, identity: bytes, trainer: int, msg: Message) -> None:
         it, names = int(msg.meta["iter"]), list(msg.meta["names"])
         self.stats["pushes"] += 1
+        received = msg.received()
         for name in names:
-            grad = msg.tensors[name] if name in msg.tensors else msg.chunked[name]
+            grad = received[name]
             if self.cfg.consistency == "ssp":
                 self._apply_stale(name, it, trainer, grad, msg.sender)
                 continue
