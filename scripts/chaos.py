@@ -3,7 +3,8 @@ and what survived (issue 31).
 
 For each recipe whose technique takes lost workers back (``[run] restart``), and each seed, the
 script launches the recipe once undisturbed, then once more with ``[run] restart`` while it
-injects faults, one at a time, into random training workers:
+injects faults, one at a time, into random training workers, and, where the technique
+restarts its parameter-server shards, into one shard first and then shards and trainers alike:
 
 - ``kill``: SIGKILL; the launcher sees the exit and restarts it;
 - ``stop``: SIGSTOP for longer than the heartbeat limit (the coordinator declares it lost),
@@ -75,11 +76,15 @@ def calibrated_epochs(pilot_epochs: int, pilot_train_s: float, faults: int) -> i
     return max(pilot_epochs, math.ceil(pilot_epochs * want / pilot_train_s))
 
 
-def pick(rng: random.Random, eligible: Sequence[int], kinds: Sequence[str]) -> tuple[str, int]:
-    """The next fault: its kind and victim, drawn from ``rng``. Pure given the generator."""
-    if not eligible:
+def pick(
+    rng: random.Random, eligible: Sequence[int], kinds: Sequence[str], must: Sequence[int] = ()
+) -> tuple[str, int]:
+    """The next fault: its kind and victim, drawn from ``rng``; from ``must`` when it is not
+    empty (a run's first shard fault). Pure given the generator."""
+    pool = sorted(must) if must else sorted(eligible)
+    if not pool:
         raise ValueError("no worker to inject a fault into")
-    return rng.choice(list(kinds)), rng.choice(sorted(eligible))
+    return rng.choice(list(kinds)), rng.choice(pool)
 
 
 def share(total: int, runs: int) -> list[int]:
@@ -290,6 +295,8 @@ def run_once(
         if _is(r, "registered") and isinstance(r.get("worker"), int):
             roles[r["worker"]] = str(r.get("role", "")).split(":")[0]  # "trainer:2"
     trainers = sorted(w for w, role in roles.items() if role not in ("server", "evaluator"))
+    servers = sorted(w for w, role in roles.items() if role == "server")
+    servers = servers if "server" in restarts_of(recipe) else []
     run_dir = launch.run_dir()
     epoch_of = dict.fromkeys(trainers, 0)
     seen = 0
@@ -314,13 +321,16 @@ def run_once(
         if not eligible:
             say(f"  {tag}: too few epochs left for the {left} faults not injected")
             break
-        kind, victim = pick(rng, eligible, KINDS)
+        hit = {f["worker"] for f in row["faults"]}
+        must = servers if servers and not hit & set(servers) else []
+        kind, victim = pick(rng, eligible + servers, KINDS, must)
         pid = _pid(run_dir, victim)
         if pid is None:
             break
-        fault: dict[str, Any] = {"kind": kind, "worker": victim, "pid": pid}
+        role = "server" if victim in servers else "trainer"
+        fault: dict[str, Any] = {"kind": kind, "worker": victim, "role": role, "pid": pid}
         mark = len(launch.rows)
-        fault["at_epoch"] = epoch_of[victim]
+        fault["at_epoch"] = epoch_of.get(victim, min(epoch_of.values(), default=0))
         try:
             if kind == "kill":
                 os.kill(pid, signal.SIGKILL)
@@ -351,12 +361,14 @@ def run_once(
             fault["restart_to_join_s"] = float(joined["t"]) - float(restarted["t"])
         row["faults"].append(fault)
         say(
-            f"  {tag}: {kind} worker {victim} at epoch {fault['at_epoch']}: "
+            f"  {tag}: {kind} {role} {victim} at epoch {fault['at_epoch']}: "
             + (f"rejoined in {fault.get('rejoin_s', 0):.1f} s" if joined else "did not rejoin")
         )
         if joined is None:
             break
-        launch.wait(lambda r, v=victim: _is(r, "epoch", v), 120)  # it trains again
+        # it trains again (a shard has no epochs: a trainer ends one after its return)
+        again = [victim] if victim in epoch_of else trainers
+        launch.wait(lambda r, v=again: _is(r, "epoch") and r.get("worker") in v, 120)
         sync()
     summary = launch.finish(timeout=1800)
     row["status"] = summary.get("status") if summary else "no summary"
@@ -389,6 +401,17 @@ def rejoins(recipe: str) -> tuple[bool, str]:
         return True, ""
     what = f"{loaded.train.family}/{loaded.train.technique}"
     return False, f"a {what} worker cannot rejoin a running run yet (no [run] restart)"
+
+
+def restarts_of(recipe: str) -> frozenset[str]:
+    """The roles whose lost workers the recipe's technique restarts."""
+    from edgetrain.launch.restart import restarted_roles
+    from edgetrain.recipe import load_recipe
+    from edgetrain.runtime.side import launcher_side
+
+    loaded, _ = load_recipe(REPO / "recipes" / f"{recipe}.toml")
+    family = launcher_side(loaded.train.family, loaded.train.technique)
+    return restarted_roles(loaded, family.policy(loaded).fatal_roles)
 
 
 def write(out: Path, doc: dict[str, Any]) -> None:

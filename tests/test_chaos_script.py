@@ -39,6 +39,19 @@ def test_the_fault_draw_is_seeded_and_covers_kinds_and_workers(chaos: ModuleType
         chaos.pick(rng, [], chaos.KINDS)
 
 
+def test_a_runs_first_shard_fault_is_drawn_among_the_shards(chaos: ModuleType) -> None:
+    rng = random.Random(3)
+    assert {chaos.pick(rng, [2, 3], chaos.KINDS, [0, 1])[1] for _ in range(50)} == {0, 1}
+    assert chaos.pick(rng, [], chaos.KINDS, [0])[1] == 0
+
+
+def test_the_chaos_runs_restart_shards_where_the_technique_rebuilds_them(
+    chaos: ModuleType,
+) -> None:
+    assert "server" in chaos.restarts_of("dynacomm")
+    assert chaos.restarts_of("quickstart") == frozenset({"trainer"})
+
+
 @pytest.mark.parametrize(
     ("total", "runs", "expected"),
     [(50, 4, [13, 13, 12, 12]), (12, 2, [6, 6]), (3, 4, [1, 1, 1, 0]), (0, 2, [0, 0])],

@@ -166,6 +166,7 @@ class Coordinator:
         self._epoch_ends: dict[int, dict[int, dict[str, Any]]] = {}
         self._barrier_since: dict[int, float] = {}
         self._partial: dict[int, dict[int, HandIn]] = {}
+        self._last_checkpoint = 0  # the latest epoch whose checkpoint completed
         self._phase_since = time.monotonic()
         self._stopped = False
         self._ctx = context or zmq.Context.instance()
@@ -509,9 +510,19 @@ class Coordinator:
         info.ready = {k: v for k, v in msg.meta.items() if k not in ("endpoints", "seq")}
         info.status = "ready"
         events = [Event(info.id, "ready", dict(msg.meta)), *self._maybe_start()]
-        if info.id in self.joining and not self.policy.barriers:
+        if info.id in self.joining and info.role.name not in self.policy.epoch_roles:
+            # a worker without epochs (a parameter-server shard) re-enters at once: the
+            # training workers wait for it
+            events.extend(self._admit(info.id, self._current_epoch()))
+        elif info.id in self.joining and not self.policy.barriers:
             events.extend(self._admit_joiners(None))
         return events
+
+    def _current_epoch(self) -> int:
+        """The epoch the slowest training worker is in (at least 1, at most the last)."""
+        running = [self.workers[j].epoch for j in self._training()]
+        current = min(running, default=0) + 1
+        return max(1, min(current, self.epochs) if self.epochs is not None else current)
 
     # ------------------------------------------------------------------ rejoin
 
@@ -648,6 +659,8 @@ class Coordinator:
         if not _small(handin):
             return self._bad(info, "bad_checkpoint")
         # Copy: received tensors are read-only views of the receive buffers.
+        if msg.epoch <= self._last_checkpoint:  # (a restarted shard's part of a written one)
+            return []
         weights = {k: np.array(v) for k, v in msg.tensors.items()}
         self._partial.setdefault(msg.epoch, {})[info.id] = HandIn(weights, dict(handin))
         return self._complete_checkpoints()
@@ -696,14 +709,26 @@ class Coordinator:
 
     def _complete_checkpoints(self) -> list[Event]:
         """Move a checkpoint to :attr:`checkpoints` once every alive worker that checkpoints
-        has sent its part."""
+        has sent its part. A worker of a role the run cannot lose (a parameter-server shard)
+        that is away, lost or on its way back, keeps it incomplete: a checkpoint without its
+        part could not restart the run (a restarted one sends its part)."""
         events: list[Event] = []
         for epoch in sorted(self._partial):
             parts = self._partial[epoch]
             alive = {i for i in self.alive if self.policy.checkpoints(self.workers[i].role.name)}
-            if not alive or not alive <= set(parts):
+            away = [
+                i
+                for i, w in self.workers.items()
+                if (w.status == "failed" or i in self.joining)
+                and w.role.name in self.policy.fatal_roles
+                and self.policy.checkpoints(w.role.name)
+            ]
+            if not alive or not alive <= set(parts) or away:
                 continue
             self.checkpoints[epoch] = {i: parts[i] for i in sorted(alive)}
+            self._last_checkpoint = max(self._last_checkpoint, epoch)
+            for older in [e for e in self._partial if e < epoch]:  # never completed
+                del self._partial[older]
             del self._partial[epoch]
             events.append(Event(None, "checkpoint", {"epoch": epoch, "workers": sorted(alive)}))
         return events

@@ -36,7 +36,7 @@ from edgetrain.launch.activity_file import ActivityFile
 from edgetrain.launch.base import Launcher, WorkerSpec
 from edgetrain.launch.hosts import Placement
 from edgetrain.launch.join_serve import serve_joins
-from edgetrain.launch.restart import RestartBook, technique_rejoins
+from edgetrain.launch.restart import RestartBook, restarted_roles, technique_rejoins
 from edgetrain.launch.run_inputs import RunInputs
 from edgetrain.launch.supervisor import Supervisor
 from edgetrain.launch.watchdog import Watchdog
@@ -342,10 +342,14 @@ def _dump_stacks(sup: Supervisor, worker_id: int) -> str | None:
 
 
 def _check_workers(
-    coord: Coordinator, sup: Supervisor, restarts: RestartBook | None = None
+    coord: Coordinator,
+    sup: Supervisor,
+    restarts: RestartBook | None = None,
+    roles: frozenset[str] | None = None,
 ) -> list[Event]:
     """Mark failed every worker whose process exited before it handed in; with ``restarts``
-    (``[run] restart``), plan its restart while the run trains and its budget lasts."""
+    (``[run] restart``), plan its restart while the run trains and its budget lasts, if its
+    role is one of ``roles`` (None: any)."""
     out: list[Event] = []
     if restarts is not None and restarts.limit > 0 and coord.phase == "training":
         _end_lost(coord, sup, restarts.mending)
@@ -355,7 +359,7 @@ def _check_workers(
         info = coord.workers[wid]
         if restarts is None or info.status != "failed" or coord.phase != "training":
             continue
-        if info.error_kind in NOT_RESTARTED:
+        if info.error_kind in NOT_RESTARTED or (roles is not None and info.role.name not in roles):
             continue
         delay = restarts.schedule(wid, time.monotonic())
         if delay is not None:
@@ -474,8 +478,10 @@ def _apply_policy(
 ) -> None:
     """Raise :class:`RunError` when the run cannot go on: a diverged loss, a lost worker of a
     role the run cannot lose, too many failed trainers, a controller's halt, or workers that
-    never registered. Workers in ``mending`` (a restart planned) and those turned away at the
-    end of training (kind ``late``) do not count as failed trainers."""
+    never registered. Workers in ``mending`` (a restart planned, or restarted and on their way
+    back) and those turned away at the end of training (kind ``late``) do not count as failed
+    trainers, nor as lost workers of a role the run cannot lose (only a technique that
+    rebuilds such a worker restarts one: a parameter-server shard)."""
 
     def details(ids: Sequence[int]) -> str:
         return "; ".join(
@@ -490,8 +496,8 @@ def _apply_policy(
     refused = [i for i in coord.failed if coord.workers[i].error_kind == "input"]
     if refused:
         raise WorkerInputError(details(refused))
-    if coord.fatal_failures:
-        ids = coord.fatal_failures
+    if fatal := [i for i in coord.fatal_failures if i not in mending]:
+        ids = fatal
         raise RunError(
             f"lost {details(ids)}; the run cannot go on without {'it' if len(ids) == 1 else 'them'}"
         )
@@ -595,6 +601,8 @@ def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
         # a technique that takes workers back restarts them ([run] restart) or lets them join
         # (edgetrain join); the book counts both
         restarts = RestartBook(recipe.run.restart) if rejoins else None
+        policy = setup.family.policy(recipe)
+        restartable = restarted_roles(recipe, policy.fatal_roles)
         if restarts is not None:
             coord.rejoin_state = lambda wid: _rejoin_state(setup, wid)
         if recipe.run.restart > 0:
@@ -636,7 +644,7 @@ def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
         doing = ActivityFile(run_dir.metrics)
         while not coord.finished:
             events = coord.poll(opts.poll_ms)
-            events.extend(_check_workers(coord, sup, restarts))
+            events.extend(_check_workers(coord, sup, restarts, restartable))
             if restarts is not None:
                 events.extend(_restart_due(coord, sup, restarts, specs, manifest))
             events.extend(

@@ -100,6 +100,19 @@ def technique_rejoins(recipe: Recipe) -> bool:
     return bool(getattr(runner, "rejoins", False))
 
 
+def restarted_roles(recipe: Recipe, fatal_roles: frozenset[str]) -> frozenset[str]:
+    """The roles whose lost workers the launcher restarts: what the runner names
+    (``restarts_roles``, e.g. a parameter-server shard rebuilt from the trainers), else every
+    role but those the run cannot lose (``fatal_roles``: losing one stops the run)."""
+    from edgetrain import techniques
+
+    runner = techniques.runner_factory(recipe.train.family, recipe.train.technique)
+    named = getattr(runner, "restarts_roles", None)
+    if named is not None:
+        return frozenset(named)
+    return frozenset(r for r in recipe.role_names() if r not in fatal_roles)
+
+
 def rejoining_techniques() -> list[str]:
     """``family/technique`` of every technique whose workers rejoin a running run."""
     from edgetrain import techniques

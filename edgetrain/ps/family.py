@@ -4,8 +4,9 @@ These are the defaults of the scheduled techniques (sequential, lbl, ibatch, dyn
 Mercury's techniques (every trainer a shard server) override them with their own side,
 :mod:`edgetrain.ps.mercury.side`.
 
-Roles: ``server`` shards (hosts labelled ``ps`` first; a lost shard stops the run: its tensors
-exist nowhere else) and ``trainer`` (data, epochs; losing one follows
+Roles: ``server`` shards (hosts labelled ``ps`` first; a lost shard stops the run unless
+``[run] restart`` restarts it, rebuilt from the trainers' copies, :mod:`.recovery`) and
+``trainer`` (data, epochs; losing one follows
 ``[run] max_failed_fraction``). Checkpoints are the shards' (weights, optimiser state, version);
 BatchNorm statistics stay on the trainers and the run's model takes trainer 0's.
 """

@@ -10,6 +10,11 @@ request carries a request id ``req``, unique within the trainer, and its replies
 | ``ps.params`` | shard->trainer | ``iter``, ``seg``, ``req``, ``held_s`` (version wait) | weights |
 | ``ps.push`` | trainer->shard | ``iter``, ``seg``, ``req``, ``layout`` | the gradients |
 | ``ps.ack`` | shard->trainer | ``iter``, ``seg``, ``req`` (on receipt) | none |
+| ``ps.state`` | trainer->rebuilt shard | ``names``, ``versions``, ``pushed``, ``layout`` | copy |
+
+A restarted shard is rebuilt from the trainers' copies (:mod:`.recovery`): each trainer's first
+message to it is a ``ps.state``; the pushes it then sends again that the dead shard had
+acknowledged already carry ``req`` :data:`RESENT_REQ` (their acknowledgements answer nothing).
 
 Everything received is checked against the layout (names a shard owns, shapes, dtypes, finite
 values); anything else is dropped and counted by reason.
@@ -29,7 +34,10 @@ PULL = "ps.pull"
 PARAMS = "ps.params"
 PUSH = "ps.push"
 ACK = "ps.ack"
-TO_SERVER = (PULL, PUSH)
+STATE = "ps.state"
+TO_SERVER = (PULL, PUSH, STATE)
+# The request id of a push sent again to a rebuilt shard after its first acknowledgement.
+RESENT_REQ = 0
 TO_TRAINER = (PARAMS, ACK)
 
 

@@ -59,9 +59,10 @@ class Runners:
     the technique's schedule."""
 
     # A restarted trainer rejoins a running run ([run] restart, edgetrain join): its parameters
-    # are the shards' current ones, pulled as every iteration pulls. A lost shard still ends
-    # the run (the family's fatal role).
+    # are the shards' current ones, pulled as every iteration pulls. A restarted shard is
+    # rebuilt from the trainers' copies of its tensors (.recovery).
     rejoins = True
+    restarts_roles = frozenset({"trainer", "server"})
 
     def __call__(self, ctx: WorkerContext) -> Runner:
         if ctx.role.name == "server":
@@ -157,9 +158,14 @@ class ScheduledTrainer:
         self.session = session
         self.iterations = int(session.start_directive.get("iterations", 0) or 0)
         servers = {m.role.index: m.endpoints["ps"] for m in session.roster.of("server")}
+        self._shards = {m.id: m.role.index for m in session.roster.of("server")}
         self.link = Transmitter(
-            Transport.of(ctx), servers, self.layout, self.params, self.cfg.reply_timeout_s
-        )
+            Transport.of(ctx), servers, self.layout, self.params, self.cfg.reply_timeout_s,
+            keep_pushes=recipe.run.restart > 0,
+        )  # fmt: skip
+        self.link.on_wait = session.poll  # a lost or rebuilt shard is heard of while waiting
+        session.on_failed(self._shards_lost)
+        session.on_joined(self._shards_back)
         self.link.start()
         device = next(self.trainer.model.parameters()).device
         sync = torch.cuda.synchronize if device.type == "cuda" else None
@@ -187,7 +193,24 @@ class ScheduledTrainer:
             "steps": steps,
             **ctx.traffic.as_dict(),
         }
+        if self.link.recoveries:  # shards rebuilt from this trainer's copy
+            metrics["shard_recoveries"] = self.link.recoveries
         return Final(HandIn(weights, {"trainer": ctx.role.index}), metrics)
+
+    def _shards_lost(self, failed: set[int]) -> None:
+        """Shards the run lost: their replies are not overdue while they are restarted (a
+        shard that is not restarted ends the run: the launcher stops every worker)."""
+        assert self.link is not None
+        for wid in failed & set(self._shards):
+            self.link.shard_lost(self._shards[wid])
+
+    def _shards_back(self, joined: Mapping[int, Mapping[str, str]]) -> None:
+        """Restarted shards are back: the link rebuilds each from this trainer's copy."""
+        assert self.link is not None
+        for wid, endpoints in joined.items():
+            if wid in self._shards and "ps" in endpoints:
+                log.info("shard %d is back at %s", self._shards[wid], endpoints["ps"])
+                self.link.shard_back(self._shards[wid], endpoints["ps"])
 
     def close(self) -> None:
         if self.link is not None:

@@ -12,6 +12,11 @@ it arrived and each reply leaves R/2 after it was made, every message on its own
 serve loop (never a sleep: a burst of pipelined requests is answered one round trip after it
 left, not one round trip per request, and other trainers are served meanwhile). Every reply
 echoes its request's ``req``, so a trainer with several requests in flight matches the answers.
+
+A shard restarted after its process was lost (``[run] restart``) is rebuilt from the trainers'
+copies (:mod:`.recovery`): it holds every request until each live trainer's ``ps.state`` is in,
+takes each tensor from the freshest copy at that copy's version, starts its optimiser state
+again, then answers what it held.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from edgetrain.ps.delay import DelayLine
 from edgetrain.ps.gradient_sum import Aggregator, Grad, StaleClock, survivor_scale
 from edgetrain.ps.layout import Layout, build_layout
 from edgetrain.ps.loans import Loan, Loans
+from edgetrain.ps.recovery import Replica, rebuild, state_problem
 from edgetrain.runtime.base import Final, Ready, WorkerContext
 from edgetrain.runtime.session import Session
 from edgetrain.runtime.setup import build_run_model, load_run_data
@@ -77,6 +83,12 @@ class ShardServer:
         self.stats |= {"scaled_updates": 0, "least_lr_scale": 1.0}
         self._lr_scale = 1.0
         self.rejoins: list[dict[str, Any]] = []  # trainers taken back, and from which iteration
+        # a restarted shard, until it is rebuilt: the trainers whose copy it waits for, the
+        # copies in, and the requests that came meanwhile (:mod:`.recovery`)
+        self.awaiting: set[int] | None = None
+        self.copies: dict[int, tuple[Replica, dict[str, Grad]]] = {}
+        self.held: list[tuple[bytes, int, Message]] = []
+        self.recovery: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ runner
 
@@ -125,6 +137,10 @@ class ShardServer:
         self._checkpointed = first
         session.on_failed(self._dropped)
         session.on_joined(self._rejoined)
+        if session.rejoin_epoch is not None:  # a restarted process: rebuilt from the trainers
+            self.awaiting = set(trainers)
+            self._since = time.monotonic()
+            log.info("shard restarted: rebuilding it from trainers %s", sorted(trainers))
         assert self.router is not None
         session.wait_drain([(self.router, self._serve)], idle=self._run_timers)
         self._run_timers(final=True)
@@ -134,6 +150,8 @@ class ShardServer:
         metrics.update(self.ctx.traffic.as_dict())
         if self.rejoins:
             metrics["rejoined"] = self.rejoins
+        if self.recovery is not None:
+            metrics["recovery"] = self.recovery
         return Final(HandIn(weights, meta), metrics)
 
     def close(self) -> None:
@@ -157,6 +175,9 @@ class ShardServer:
             if trainer not in self.trainers or identity != msg.sender.encode():
                 self.ctx.traffic.drop("unknown_trainer", msg.sender)
                 continue
+            if msg.type == messages.STATE:
+                self._on_state(trainer, msg)
+                continue
             reason = messages.request_fields(msg.meta, set(self.names), self.layout.digest)
             if reason is None and msg.type == messages.PUSH:
                 names, shapes = msg.meta["names"], self.layout.shapes
@@ -165,6 +186,9 @@ class ShardServer:
                 self.ctx.traffic.drop(reason, msg.sender)
                 continue
             assert identity is not None
+            if self.awaiting is not None:  # answered once the shard is rebuilt
+                self.held.append((identity, trainer, msg))
+                continue
             if self.one_way > 0:  # the request's half of the emulated round trip
                 handle = functools.partial(self._handle, identity, trainer, msg)
                 self.delay.later(time.monotonic() + self.one_way, handle)
@@ -268,6 +292,11 @@ class ShardServer:
                 if self.cfg.consistency == "ssp" and self.trainers:
                     self.version[name] = max(self.version[name], clock.version)
         self.parked = [p for p in self.parked if p.trainer in self.trainers]
+        if self.awaiting is not None:
+            self.awaiting -= failed
+            self.held = [h for h in self.held if h[1] in self.trainers]
+            if not self.awaiting:
+                self._rebuild()
         self._answer_pulls()
 
     def _rejoined(self, joined: dict[int, dict[str, str]]) -> None:
@@ -281,6 +310,68 @@ class ShardServer:
             at = min(ssp if self.cfg.consistency == "ssp" else bsp, default=0)
             self.rejoins.append({"trainer": t, "iteration": at, "at": time.time()})
             log.info("trainer %d rejoined: its pushes count from iteration %d", t, at)
+
+    # ------------------------------------------------------------------ a rebuilt shard
+
+    def _on_state(self, trainer: int, msg: Message) -> None:
+        """A trainer's copy of this shard's tensors; the shard is rebuilt once every live
+        trainer's is in (an unusable one counts as no copy)."""
+        if self.awaiting is None or trainer not in self.awaiting:
+            self.ctx.traffic.drop("unexpected_state", msg.sender)
+            return
+        self.awaiting.discard(trainer)
+        received = msg.received()
+        shapes, digest = self.layout.shapes, self.layout.digest
+        reason = state_problem(msg.meta, received, set(self.names), shapes, digest)
+        if reason is not None:
+            self.ctx.traffic.drop(reason, msg.sender)
+        else:
+            replica = Replica(dict(msg.meta["versions"]), dict(msg.meta["pushed"]))
+            self.copies[trainer] = (replica, received)
+        if not self.awaiting:
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Every tensor from the freshest copy, at its version; the optimiser state starts
+        again (only the dead shard held it); then the requests held meanwhile."""
+        plan = rebuild(self.names, {t: c[0] for t, c in self.copies.items()}, self.version)
+        for n, t in plan.source.items():
+            arr, out = self.copies[t][1][n], self.tensors[n].detach().numpy()
+            if isinstance(arr, Chunked):
+                arr.copy_to(out)
+            else:
+                np.copyto(out, arr)
+        self.optimizer = optimizer_for(list(self.tensors.values()), self.ctx.recipe.train)
+        self._lr_scale = 1.0
+        self.agg = {n: Aggregator(self.trainers, plan.version[n]) for n in self.names}
+        self.clock = {}
+        for n in self.names:
+            clock = StaleClock(self.trainers, plan.version[n])
+            clock.pushed.update({t: c for t, c in plan.clocks[n].items() if t in self.trainers})
+            self.clock[n] = clock
+        ssp = self.cfg.consistency == "ssp"
+        self.version = {
+            n: max(v, self.clock[n].version) if ssp else v for n, v in plan.version.items()
+        }
+        taken = [plan.source[n] for n in self.names if n in plan.source]
+        versions = list(self.version.values())
+        held, self.held = self.held, []
+        self.recovery = {
+            "source": "trainers",
+            "copies": {str(t): taken.count(t) for t in sorted(set(taken))},
+            "kept_own": len(self.names) - len(taken),  # nobody held them: checkpoint or initial
+            "version": [min(versions, default=0), max(versions, default=0)],
+            "wait_s": round(time.monotonic() - self._since, 3),
+            "held_requests": len(held),
+            "optimizer": "reset",
+            "at": time.time(),
+        }
+        log.info("shard rebuilt from the trainers' copies: %s", self.recovery)
+        self.awaiting, self.copies = None, {}
+        self._checkpointed = min(self.version.values(), default=0) - 1  # (at a boundary: its part)
+        self._maybe_checkpoint()
+        for identity, trainer, msg in held:
+            self._handle(identity, trainer, msg, answer=False)
 
     def _answer_pulls(self) -> None:
         now = time.monotonic()

@@ -19,6 +19,11 @@ round trip (``lead`` False). One sent with nothing of its direction in flight pa
 of its own (``lead`` True). The logged stretches therefore add up to the time the link was busy,
 and the link fit can tell the round trip apart from the per-transmission overhead
 (:mod:`.latency`).
+
+A shard that is lost and restarted (``[run] restart``) is rebuilt from the trainers' copies
+(:mod:`.recovery`): while it is away its replies are not overdue; when it is back, the thread
+connects to its new endpoint, sends it this trainer's copy of its tensors (``ps.state``), then
+again every request it had not answered and the acknowledged pushes it may need again.
 """
 
 from __future__ import annotations
@@ -39,10 +44,11 @@ import zmq
 
 from edgetrain.comm import activity
 from edgetrain.comm.transport import Transport
-from edgetrain.comm.wire import Message
+from edgetrain.comm.wire import Message, is_count
 from edgetrain.errors import RunError
 from edgetrain.ps import messages
 from edgetrain.ps.layout import Layout
+from edgetrain.ps.recovery import KeptPushes
 
 # How often a push whose gradients are announced by a plain ``threading.Event`` (not a
 # :class:`Signal`, which wakes the thread) is looked at.
@@ -101,6 +107,7 @@ class _Flight:
     deadline: float  # time.monotonic() by which every shard must have answered
     nbytes: int
     replies: dict[int, Message] = field(default_factory=dict)
+    tensors: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # a push's, by shard
 
     @property
     def answered(self) -> bool:
@@ -117,7 +124,10 @@ class Transmitter(threading.Thread):
         layout: Layout,
         params: Mapping[str, torch.Tensor],
         reply_timeout_s: float,
+        keep_pushes: bool = False,
     ) -> None:
+        """With ``keep_pushes`` (``[run] restart``: a lost shard is rebuilt from the trainers),
+        acknowledged pushes are kept until a pull shows them applied (:mod:`.recovery`)."""
         super().__init__(daemon=True, name="ps-link")
         self.transport = transport
         self.endpoints = dict(endpoints)
@@ -139,6 +149,16 @@ class Transmitter(threading.Thread):
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._closed = False
+        # what a rebuilt shard takes from this trainer (:mod:`.recovery`)
+        self.versions: dict[str, int] = {}  # the version of each tensor's last pull
+        self.pushed: dict[str, int] = {}  # the last iteration of each tensor's acknowledged push
+        self.kept = KeptPushes() if keep_pushes else None
+        self.lost: set[int] = set()  # shards lost and not back: their replies are not overdue
+        self._back: queue.Queue[tuple[int, str]] = queue.Queue()  # (shard, its new endpoint)
+        self.recoveries: list[dict[str, object]] = []  # each shard rebuilt: what went to it
+        # called while the main thread waits (the trainer's session: a lost or rebuilt shard
+        # is heard of meanwhile)
+        self.on_wait: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ main thread side
 
@@ -175,6 +195,16 @@ class Transmitter(threading.Thread):
             os.close(self._wake_r)
             os.close(self._wake_w)
 
+    def shard_lost(self, shard: int) -> None:
+        """Shard ``shard`` was lost and will be restarted: its replies are not overdue."""
+        with self._lock:
+            self.lost.add(shard)
+
+    def shard_back(self, shard: int, endpoint: str) -> None:
+        """Shard ``shard`` is back at ``endpoint``: the thread reconnects and rebuilds it."""
+        self._back.put((shard, endpoint))
+        self._wake()
+
     def wait(self, event: threading.Event, what: str) -> None:
         """Wait for a job's event, or raise naming what failed (a dead shard, a timeout);
         while it waits, the heartbeats say so (``edgetrain status``)."""
@@ -182,8 +212,12 @@ class Transmitter(threading.Thread):
         if not event.is_set():
             with activity.waiting("the parameter servers", what):
                 while not event.wait(0.5):
+                    if self.on_wait is not None:
+                        self.on_wait()
                     if self.error is not None:
                         raise RunError(self.error)
+                    if self.lost or not self._back.empty():  # a shard on its way back
+                        deadline = time.monotonic() + self.reply_timeout_s + 5
                     if time.monotonic() > deadline or not self.is_alive():
                         raise RunError(f"{what}: the parameter servers did not answer in time")
         if self.error is not None:
@@ -209,6 +243,7 @@ class Transmitter(threading.Thread):
                 poller.register(sock, zmq.POLLIN)
             poller.register(self._wake_r, zmq.POLLIN)
             while self._take_jobs():
+                self._reconnect(socks, poller)
                 self._send_ready(socks)
                 ready = dict(poller.poll(self._poll_ms()))
                 if self._wake_r in ready:
@@ -262,22 +297,17 @@ class Transmitter(threading.Thread):
         groups = self.layout.by_server(list(job.names))
         sent = time.perf_counter()
         nbytes = 0
+        pushed: dict[int, dict[str, np.ndarray]] = {}
         kind = messages.PULL if job.direction == "pull" else messages.PUSH
         for k, names in groups.items():
-            meta = {
-                "iter": job.iteration,
-                "seg": job.segment,
-                "req": req,
-                "names": names,
-                "layout": self.layout.digest,
-            }
             tensors: dict[str, np.ndarray] = {}
             if job.direction == "push":
-                tensors = {n: _grad(self.params[n]) for n in names}
-            msg = self.transport.message(kind, meta, tensors)
-            nbytes += self.transport.send(socks[k], msg, peer=f"ps{k}")
+                tensors = pushed[k] = {n: _grad(self.params[n]) for n in names}
+            nbytes += self._request(
+                socks[k], k, kind, job.iteration, job.segment, req, names, tensors
+            )
         deadline = time.monotonic() + self.reply_timeout_s
-        self._flights[req] = _Flight(job, groups, sent, lead, deadline, nbytes)
+        self._flights[req] = _Flight(job, groups, sent, lead, deadline, nbytes, tensors=pushed)
 
     def _poll_ms(self) -> int:
         """How long the poll may wait: until a reply is overdue, a plain gradient event is
@@ -304,6 +334,8 @@ class Transmitter(threading.Thread):
                 continue
             msg = got[1]
             req = msg.meta.get("req")
+            if req == messages.RESENT_REQ and msg.type == messages.ACK:
+                continue  # a push sent again to a rebuilt shard: nothing waits for it
             flight = None
             if isinstance(req, int) and not isinstance(req, bool):
                 flight = self._flights.get(req)
@@ -339,12 +371,23 @@ class Transmitter(threading.Thread):
         for k in sorted(flight.groups):
             reply = flight.replies[k]
             held = max(held, float(reply.meta.get("held_s", 0.0) or 0.0))
+            names = flight.groups[k]
             if job.direction == "pull":
-                self._copy_in(reply, flight.groups[k], k)
+                self._copy_in(reply, names, k)
                 if self.error is not None:
                     job.done.set()
                     return
                 nbytes += reply.tensor_bytes
+                version = reply.meta.get("version")
+                if is_count(version):
+                    assert isinstance(version, int)
+                    self.versions.update(dict.fromkeys(names, version))
+                    if self.kept is not None:
+                        self.kept.pulled(names, version)
+            else:
+                self.pushed.update(dict.fromkeys(names, job.iteration))
+                if self.kept is not None:
+                    self.kept.pushed(job.iteration, flight.tensors[k])
         end = time.perf_counter()
         d = job.direction
         start = flight.sent if flight.lead else max(flight.sent, self._last_end[d])
@@ -358,10 +401,13 @@ class Transmitter(threading.Thread):
 
     def _check_deadlines(self) -> None:
         now = time.monotonic()
+        with self._lock:
+            lost = set(self.lost)
         for flight in self._flights.values():
-            if now > flight.deadline:
+            missing = set(flight.groups) - set(flight.replies) - lost
+            if now > flight.deadline and missing:
                 job = flight.job
-                k = min(set(flight.groups) - set(flight.replies))
+                k = min(missing)
                 self.error = (
                     f"parameter server {k} did not answer {job.direction} {job.segment} of "
                     f"iteration {job.iteration} within {self.reply_timeout_s:.0f} s"
@@ -376,6 +422,99 @@ class Transmitter(threading.Thread):
             job.done.set()
         self._flights.clear()
         self._backlog.clear()
+
+    # ------------------------------------------------------------------ a rebuilt shard
+
+    def _reconnect(self, socks: dict[int, zmq.SyncSocket], poller: zmq.Poller) -> None:
+        """Every shard that is back: connect to its new endpoint, send it this trainer's copy
+        of its tensors, then again what it must answer or apply."""
+        while True:
+            try:
+                k, endpoint = self._back.get_nowait()
+            except queue.Empty:
+                return
+            old = socks.pop(k, None)
+            if old is not None:
+                poller.unregister(old)
+                old.close(linger=0)  # (what the dead shard sent and was not read is asked again)
+            sock = self.transport.connect(zmq.DEALER, endpoint, identity=self.transport.name)
+            socks[k] = sock
+            poller.register(sock, zmq.POLLIN)
+            self.endpoints[k] = endpoint
+            nbytes = self._send_state(sock, k)
+            pulls, pushes, kept = self._resend(sock, k)
+            with self._lock:
+                self.lost.discard(k)
+            self.recoveries.append(
+                {"shard": k, "at": time.time(), "state_bytes": nbytes,
+                 "pulls_resent": pulls, "pushes_resent": pushes, "kept_resent": kept}
+            )  # fmt: skip
+
+    def _send_state(self, sock: zmq.SyncSocket, k: int) -> int:
+        """This trainer's copy of shard ``k``'s tensors it has pulled, with their versions."""
+        owned = self.layout.owned(k)
+        names = [n for n in owned if n in self.versions]
+        meta = {
+            "layout": self.layout.digest,
+            "names": names,
+            "versions": {n: self.versions[n] for n in names},
+            "pushed": {n: self.pushed[n] for n in owned if n in self.pushed},
+        }
+        tensors = {n: self.params[n].detach().cpu().numpy() for n in names}
+        msg = self.transport.message(messages.STATE, meta, tensors)
+        return self.transport.send(sock, msg, peer=f"ps{k}")
+
+    def _resend(self, sock: zmq.SyncSocket, k: int) -> tuple[int, int, int]:
+        """Send shard ``k`` again every request of the flights it has not answered, every push
+        in flight (an acknowledgement is not an update), and the kept pushes whose update no
+        pull has shown; returns how many of each."""
+        pulls = pushes = 0
+        covered: set[str] = set()
+        deadline = time.monotonic() + self.reply_timeout_s
+        for req, flight in self._flights.items():
+            if k not in flight.groups:
+                continue
+            job, names = flight.job, flight.groups[k]
+            if job.direction == "pull" and k in flight.replies:
+                continue
+            tensors: dict[str, np.ndarray] = {}
+            if job.direction == "push":
+                flight.replies.pop(k, None)
+                tensors = flight.tensors[k]
+                covered.update(names)
+                pushes += 1
+            else:
+                pulls += 1
+            kind = messages.PULL if job.direction == "pull" else messages.PUSH
+            self._request(sock, k, kind, job.iteration, job.segment, req, names, tensors)
+            flight.deadline = deadline
+        kept = self.kept.of(self.layout.owned(k), covered) if self.kept is not None else {}
+        for it, arrays in kept.items():
+            names = list(arrays)
+            self._request(sock, k, messages.PUSH, it, 0, messages.RESENT_REQ, names, arrays)
+        return pulls, pushes, len(kept)
+
+    def _request(
+        self,
+        sock: zmq.SyncSocket,
+        k: int,
+        kind: str,
+        iteration: int,
+        segment: int,
+        req: int,
+        names: list[str],
+        tensors: dict[str, np.ndarray],
+    ) -> int:
+        """Send shard ``k`` one pull or push; the bytes put on the wire."""
+        meta = {
+            "iter": iteration,
+            "seg": segment,
+            "req": req,
+            "names": names,
+            "layout": self.layout.digest,
+        }
+        msg = self.transport.message(kind, meta, tensors)
+        return self.transport.send(sock, msg, peer=f"ps{k}")
 
     def _copy_in(self, reply: Message, names: list[str], k: int) -> None:
         problem = messages.copy_in(self.params, reply.tensors, names, reply.chunked)
