@@ -375,3 +375,38 @@ def test_top_k_takes_exactly_k_of_the_largest_in_order() -> None:
         got = top_k(s, k).tolist()
         want = sorted(sorted(range(n), key=lambda i: (-float(s[i]), i))[: min(k, n)])
         assert got == want
+
+
+@pytest.mark.parametrize("n", [4096, 61706, 250_000])
+def test_top_k_of_a_long_vector_narrowed_to_candidates_is_the_full_partitions(n: int) -> None:
+    """Long vectors and small shares go through the sampled candidates' bound: the same k
+    entries as the definition (a lexicographic sort), ties, constant runs and a bound that
+    leaves fewer than k candidates (the full partition then) included."""
+    from edgetrain.gossip.exchange.sparse import top_k_numpy
+
+    rng = np.random.default_rng(n)
+    cases = [
+        np.abs(rng.standard_normal(n)).astype(np.float32),
+        rng.integers(0, 7, n).astype(np.float32),  # ties everywhere
+        np.zeros(n, np.float32),
+        np.sort(np.abs(rng.standard_normal(n))).astype(np.float32),  # the sample misleads
+    ]
+    cases[3][::4096] = 50.0  # a few large ones
+    for s in cases:
+        for k in (1, 7, n // 1000 + 1, n // 100, n // 10, n // 4, n // 2):
+            got = top_k_numpy(s, k)
+            want = np.sort(np.lexsort((np.arange(n), -s))[:k])
+            assert np.array_equal(got, want), (n, k)
+
+
+def test_a_sample_that_sets_the_bound_too_high_falls_back_to_the_full_partition() -> None:
+    from edgetrain.gossip.exchange import sparse
+
+    n, k = 61706, 6170
+    sparse.top_k_numpy(np.zeros(n, np.float32), k)  # draws the sample's positions for n
+    at = sparse._SAMPLES[n]
+    s = np.zeros(n, np.float32)
+    s[at] = np.arange(1, at.size + 1, dtype=np.float32)  # only the sampled entries are large
+    assert sparse._candidates(s, k) is None  # fewer than k at or over the bound
+    want = np.sort(np.lexsort((np.arange(n), -s))[:k])
+    assert np.array_equal(sparse.top_k_numpy(s, k), want)

@@ -20,6 +20,7 @@ sent values stays in the residual too).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -120,19 +121,71 @@ def top_k(scores: torch.Tensor, k: int) -> torch.Tensor:
     return torch.from_numpy(top_k_numpy(scores.detach().reshape(-1).numpy(), k))
 
 
+# Below this many entries, or when k is more than this share of them, a partition of the whole
+# vector is as quick as narrowing it down first.
+PREFILTER_MIN_N = 4096
+PREFILTER_MAX_SHARE = 0.25
+SAMPLE_ENTRIES = 2048  # the sample that places the candidates' bound
+MARGIN_SIGMAS = 4.0  # how far the bound sits below the sample's estimate of the k-th largest
+_SAMPLES: dict[int, np.ndarray] = {}  # the sample's positions, by vector length (fixed seed)
+
+
 def top_k_numpy(s: np.ndarray, k: int) -> np.ndarray:
-    """:func:`top_k` of a flat numpy array, as int64 indices."""
+    """:func:`top_k` of a flat numpy array, as int64 indices.
+
+    For a small share of a long vector, the k largest are found among candidates: every score
+    at least a bound read off a sample (a little below where the k-th largest would lie).
+    When at least k scores reach the bound, the k-th largest of them is the k-th largest of
+    all (a bound above it would leave fewer than k scores at or over it), so the choice is
+    exactly the full partition's, at two passes over the vector and a partition of little more
+    than k scores instead of one of n; otherwise the full partition runs."""
     n = s.size
     k = min(k, n)
     if k <= 0:
         return np.zeros(0, dtype=np.int64)
-    threshold = np.partition(s, n - k)[n - k]
-    idx = np.flatnonzero(s >= threshold)
-    if idx.size > k:  # scores tied at the threshold: keep the lowest indices among them
-        above = np.flatnonzero(s > threshold)
-        ties = np.flatnonzero(s == threshold)[: k - above.size]
-        idx = np.sort(np.concatenate((above, ties)))
-    return idx.astype(np.int64, copy=False)
+    idx = _candidates(s, k)
+    if idx is None:
+        return _largest(s, k, None)
+    return _largest(s[idx], k, idx)
+
+
+def _largest(vals: np.ndarray, k: int, idx: np.ndarray | None) -> np.ndarray:
+    """The positions (in ``idx``, None: in ``vals``) of the ``k`` largest of ``vals``, sorted;
+    among values tied at the k-th largest the first ones."""
+    m = vals.size
+    threshold = np.partition(vals, m - k)[m - k]
+
+    def where(mask: np.ndarray) -> np.ndarray:
+        return np.flatnonzero(mask) if idx is None else idx[mask]
+
+    chosen = where(vals >= threshold)
+    if chosen.size > k:  # scores tied at the threshold: keep the lowest indices among them
+        above = where(vals > threshold)
+        ties = where(vals == threshold)[: k - above.size]
+        chosen = np.sort(np.concatenate((above, ties)))
+    return chosen.astype(np.int64, copy=False)
+
+
+def _candidates(s: np.ndarray, k: int) -> np.ndarray | None:
+    """The indices of every score at least a bound read off a sample of the scores (where
+    about k of them, and a margin of four standard deviations of the estimate, would lie), if
+    at least ``k`` reach it; None: the whole vector is the candidates. The sample's positions
+    are drawn once per length with a fixed seed (a stride could follow a layer's pattern); they
+    decide only how fast the choice is, never what is chosen."""
+    n = s.size
+    if n < PREFILTER_MIN_N or k > PREFILTER_MAX_SHARE * n:
+        return None
+    at = _SAMPLES.get(n)
+    if at is None:
+        at = _SAMPLES[n] = np.sort(np.random.default_rng(n).choice(n, SAMPLE_ENTRIES, False))
+    sample = s[at]
+    m = sample.size
+    p = k / n
+    want = k + MARGIN_SIGMAS * n * math.sqrt(p * (1.0 - p) / m) + 16.0  # scores above the bound
+    j = max(0, m - 1 - math.ceil(m * want / n))
+    bound = np.partition(sample, j)[j]
+    idx = np.flatnonzero(s >= bound)
+    return idx if idx.size >= k else None
 
 
 def to_float32(v: torch.Tensor) -> tuple[np.ndarray, torch.Tensor]:
