@@ -279,7 +279,6 @@ def test_bad_restart_values_are_one_line_and_exit_2(
     ("family", "extra", "technique"),
     [
         ("ps", "[[workers]]\ncount = 2\n", "mercury"),
-        ("gossip", "[[workers]]\ncount = 2\n", "dlion"),
     ],
 )
 def test_restart_is_refused_where_workers_cannot_rejoin_yet(
@@ -295,6 +294,20 @@ def test_restart_is_refused_where_workers_cannot_rejoin_yet(
     assert "Traceback" not in err
     recipe.write_text(text + extra)  # restart unset: the same recipe is fine
     assert run_cli(capsys, "check", str(recipe))[0] == 0
+
+
+@pytest.mark.parametrize("technique", ["dlion", "gaia", "ako"])
+def test_restart_of_an_exchange_technique_needs_epoch_barriers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], technique: str
+) -> None:
+    recipe = tmp_path / "r.toml"
+    text = BASE.replace("epochs = 2", f'epochs = 2\ntechnique = "{technique}"')
+    recipe.write_text("[run]\nrestart = 2\n" + text + "[gossip]\nsync_epochs = false\n"
+                      "[[workers]]\ncount = 2\n")  # fmt: skip
+    code, _, err = run_cli(capsys, "check", str(recipe))
+    assert code == 2, err
+    assert "re-enters at an epoch barrier, and [gossip] sync_epochs = false" in last_error(err)
+    assert "Traceback" not in err
 
 
 # ------------------------------------------------------------------ a real run

@@ -170,6 +170,11 @@ class DLion(Decentral):
         self.select_s = took if old is None else old + SELECT_ALPHA * (took - old)
         return out
 
+    def peer_rejoined(self, q: int) -> None:
+        """The link to ``q``'s new process starts without the old one's residual (what the old
+        process never received is not sent to the new one)."""
+        self.residuals.pop(q, None)
+
     def residual(self, channel: Channel) -> Residual:
         if channel not in self.residuals:
             self.residuals[channel] = Residual(self.flat.n, device=str(self.device))

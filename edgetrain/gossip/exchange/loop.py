@@ -20,6 +20,9 @@ that takes the cluster total past epoch x N (gossip.md B.3), the same iteration 
 worker. The plan (batch sizes, T_unit, the capacities) comes from the controller in the start
 directive (:mod:`.controller`); the pilot that measures each worker's
 capacity runs in ``setup``, before the run's clock starts, and its time is reported apart.
+
+A restarted worker rejoins at an epoch barrier with a peer's model and the run's iteration
+(:mod:`.rejoin`).
 """
 
 from __future__ import annotations
@@ -43,11 +46,13 @@ from edgetrain.comm.client import Serve
 from edgetrain.comm.control import HandIn
 from edgetrain.comm.transport import Transport
 from edgetrain.comm.wire import Message, arrays_from_state
+from edgetrain.errors import RunError
 from edgetrain.gossip.config import ExchangeSection, GossipSection
 from edgetrain.gossip.exchange import capacity
 from edgetrain.gossip.exchange.bandwidth import LAN, WAN, link_class, site_of
 from edgetrain.gossip.exchange.flat import Flat
 from edgetrain.gossip.exchange.messages import ACK, GRAD, TYPES, WEIGHTS, Expectations, Header, Key
+from edgetrain.gossip.exchange.rejoin import FETCH_WAIT_S, MODEL, donor_of, model_fields
 from edgetrain.gossip.exchange.sampling import CyclicSampler
 from edgetrain.gossip.exchange.schedules import progress
 from edgetrain.gossip.exchange.sparse import Payload, payload_from
@@ -60,7 +65,7 @@ from edgetrain.runtime.session import Session
 from edgetrain.runtime.setup import build_run_model, load_run_data, worker_indices
 from edgetrain.runtime.throttle import Throttle
 from edgetrain.runtime.trainer import evaluate, optimizer_for, resolve_device
-from edgetrain.runtime.weights import float_state, load_arrays, state_arrays
+from edgetrain.runtime.weights import float_state, load_arrays, model_sha256, state_arrays
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +90,8 @@ class Decentral(NodeHolder):
     exchange (:meth:`begin`, :meth:`iteration`, :meth:`received`)."""
 
     model: ClassVar[type[ExchangeSection]] = ExchangeSection  # its own section
+    # A restarted process of it can rejoin a running run at an epoch barrier (.rejoin).
+    rejoins = True
 
     def __init__(self, ctx: WorkerContext) -> None:
         recipe = ctx.recipe
@@ -126,6 +133,9 @@ class Decentral(NodeHolder):
         self.mark = (0.0, 0.0)  # (clock, wait_s) at the start of the epoch
         self.step_times: list[float] = []  # this epoch's steps: compute plus slowdown
         self.epoch_idle: float | None = None
+        self.rejoin_report: dict[str, Any] | None = None  # reported with the first epoch
+        self.models_served: list[dict[str, Any]] = []  # to rejoined peers, since the last report
+        self._held: list[Message] = []  # came while this process waited for its donor's model
 
     # ------------------------------------------------------------------ setup
 
@@ -155,8 +165,9 @@ class Decentral(NodeHolder):
         self.node = GossipNode(
             Transport.of(ctx),
             send_hwm=outbox,
-            types=TYPES,
+            types=(*TYPES, MODEL),
             keep_buffers=self.gossip.keep_buffers,
+            uncounted=(MODEL,),
         )
         started = time.perf_counter()
         self.pilot_wait_s = 0.0
@@ -210,12 +221,15 @@ class Decentral(NodeHolder):
         self.session = session
         node.connect(session.roster.endpoints("trainer", "gossip"))
         session.on_failed(self._on_failed)
+        session.on_joined(self._peer_joined)
         self.sites = self._sites(session)
+        if session.rejoin_epoch is not None:
+            self._rejoin(session)
         steps = run_epochs(
             session,
             self,
             epochs=self.epochs,
-            start_epoch=self.ctx.start_epoch,
+            start_epoch=session.rejoin_epoch or self.ctx.start_epoch,
             eval_every=self.recipe.train.eval_every,
             worker_id=self.me,
         )
@@ -259,6 +273,87 @@ class Decentral(NodeHolder):
     @property
     def site(self) -> str:
         return site_of(self.me, self.sites)
+
+    # ------------------------------------------------------------------ rejoin
+
+    def _rejoin(self, session: Session) -> None:
+        """This process replaces a lost one: wait for the donor's model, iteration and samples
+        (:mod:`.rejoin`); what else comes meanwhile is handled afterwards, in order."""
+        node = self._node
+        started = time.monotonic()
+        before = model_sha256(arrays_from_state(self.state))
+        deadline = started + FETCH_WAIT_S
+        while time.monotonic() < deadline:
+            if node.inbox.poll(100, zmq.POLLIN):
+                for msg in node.receive_all():
+                    if msg.type != MODEL:
+                        self._held.append(msg)
+                    elif self._take_model(msg, before, started, session):
+                        return
+            session.poll()
+        raise RunError(
+            f"worker {self.me} rejoined at epoch {session.rejoin_epoch}, but no peer sent it "
+            f"the model within {FETCH_WAIT_S:.0f} s"
+        )
+
+    def _take_model(self, msg: Message, before: str, started: float, session: Session) -> bool:
+        """Load a donor's model; False (counted) when it cannot be taken."""
+        node = self._node
+        reason = model_fields(msg.meta, msg.tensors)
+        if reason is None:
+            try:
+                load_arrays(self.state, msg.tensors, self.optimizer, what="model from a peer")
+            except Exception as exc:  # noqa: BLE001 - counted, the next answer may fit
+                log.warning("a peer's model does not fit: %s", exc)
+                reason = "bad_model_tensors"
+        if reason is not None:
+            node.traffic.drop(reason, msg.sender)
+            return False
+        self.t, self.samples = int(msg.meta["t"]), int(msg.meta["samples"])
+        self.rejoin_report = {
+            "epoch": session.rejoin_epoch,
+            "source": "peer",
+            "peer": node.peer_ids.get(msg.sender),
+            "iteration": self.t,
+            "samples": self.samples,
+            "model_sha256": model_sha256(arrays_from_state(self.state)),
+            "peer_sha256": msg.meta.get("model_sha256"),
+            "before_sha256": before,
+            "fetch_s": time.monotonic() - started,
+        }
+        log.info("rejoined at iteration %d with the model of %s", self.t, msg.sender)
+        return True
+
+    def _peer_joined(self, joined: Mapping[int, Mapping[str, str]]) -> None:
+        """Peers that rejoined (heard of at the barrier they re-enter at): send to and expect
+        from their new processes from this worker's next iteration on; the donor among the
+        live workers hands each its model."""
+        node = self._node
+        for q, endpoints in sorted(joined.items()):
+            url = endpoints.get("gossip")
+            if q == self.me or not url or q not in node.peers:
+                continue
+            node.reconnect(q, url)
+            self.failed.discard(q)
+            self.peer_rejoined(q)
+            live = [w for w in (self.me, *node.peers) if w not in self.failed]
+            if donor_of(q, live, self.k) == self.me:
+                self._serve_model(q)
+
+    def _serve_model(self, q: int) -> None:
+        node = self._node
+        weights = arrays_from_state(self.state)
+        sha = model_sha256(weights)
+        meta = {"t": self.t, "samples": self.samples, "model_sha256": sha}
+        arrays = state_arrays(self.state, self.optimizer)
+        msg = Message(MODEL, node.name, node.run_id, self.t, 0, meta, arrays)
+        if self.deliver(q, msg):
+            self.models_served.append({"to": q, "iteration": self.t, "model_sha256": sha})
+            log.info("sent the model (iteration %d) to rejoined worker %d", self.t, q)
+
+    def peer_rejoined(self, q: int) -> None:
+        """Peer ``q`` is back with a new process: forget what this worker kept for its old one
+        (a technique's per-link state)."""
 
     def _on_failed(self, failed: set[int]) -> None:
         for w in failed - self.failed:
@@ -469,7 +564,8 @@ class Decentral(NodeHolder):
         node = self._node
         self.absorbing = True
         try:
-            for msg in node.receive_all():
+            held, self._held = self._held, []
+            for msg in [*held, *node.receive_all()]:
                 sender = node.peer_ids[msg.sender]
                 if msg.type == ACK:
                     self._on_ack(sender, msg)
@@ -477,6 +573,8 @@ class Decentral(NodeHolder):
                     self._on_grad(sender, msg, fresh)
                 elif msg.type == WEIGHTS:
                     self._on_weights(sender, msg)
+                else:  # a donor's model that came after this process had one
+                    node.traffic.drop("unexpected_model", msg.sender)
         finally:
             self.absorbing = False
 
@@ -642,6 +740,10 @@ class Decentral(NodeHolder):
         if not self.plan_reported and self.plan:
             out["plan"] = self.plan
             self.plan_reported = True
+        if self.rejoin_report is not None:  # the first epoch after a rejoin says so
+            out["rejoin"], self.rejoin_report = self.rejoin_report, None
+        if self.models_served:
+            out["models_served"], self.models_served = self.models_served, []
         return out
 
 

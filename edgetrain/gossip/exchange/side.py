@@ -17,7 +17,7 @@ from typing import Any
 
 from edgetrain.comm.control import Controller, Event, Role
 from edgetrain.errors import RecipeError
-from edgetrain.gossip.config import DLionSection, ExchangeSection, GaiaSection
+from edgetrain.gossip.config import DLionSection, ExchangeSection, GaiaSection, GossipSection
 from edgetrain.gossip.exchange.controller import ExchangeController
 from edgetrain.gossip.exchange.worker_report import exchange_report
 from edgetrain.gossip.spread_report import gossip_report
@@ -39,6 +39,12 @@ def check_recipe(recipe: Recipe, model: type[ExchangeSection]) -> None:
     technique = model.NAME
     cfg = model.of(recipe)
     k = recipe.num_workers
+    if recipe.run.restart > 0 and not GossipSection.of(recipe).sync_epochs:
+        raise RecipeError(
+            f"[run] restart = {recipe.run.restart}: a restarted {technique} worker re-enters at "
+            "an epoch barrier, and [gossip] sync_epochs = false has none",
+            "set [gossip] sync_epochs = true, or [run] restart = 0",
+        )
     if cfg.sites is not None and len(cfg.sites) != k:
         raise RecipeError(
             f"[{technique}] sites names {len(cfg.sites)} sites for {k} workers",

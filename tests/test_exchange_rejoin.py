@@ -1,0 +1,131 @@
+"""A DLion, Gaia or Ako worker that died comes back (issue 31, item 1): the donor rule (pure),
+the model message's checks, and real runs where a worker killed with SIGKILL is restarted by its
+launcher, takes the donor's model and iteration at the epoch barrier it re-enters at, and trains
+in step with its peers to the end."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from edgetrain.gossip.exchange.rejoin import donor_of, model_fields
+from tests.helpers.launching import Launch
+from tests.helpers.procs import edgetrain_processes, kill_all
+from tests.helpers.rejoining import gated_env, rejoined_epoch
+
+
+@pytest.mark.parametrize(
+    ("rejoining", "live", "workers", "donor"),
+    [
+        (2, [0, 1, 3], 4, 3),  # the next live id after its own
+        (3, [0, 1, 2], 4, 0),  # wrapping
+        (1, [0, 1, 3], 4, 3),  # itself is never its donor
+        (0, [2], 3, 2),
+        (1, [1], 2, None),  # nobody left to ask
+    ],
+)
+def test_the_donor_is_the_next_live_worker(
+    rejoining: int, live: list[int], workers: int, donor: int | None
+) -> None:
+    assert donor_of(rejoining, live, workers) == donor
+
+
+@pytest.mark.parametrize(
+    ("meta", "tensors", "reason"),
+    [
+        ({"t": 4, "samples": 100}, {"w": np.zeros(2, np.float32)}, None),
+        ({"t": -1, "samples": 100}, {"w": np.zeros(2, np.float32)}, "bad_model_header"),
+        ({"t": 4, "samples": True}, {"w": np.zeros(2, np.float32)}, "bad_model_header"),
+        ({"samples": 3}, {"w": np.zeros(2, np.float32)}, "bad_model_header"),
+        ({"t": 4, "samples": 3}, {}, "bad_model_tensors"),
+    ],
+)
+def test_a_donors_model_is_checked(
+    meta: dict[str, Any], tensors: dict[str, np.ndarray], reason: str | None
+) -> None:
+    assert model_fields(meta, tensors) == reason
+
+
+RECIPE = """
+[run]
+name = "rejoin-{technique}"
+seed = 4
+heartbeat_s = 0.5
+restart = 1
+checkpoint_every = 0
+[data]
+dataset = "digits"
+[model]
+name = "mlp"
+[train]
+technique = "{technique}"
+epochs = 24
+batch_size = 16
+lr = 0.05
+[{technique}]
+pilot_s = 0.3
+[[workers]]
+count = 3
+"""
+
+
+def _rows(run: Path, worker: int) -> list[dict[str, Any]]:
+    path = run / "metrics" / f"worker-{worker}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("technique", ["dlion", "gaia", "ako"])
+def test_a_killed_exchange_worker_rejoins_at_its_peers_iteration(
+    tmp_path: Path, technique: str
+) -> None:
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(RECIPE.format(technique=technique))
+    env, gate = gated_env(tmp_path)
+    launch = Launch(recipe, tmp_path / "runs", env=env)
+    run_id = ""
+    try:
+        launch.wait_epochs(3, 1, timeout=180)
+        run_id, pids = launch.manifest()["run_id"], launch.pids()
+        os.kill(pids[2], signal.SIGKILL)
+        launch.wait_event(lambda r: r.get("event") == "failed" and r.get("worker") == 2, 30,
+                          "worker 2 is lost")  # fmt: skip
+        joined = launch.wait_event(
+            lambda r: r.get("event") == "joined" and r.get("worker") == 2, 120, "it rejoins"
+        )
+        first = rejoined_epoch(launch, 2, 120)
+        gate.touch()
+        code, summary = launch.finish(timeout=200)
+    finally:
+        gate.touch()
+        launch.kill()
+        if run_id:
+            kill_all(edgetrain_processes(run_id))
+    assert code == 0, launch.stderr[-3000:]
+    assert summary is not None and summary["status"] == "completed"
+    assert edgetrain_processes(run_id) == {}
+    run = launch.run_dir
+    rejoin = first["rejoin"]
+    epoch = joined["epoch"]
+    assert rejoin["source"] == "peer" and rejoin["epoch"] == epoch == first["epoch"]
+    assert rejoin["peer"] == 0  # the next live id after 2, wrapping
+    assert rejoin["model_sha256"] == rejoin["peer_sha256"] != rejoin["before_sha256"]
+    # it re-entered at the iteration its peers began the epoch at, and stayed in step
+    peers = {w: {r["epoch"]: r for r in _rows(run, w) if r["event"] == "epoch"} for w in (0, 1)}
+    assert rejoin["iteration"] == peers[0][epoch - 1]["iterations"]
+    mine = {r["epoch"]: r for r in _rows(run, 2) if r["event"] == "epoch"}
+    for e in range(epoch, 25):
+        assert mine[e]["iterations"] == peers[0][e]["iterations"] == peers[1][e]["iterations"]
+    served = [m for r in peers[0].values() for m in r.get("models_served", [])]
+    assert [m["to"] for m in served] == [2]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert [w["status"] for w in manifest["workers"]] == ["completed"] * 3
+    events = [(m["worker"], m["event"]) for m in manifest["membership"]]
+    assert events == [(2, "left"), (2, "restarted"), (2, "rejoining"), (2, "joined")]
+    assert summary["test_accuracy"] > 0.85, summary["test_accuracy"]
