@@ -6,7 +6,6 @@ in step with its peers to the end."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,7 @@ import pytest
 
 from edgetrain.gossip.exchange.rejoin import donor_of, model_fields
 from tests.helpers.launching import Launch
-from tests.helpers.procs import edgetrain_processes, kill_all
-from tests.helpers.rejoining import gated_env, rejoined_epoch
+from tests.helpers.rejoining import fault_and_rejoin, gated_env, metric_rows
 
 
 @pytest.mark.parametrize(
@@ -75,11 +73,6 @@ count = 3
 """
 
 
-def _rows(run: Path, worker: int) -> list[dict[str, Any]]:
-    path = run / "metrics" / f"worker-{worker}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("technique", ["dlion", "gaia", "ako"])
 def test_a_killed_exchange_worker_rejoins_at_its_peers_iteration(
@@ -89,27 +82,10 @@ def test_a_killed_exchange_worker_rejoins_at_its_peers_iteration(
     recipe.write_text(RECIPE.format(technique=technique))
     env, gate = gated_env(tmp_path)
     launch = Launch(recipe, tmp_path / "runs", env=env)
-    run_id = ""
-    try:
-        launch.wait_epochs(3, 1, timeout=180)
-        run_id, pids = launch.manifest()["run_id"], launch.pids()
-        os.kill(pids[2], signal.SIGKILL)
-        launch.wait_event(lambda r: r.get("event") == "failed" and r.get("worker") == 2, 30,
-                          "worker 2 is lost")  # fmt: skip
-        joined = launch.wait_event(
-            lambda r: r.get("event") == "joined" and r.get("worker") == 2, 120, "it rejoins"
-        )
-        first = rejoined_epoch(launch, 2, 120)
-        gate.touch()
-        code, summary = launch.finish(timeout=200)
-    finally:
-        gate.touch()
-        launch.kill()
-        if run_id:
-            kill_all(edgetrain_processes(run_id))
-    assert code == 0, launch.stderr[-3000:]
-    assert summary is not None and summary["status"] == "completed"
-    assert edgetrain_processes(run_id) == {}
+    got = fault_and_rejoin(launch, gate, 2, signal.SIGKILL, ready=[0, 1, 2])
+    got.assert_completed()
+    summary, joined, first = got.summary, got.joined, got.first
+    assert summary is not None and first is not None
     run = launch.run_dir
     rejoin = first["rejoin"]
     epoch = joined["epoch"]
@@ -117,9 +93,10 @@ def test_a_killed_exchange_worker_rejoins_at_its_peers_iteration(
     assert rejoin["peer"] == 0  # the next live id after 2, wrapping
     assert rejoin["model_sha256"] == rejoin["peer_sha256"] != rejoin["before_sha256"]
     # it re-entered at the iteration its peers began the epoch at, and stayed in step
-    peers = {w: {r["epoch"]: r for r in _rows(run, w) if r["event"] == "epoch"} for w in (0, 1)}
+    rows = {w: metric_rows(run, w) for w in range(3)}
+    peers = {w: {r["epoch"]: r for r in rows[w] if r["event"] == "epoch"} for w in range(3)}
+    mine = peers[2]
     assert rejoin["iteration"] == peers[0][epoch - 1]["iterations"]
-    mine = {r["epoch"]: r for r in _rows(run, 2) if r["event"] == "epoch"}
     for e in range(epoch, 25):
         assert mine[e]["iterations"] == peers[0][e]["iterations"] == peers[1][e]["iterations"]
     served = [m for r in peers[0].values() for m in r.get("models_served", [])]

@@ -25,7 +25,14 @@ from tests.helpers.cli import last_error, run_cli
 from tests.helpers.fake_worker import RUN, FakeWorker, pump, started
 from tests.helpers.launching import Launch
 from tests.helpers.procs import edgetrain_processes, kill_all
-from tests.helpers.rejoining import gated_env, rejoined_epoch, ssh_launch, worker_pid
+from tests.helpers.rejoining import (
+    fault_and_rejoin,
+    gated_env,
+    metric_rows,
+    rejoined_epoch,
+    ssh_launch,
+    worker_pid,
+)
 from tests.helpers.sshd import Sshd, sshd  # noqa: F401 - the fixture
 
 REPO = Path(__file__).resolve().parents[1]
@@ -334,11 +341,6 @@ count = 3
 """
 
 
-def _rows(run: Path, worker: int) -> list[dict[str, Any]]:
-    path = run / "metrics" / f"worker-{worker}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def _initial_sha256(recipe: Path) -> str:
     """The SHA-256 of the recipe's initial model (every worker builds the same)."""
     from edgetrain.comm.wire import arrays_from_state
@@ -363,31 +365,10 @@ def test_a_killed_worker_is_restarted_and_rejoins_with_a_peers_model(
     recipe.write_text(text)
     env, gate = gated_env(tmp_path)
     launch = Launch(recipe, tmp_path / "runs", env=env)
-    run_id = ""
-    try:
-        launch.wait_epochs(3, epoch=3, timeout=180)
-        manifest = launch.manifest()
-        run_id, pids = manifest["run_id"], launch.pids()
-        os.kill(pids[2], signal.SIGKILL)
-        launch.wait_event(lambda r: r.get("event") == "failed" and r.get("worker") == 2, 30,
-                          "worker 2 is lost")  # fmt: skip
-        launch.wait_event(lambda r: r.get("event") == "restarted" and r.get("worker") == 2,
-                          30, "worker 2 is restarted")  # fmt: skip
-        joined = launch.wait_event(
-            lambda r: r.get("event") == "joined" and r.get("worker") == 2, 120, "it rejoins"
-        )
-        first = rejoined_epoch(launch, 2, 60)
-        gate.touch()
-        code, summary = launch.finish(timeout=200)
-    finally:
-        gate.touch()
-        launch.kill()
-        if run_id:
-            kill_all(edgetrain_processes(run_id))
-    assert code == 0, launch.stderr[-3000:]
-    assert summary is not None and summary["status"] == "completed"
-    run = launch.run_dir
-    assert edgetrain_processes(run_id) == {}
+    got = fault_and_rejoin(launch, gate, 2, signal.SIGKILL, ready=[0, 1, 2], at_epoch=3)
+    got.assert_completed()
+    run, joined, first = launch.run_dir, got.joined, got.first
+    assert first is not None
 
     # it took the live model from a peer, not its initial weights or the checkpoint
     rejoin = first["rejoin"]
@@ -395,13 +376,13 @@ def test_a_killed_worker_is_restarted_and_rejoins_with_a_peers_model(
     assert rejoin["model_sha256"] == rejoin["peer_sha256"]
     assert rejoin["model_sha256"] != rejoin["before_sha256"]
     assert rejoin["model_sha256"] != _initial_sha256(recipe)
-    served = [s for w in (0, 1) for r in _rows(run, w) for s in r.get("models_served", [])]
+    served = [s for w in (0, 1) for r in metric_rows(run, w) for s in r.get("models_served", [])]
     assert {"to": 2, "model_sha256": rejoin["model_sha256"]}.items() <= served[0].items()
     assert first["epoch"] == joined["epoch"]
 
     # every worker reports its final epoch; the join is in the events, manifest and report
     for w in range(3):
-        rows = _rows(run, w)
+        rows = metric_rows(run, w)
         assert any(r["event"] == "final" for r in rows)
         assert max(r["epoch"] for r in rows if r["event"] == "epoch") == 40
     final_manifest = json.loads((run / "manifest.json").read_text())
@@ -420,7 +401,7 @@ def test_a_killed_worker_is_restarted_and_rejoins_with_a_peers_model(
     run_t0 = restarted["spawned_at"] - restarted["t"]
     rejoin_s = first["first_step_at"] - restarted["spawned_at"]
     normal = [
-        next(r for r in _rows(run, w) if r["event"] == "epoch")["first_step_at"] - run_t0
+        next(r for r in metric_rows(run, w) if r["event"] == "epoch")["first_step_at"] - run_t0
         for w in (0, 1)
     ]
     print(
@@ -505,44 +486,24 @@ def test_a_lost_ps_trainer_is_restarted_and_trains_on_the_shards_current_paramet
     recipe.write_text(PS_RECIPE.format(technique=technique, consistency=consistency))
     env, gate = gated_env(tmp_path)
     launch = Launch(recipe, tmp_path / "runs", env=env)
-    run_id = ""
-    try:
-        for w in (1, 2, 3):  # the trainers (worker 0 is the shard)
-            launch.wait_event(
-                lambda r, w=w: r.get("event") == "epoch" and r.get("worker") == w, 180,
-                f"trainer {w} ends an epoch",
-            )  # fmt: skip
-        run_id, pids = launch.manifest()["run_id"], launch.pids()
-        os.kill(pids[3], fault)
-        launch.wait_event(lambda r: r.get("event") == "failed" and r.get("worker") == 3, 30,
-                          "trainer 3 is lost")  # fmt: skip
-        joined = launch.wait_event(
-            lambda r: r.get("event") == "joined" and r.get("worker") == 3, 120, "it rejoins"
-        )
-        first = rejoined_epoch(launch, 3, 120)
-        gate.touch()
-        code, summary = launch.finish(timeout=200)
-    finally:
-        gate.touch()
-        launch.kill()
-        if run_id:
-            kill_all(edgetrain_processes(run_id))
-    assert code == 0, launch.stderr[-3000:]
-    assert summary is not None and summary["status"] == "completed"
-    assert edgetrain_processes(run_id) == {}
+    # the trainers end an epoch (worker 0 is the shard), then trainer 3 is lost
+    got = fault_and_rejoin(launch, gate, 3, fault, ready=[1, 2, 3])
+    got.assert_completed()
+    summary, joined, first = got.summary, got.joined, got.first
+    assert summary is not None and first is not None
     run = launch.run_dir
     rejoin = first["rejoin"]
     assert rejoin["source"] == "servers" and rejoin["epoch"] == joined["epoch"]
     iterations = first["epoch_steps"]
     assert rejoin["iteration"] == (joined["epoch"] - 1) * iterations
     # the shard took it back from the next iteration it applied, and its pushes count again
-    server = next(r for r in _rows(run, 0) if r["event"] == "final")
+    server = next(r for r in metric_rows(run, 0) if r["event"] == "final")
     taken = server["rejoined"]
     assert [t["trainer"] for t in taken] == [3]
     assert rejoin["iteration"] <= taken[0]["iteration"] <= rejoin["iteration"] + 1
     assert "unknown_trainer" not in server["dropped"], server["dropped"]
     for w in range(1, 4):
-        rows = _rows(run, w)
+        rows = metric_rows(run, w)
         assert any(r["event"] == "final" for r in rows)
         assert max(r["epoch"] for r in rows if r["event"] == "epoch") == 30
     manifest = json.loads((run / "manifest.json").read_text())

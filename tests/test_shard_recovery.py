@@ -7,7 +7,6 @@ bit for bit the undisturbed run's."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,7 @@ import pytest
 
 from edgetrain.ps.recovery import KeptPushes, Replica, rebuild, state_problem
 from tests.helpers.launching import Launch, completed
-from tests.helpers.procs import edgetrain_processes, kill_all
-from tests.helpers.rejoining import gated_env
+from tests.helpers.rejoining import fault_and_rejoin, gated_env, metric_rows
 
 # ------------------------------------------------------------------ the rebuild (pure)
 
@@ -121,11 +119,6 @@ count = 2
 """
 
 
-def _rows(run: Path, worker: int) -> list[dict[str, Any]]:
-    path = run / "metrics" / f"worker-{worker}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize(
     ("technique", "consistency", "fault"),
@@ -142,39 +135,19 @@ def test_a_lost_shard_is_restarted_and_rebuilt_from_the_trainers(
     recipe.write_text(RECIPE.format(name="lost", restart=1, **keys))
     env, gate = gated_env(tmp_path)
     launch = Launch(recipe, tmp_path / "runs", env=env)
-    run_id = ""
-    try:
-        for w in (2, 3):
-            launch.wait_event(
-                lambda r, w=w: r.get("event") == "epoch" and r.get("worker") == w, 180,
-                f"trainer {w} ends an epoch",
-            )  # fmt: skip
-        run_id, pids = launch.manifest()["run_id"], launch.pids()
-        os.kill(pids[1], fault)
-        launch.wait_event(lambda r: r.get("event") == "failed" and r.get("worker") == 1, 30,
-                          "shard 1 is lost")  # fmt: skip
-        launch.wait_event(
-            lambda r: r.get("event") == "joined" and r.get("worker") == 1, 120, "it rejoins"
-        )
-        gate.touch()
-        code, summary = launch.finish(timeout=200)
-    finally:
-        gate.touch()
-        launch.kill()
-        if run_id:
-            kill_all(edgetrain_processes(run_id))
-    assert code == 0, launch.stderr[-3000:]
-    assert summary is not None and summary["status"] == "completed"
-    assert edgetrain_processes(run_id) == {}
+    got = fault_and_rejoin(launch, gate, 1, fault, ready=[2, 3], first_epoch=False)
+    got.assert_completed()
+    summary = got.summary
+    assert summary is not None
     run = launch.run_dir
-    shard = next(r for r in _rows(run, 1) if r["event"] == "final")
+    shard = next(r for r in metric_rows(run, 1) if r["event"] == "final")
     recovery = shard["recovery"]
     assert recovery["source"] == "trainers" and recovery["optimizer"] == "reset"
     assert recovery["kept_own"] == 0 and set(recovery["copies"]) <= {"2", "3"}
     for w in (2, 3):
-        final = next(r for r in _rows(run, w) if r["event"] == "final")
+        final = next(r for r in metric_rows(run, w) if r["event"] == "final")
         assert [r["shard"] for r in final["shard_recoveries"]] == [1]
-        assert max(r["epoch"] for r in _rows(run, w) if r["event"] == "epoch") == 8
+        assert max(r["epoch"] for r in metric_rows(run, w) if r["event"] == "epoch") == 8
     manifest = json.loads((run / "manifest.json").read_text())
     assert [w["status"] for w in manifest["workers"]] == ["completed"] * 4
     events = [(m["worker"], m["event"]) for m in manifest["membership"]]

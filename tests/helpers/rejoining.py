@@ -1,15 +1,19 @@
-"""What the rejoin tests share (``tests/test_rejoin.py``, ``tests/test_join.py``): a gated
-environment (workers train slowly until the test opens the gate), a gossip recipe over three
-ssh hosts, and finding a worker's own process behind its launcher."""
+"""What the rejoin tests share (``tests/test_rejoin.py``, ``tests/test_join.py``,
+``tests/test_shard_recovery.py``, ``tests/test_exchange_rejoin.py``): a gated environment
+(workers train slowly until the test opens the gate), a gossip recipe over three ssh hosts,
+finding a worker's own process behind its launcher, a worker's metric rows, and a fault
+injected into a gated run followed to its rejoin and the run's end."""
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tests.helpers.launching import Launch
-from tests.helpers.procs import edgetrain_processes
+from tests.helpers.procs import edgetrain_processes, kill_all
 from tests.helpers.sshd import Sshd
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,3 +83,67 @@ def rejoined_epoch(launch: Launch, worker: int, timeout: float = 120) -> dict[st
         timeout,
         "its first epoch after the rejoin",
     )
+
+
+def metric_rows(run: Path, worker: int) -> list[dict[str, Any]]:
+    """Every event ``worker`` recorded in ``run``'s ``metrics/worker-N.jsonl``."""
+    path = run / "metrics" / f"worker-{worker}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _is(row: dict[str, Any], event: str, worker: int) -> bool:
+    return bool(row.get("event") == event and row.get("worker") == worker)
+
+
+@dataclass
+class Rejoined:
+    """How a run went where a worker was lost and came back."""
+
+    launch: Launch
+    run_id: str
+    code: int
+    summary: dict[str, Any] | None
+    joined: dict[str, Any]  # the coordinator's ``joined`` event
+    first: dict[str, Any] | None  # the worker's first epoch after it (None: not awaited)
+
+    def assert_completed(self) -> None:
+        """The launch exited 0 with a completed run and left no process behind."""
+        assert self.code == 0, self.launch.stderr[-3000:]
+        assert self.summary is not None and self.summary["status"] == "completed"
+        assert edgetrain_processes(self.run_id) == {}
+
+
+def fault_and_rejoin(
+    launch: Launch,
+    gate: Path,
+    worker: int,
+    fault: int,
+    ready: list[int],
+    first_epoch: bool = True,
+    at_epoch: int = 1,
+) -> Rejoined:
+    """Once each of ``ready`` ended epoch ``at_epoch``, send ``worker``'s process ``fault``;
+    wait until the run lost it and took it back (with ``first_epoch``, until its first epoch
+    after that), open the gate and wait for the end. Every process of the run is reaped
+    whatever happens."""
+    run_id = ""
+    try:
+        for w in ready:
+            launch.wait_event(
+                lambda r, w=w: _is(r, "epoch", w) and int(r.get("epoch", 0)) >= at_epoch,
+                180,
+                f"worker {w} ends epoch {at_epoch}",
+            )
+        run_id, pids = launch.manifest()["run_id"], launch.pids()
+        os.kill(pids[worker], fault)
+        launch.wait_event(lambda r: _is(r, "failed", worker), 30, f"worker {worker} is lost")
+        joined = launch.wait_event(lambda r: _is(r, "joined", worker), 120, "it rejoins")
+        first = rejoined_epoch(launch, worker, 120) if first_epoch else None
+        gate.touch()
+        code, summary = launch.finish(timeout=200)
+    finally:
+        gate.touch()
+        launch.kill()
+        if run_id:
+            kill_all(edgetrain_processes(run_id))
+    return Rejoined(launch, run_id, code, summary, joined, first)
