@@ -60,11 +60,8 @@ class Donor:
             if not node.wait_room(peer, 0):
                 continue
             half = alpha / 2.0
-            weights = arrays_from_state(state)
-            sha = model_sha256(weights)
-            arrays = state_arrays(state, optimizer)
-            meta = {"alpha": half, "model_sha256": sha}
-            if node.send(peer, Message(MODEL, node.name, node.run_id, meta=meta, tensors=arrays)):
+            msg, sha = model_message(node, MODEL, state, optimizer, {"alpha": half})
+            if node.send(peer, msg):
                 alpha = half
                 self.asked.discard(peer)
                 self.served.append({"to": peer, "model_sha256": sha, "at": time.time()})
@@ -75,6 +72,22 @@ class Donor:
         """What was served since the last report (then forgotten)."""
         out, self.served = self.served, []
         return out
+
+
+def model_message(
+    node: GossipNode,
+    kind: str,
+    state: Mapping[str, torch.Tensor],
+    optimizer: torch.optim.Optimizer | None,
+    meta: Mapping[str, Any],
+    step: int = 0,
+) -> tuple[Message, str]:
+    """A message of ``kind`` that hands a rejoined peer this worker's weights and optimiser
+    state, with ``meta`` and the weights' SHA-256 (``model_sha256``); and that SHA-256."""
+    sha = model_sha256(arrays_from_state(state))
+    arrays = state_arrays(state, optimizer)
+    full = {**meta, "model_sha256": sha}
+    return Message(kind, node.name, node.run_id, step, 0, full, arrays), sha
 
 
 def fetch_model(

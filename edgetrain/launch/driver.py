@@ -601,8 +601,7 @@ def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
         # a technique that takes workers back restarts them ([run] restart) or lets them join
         # (edgetrain join); the book counts both
         restarts = RestartBook(recipe.run.restart) if rejoins else None
-        policy = setup.family.policy(recipe)
-        restartable = restarted_roles(recipe, policy.fatal_roles)
+        restartable = restarted_roles(recipe, coord.policy.fatal_roles)
         if restarts is not None:
             coord.rejoin_state = lambda wid: _rejoin_state(setup, wid)
         if recipe.run.restart > 0:

@@ -59,6 +59,7 @@ from edgetrain.gossip.exchange.sparse import Payload, payload_from
 from edgetrain.gossip.exchange.weightex import LossEwma
 from edgetrain.gossip.gosgd import expectations
 from edgetrain.gossip.node import GossipNode, NodeHolder
+from edgetrain.gossip.rejoin import model_message
 from edgetrain.runtime.base import Final, Ready, WorkerContext, meta_float
 from edgetrain.runtime.epochs import run_epochs
 from edgetrain.runtime.session import Session
@@ -341,12 +342,8 @@ class Decentral(NodeHolder):
                 self._serve_model(q)
 
     def _serve_model(self, q: int) -> None:
-        node = self._node
-        weights = arrays_from_state(self.state)
-        sha = model_sha256(weights)
-        meta = {"t": self.t, "samples": self.samples, "model_sha256": sha}
-        arrays = state_arrays(self.state, self.optimizer)
-        msg = Message(MODEL, node.name, node.run_id, self.t, 0, meta, arrays)
+        meta = {"t": self.t, "samples": self.samples}
+        msg, sha = model_message(self._node, MODEL, self.state, self.optimizer, meta, self.t)
         if self.deliver(q, msg):
             self.models_served.append({"to": q, "iteration": self.t, "model_sha256": sha})
             log.info("sent the model (iteration %d) to rejoined worker %d", self.t, q)
