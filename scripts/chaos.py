@@ -158,6 +158,9 @@ def totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "by_kind": {k: sum(f["kind"] == k for f in faults) for k in KINDS},
         "recovered": sum(f.get("rejoined") is True for f in faults),
         "within_accuracy": sum(abs(d) <= ACCURACY_POINTS for d in deltas),
+        # runs that rewind (the pipeline family): the undisturbed model, bit for bit
+        "same_model": sum(r.get("same_model") is True for r in chaos),
+        "compared_models": sum(isinstance(r.get("same_model"), bool) for r in chaos),
         "accuracy_delta_points": _spread(deltas),
         "rejoin_s": _spread(rejoin),
         "startup_s": _spread(startup),
@@ -278,7 +281,10 @@ def run_once(
     sets: dict[str, Any] = {"run.seed": seed}
     if epochs is not None:
         sets["train.epochs"] = epochs
-    sets.update({"run.heartbeat_s": HEARTBEAT_S, "run.checkpoint_every": 0})
+    # a lost pipeline stage rewinds the run to the last checkpoint: one after every epoch (in
+    # both arms, so that they differ only by the faults)
+    rewinds = "stage" in restarts_of(recipe)
+    sets.update({"run.heartbeat_s": HEARTBEAT_S, "run.checkpoint_every": 1 if rewinds else 0})
     if faults:
         sets.update({"run.restart": RESTARTS})
     tag = f"{recipe}-s{seed}-{arm}"
@@ -327,7 +333,7 @@ def run_once(
         pid = _pid(run_dir, victim)
         if pid is None:
             break
-        role = "server" if victim in servers else "trainer"
+        role = roles.get(victim, "trainer")
         fault: dict[str, Any] = {"kind": kind, "worker": victim, "role": role, "pid": pid}
         mark = len(launch.rows)
         fault["at_epoch"] = epoch_of.get(victim, min(epoch_of.values(), default=0))
@@ -381,6 +387,7 @@ def run_once(
     if summary:
         row["train_s"] = summary.get("train_s")
         row["epochs"] = summary.get("epochs")
+        row["model_sha256"] = summary.get("model_sha256")
     return row
 
 
@@ -436,6 +443,14 @@ def markdown(doc: dict[str, Any]) -> str:
         f"- Faults recovered (the victim rejoined): {t['recovered']} of {t['faults']}",
         f"- Final accuracy within {ACCURACY_POINTS} points of the undisturbed run: "
         f"{t['within_accuracy']} of {t['runs']}",
+        *(
+            [
+                f"- The undisturbed run's model, bit for bit (the pipeline's rewinds): "
+                f"{t['same_model']} of {t['compared_models']}"
+            ]
+            if t.get("compared_models")
+            else []
+        ),
         "",
         "| recipe | seed | arm | faults | rejoined | status | test acc | delta (points) | lost |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -552,6 +567,9 @@ def main(argv: list[str] | None = None) -> int:
                     if isinstance(a, float) and isinstance(b, float):
                         row["undisturbed_accuracy"] = b
                         row["accuracy_delta_points"] = 100.0 * (a - b)
+                    if base is not None and base.get("model_sha256"):
+                        # a rewinding run ends with the undisturbed model, bit for bit
+                        row["same_model"] = row.get("model_sha256") == base["model_sha256"]
                 doc["runs"].append(row)
                 write(out, doc)
                 lost = "; ".join(row["problems"]) or "nothing"

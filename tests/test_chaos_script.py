@@ -138,23 +138,24 @@ def test_totals_over_the_chaos_runs(chaos: ModuleType) -> None:
 
 
 def test_the_report_has_a_row_per_run_and_the_skipped(chaos: ModuleType) -> None:
-    why = "a pipeline/mcpipe worker cannot rejoin a running run yet"
+    why = "a ps/mercury worker cannot rejoin a running run yet"
     doc = {"runs": ROWS, "commit": "abc1234", "started": "2026-11-27 05:00",
-           "skipped": {"mcpipe": why}}  # fmt: skip
+           "skipped": {"mercury": why}}  # fmt: skip
     doc["totals"] = chaos.totals(ROWS)
     text = chaos.markdown(doc)
     assert "Made by commit abc1234" in text
     assert "| quickstart | 0 | chaos | 2 | 2 | completed | 0.9472 | -0.28 | nothing |" in text
     assert "| dynacomm | 0 | chaos | 1 | 0 | failed | 0.9000 | -2.00 | worker 2 failed |" in text
-    assert "- mcpipe: skipped, a pipeline/mcpipe worker cannot rejoin" in text
+    assert "- mercury: skipped, a ps/mercury worker cannot rejoin" in text
     assert "Faults recovered (the victim rejoined): 2 of 3" in text
 
 
 def test_which_shipped_recipes_can_take_faults(chaos: ModuleType) -> None:
     assert chaos.rejoins("quickstart") == (True, "")
     assert chaos.rejoins("dynacomm") == (True, "")
-    ok, why = chaos.rejoins("mcpipe")
-    assert not ok and "pipeline/mcpipe worker cannot rejoin" in why
+    assert chaos.rejoins("mcpipe") == (True, "")  # a lost stage rewinds the run
+    ok, why = chaos.rejoins("mercury")
+    assert not ok and "ps/mercury worker cannot rejoin" in why
 
 
 @pytest.mark.parametrize("argv", [["--recipes", "nope"], ["--faults", "0"], ["--seeds", "0"]])

@@ -111,6 +111,8 @@ class LiveProgress:
             "checkpoint_written": f"[dim]checkpoint of epoch {d.get('epoch')} written",
             "resumed": f"resuming after epoch {d.get('epoch')} from its checkpoint",
             "halt": f"[red]stopping: {d.get('reason')}",
+            "rewound": f"[green]the run went back to the checkpoint of epoch {d.get('epoch')} "
+            f"with {', '.join(f'worker {w}' for w in d.get('back') or [])}",
         }.get(event.kind)
         if text is not None:
             self.progress.console.print(text)

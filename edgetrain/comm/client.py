@@ -35,6 +35,7 @@ WAITS = {
     protocol.START: "the start (every worker ready)",
     protocol.GO: "the epoch barrier (every worker's epoch)",
     protocol.DRAIN: "the drain (every worker done)",
+    protocol.REWIND: "the rewind (the lost stage back)",
 }
 SYNC_AFTER_HEARTBEATS = 3
 UNANSWERED_SYNCS = 4

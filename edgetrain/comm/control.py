@@ -124,12 +124,16 @@ class CoordinationPolicy:
     run from ``start`` until ``drain``. ``barriers``: an epoch ends for all at once. Losing a
     worker of a ``fatal_roles`` role stops the run; losing any other follows
     ``[run] max_failed_fraction``. ``checkpoint_roles`` hand in a part of every checkpoint
-    (None: every role)."""
+    (None: every role). ``rewinds``: a lost epoch-role worker that comes back (``[run]
+    restart``) takes every epoch-role worker back to the last checkpoint with it
+    (:mod:`edgetrain.comm.rewind`; the pipeline family, whose stages cannot train around a
+    lost one)."""
 
     epoch_roles: frozenset[str] = frozenset({"trainer"})
     barriers: bool = True
     fatal_roles: frozenset[str] = frozenset()
     checkpoint_roles: frozenset[str] | None = None
+    rewinds: bool = False
 
     def checkpoints(self, role: str) -> bool:
         return self.checkpoint_roles is None or role in self.checkpoint_roles

@@ -36,6 +36,7 @@ from edgetrain.comm.control import (
     Sent,
 )
 from edgetrain.comm.rejoin import entry_epoch, register_verdict
+from edgetrain.comm.rewind import can_rewind, gen_of, rewind_epoch
 from edgetrain.comm.security import CurveKeys
 from edgetrain.comm.wire import DEFAULT_LIMITS, Limits, Message
 
@@ -167,6 +168,14 @@ class Coordinator:
         self._barrier_since: dict[int, float] = {}
         self._partial: dict[int, dict[int, HandIn]] = {}
         self._last_checkpoint = 0  # the latest epoch whose checkpoint completed
+        # Rewinds (policy.rewinds with rejoin): the generation (rewinds so far), whether one is
+        # pending (an epoch-role worker was lost), the survivors that halted for it, and the
+        # checkpoint epoch each rejoining worker was welcomed with.
+        self.gen = 0
+        self._rewinding = False
+        self._rewind_since = 0.0
+        self._halted: set[int] = set()
+        self._welcomed_at: dict[int, int | None] = {}
         self._phase_since = time.monotonic()
         self._stopped = False
         self._ctx = context or zmq.Context.instance()
@@ -245,6 +254,16 @@ class Coordinator:
     def finished(self) -> bool:
         return self.phase == "finished"
 
+    @property
+    def _rewinds(self) -> bool:
+        """Does a lost epoch-role worker that comes back rewind the run?"""
+        return self.rejoin and self.policy.rewinds
+
+    @property
+    def rewinding(self) -> bool:
+        """A rewind is pending: an epoch-role worker was lost, the others halt for it."""
+        return self._rewinding
+
     def mark_failed(self, worker_id: int, reason: str, kind: str = "failed") -> list[Event]:
         """Record that a worker died, stopped heartbeating or reported an error.
 
@@ -261,6 +280,11 @@ class Coordinator:
         events = [Event(worker_id, "failed", {"reason": reason, "host": info.host, "kind": kind})]
         if self._stopped:
             return events
+        self._halted.discard(worker_id)
+        if self._rewinds and self.phase == "training" and info.role.name in self.policy.epoch_roles:
+            if not self._rewinding:
+                self._rewind_since = time.monotonic()
+            self._rewinding = True  # the others halt; training waits for it to come back
         failed = self.failed
         for i in self.alive:
             if self.workers[i].status not in ("pending", "final"):
@@ -300,6 +324,14 @@ class Coordinator:
 
     def waiting_on(self) -> list[int]:
         """Workers the current phase still waits for."""
+        if self._rewinding:  # the lost ones to come back, the others to halt
+            roles = self.policy.epoch_roles
+            back = [
+                i
+                for i, w in self.workers.items()
+                if w.role.name in roles and (w.status == "failed" or i in self.joining)
+            ]
+            return back + [i for i in self._alive(roles) if i not in self._halted]
         if self.phase == "training" and self.policy.barriers and self._epoch_ends:
             epoch = min(self._epoch_ends)
             return [i for i in self._training() if i not in self._epoch_ends[epoch]]
@@ -322,6 +354,9 @@ class Coordinator:
             pending = [i for i in ids if self.workers[i].status == "pending"]
             what = "to register" if pending else f"to load {its} data and model"
             since = self._phase_since
+        elif self._rewinding:
+            what = "to come back or halt (the run rewinds to its last checkpoint)"
+            since = self._rewind_since
         elif self.phase == "training" and self.policy.barriers and self._epoch_ends:
             epoch = min(self._epoch_ends)
             what = f"to finish epoch {epoch}"
@@ -466,6 +501,7 @@ class Coordinator:
             protocol.FINAL: self._on_final,
             protocol.ERROR: self._on_error,
             protocol.SYNC: self._on_sync,
+            protocol.HALTED: self._on_halted,
         }[msg.type]
         return handler(info, msg)
 
@@ -514,6 +550,8 @@ class Coordinator:
             # a worker without epochs (a parameter-server shard) re-enters at once: the
             # training workers wait for it
             events.extend(self._admit(info.id, self._current_epoch()))
+        elif info.id in self.joining and self._rewinding:
+            events.extend(self._maybe_rewind())
         elif info.id in self.joining and not self.policy.barriers:
             events.extend(self._admit_joiners(None))
         return events
@@ -549,6 +587,7 @@ class Coordinator:
         }
         tensors: dict[str, np.ndarray] = {}
         point = self.rejoin_state(info.id) if self.rejoin_state is not None else None
+        self._welcomed_at[info.id] = point[0] if point is not None else None
         if point is not None:
             epoch, handin = point
             meta["resume"] = {"epoch": epoch, "handin": handin.meta}
@@ -589,7 +628,8 @@ class Coordinator:
             "barriers": self.policy.barriers,
             "checkpoints": self.policy.checkpoints(info.role.name),
             "directive": dict(self.start_directives.get(worker_id, {})),
-            "rejoin": {"epoch": first},
+            "rejoin": {"epoch": first, "gen": self.gen},
+            "rewinds": self._rewinds,
         }
         self._send(worker_id, protocol.START, meta)
         return [Event(worker_id, "joined", {"epoch": first, "host": info.host})]
@@ -603,6 +643,75 @@ class Coordinator:
         self._send(worker_id, protocol.STOP, {})
         self.control.forget(worker_id)
         return [Event(worker_id, "rejoin_refused", {"reason": why, "host": info.host})]
+
+    # ------------------------------------------------------------------ rewind
+
+    def _stale(self, msg: Message) -> bool:
+        """A report from before the sender's last rewind (an older generation)?"""
+        return self._rewinds and gen_of(msg.meta) < self.gen
+
+    def _on_halted(self, info: WorkerInfo, msg: Message) -> list[Event]:
+        """A survivor stopped where it was for a lost worker: rewind once all have."""
+        ok = self._rewinds and info.role.name in self.policy.epoch_roles
+        if not ok or info.status not in ("running", "done"):
+            return self._bad(info, "bad_halted")
+        if gen_of(msg.meta) != self.gen:
+            return self._bad(info, "stale")
+        self._halted.add(info.id)
+        return [Event(info.id, "halted", {"gen": self.gen}), *self._maybe_rewind()]
+
+    def _maybe_rewind(self) -> list[Event]:
+        """Once every surviving epoch-role worker halted and every lost one is back and set
+        up: start the lost ones at the epoch after the last checkpoint, send every survivor
+        its part of that checkpoint (none: the seeded start), and begin a new generation."""
+        if not self._rewinding:
+            return []
+        roles = self.policy.epoch_roles
+        survivors = self._alive(roles)
+        lost = [i for i in self.failed if self.workers[i].role.name in roles]
+        joining = {
+            i: self.workers[i].status == "ready"
+            for i in self.joining
+            if self.workers[i].role.name in roles
+        }
+        if not can_rewind(survivors, self._halted, lost, joining):
+            return []
+        points = {i: self.rejoin_state(i) if self.rejoin_state else None for i in survivors}
+        welcomed = [self._welcomed_at.get(i) for i in joining]
+        resumed_after = self.resume.epoch if self.resume is not None else 0
+        try:
+            epoch = rewind_epoch(
+                [p[0] if p is not None else None for p in points.values()] + welcomed,
+                resumed_after,
+            )
+        except ValueError as exc:
+            return self._decide(Decision(halt=f"cannot rewind: {exc}"), "rewind")
+        self.gen += 1
+        self._rewinding = False
+        self._halted.clear()
+        self._epoch_ends.clear()
+        self._barrier_since.clear()
+        for later in [e for e in self._partial if e > epoch]:  # trained again
+            del self._partial[later]
+        events: list[Event] = []
+        for i in sorted(joining):
+            events.extend(self._admit(i, epoch + 1))
+        roster = self.roster()
+        for i in survivors:
+            info = self.workers[i]
+            info.status, info.epoch, info.done = "running", epoch, {}
+            point = points[i]
+            meta = {
+                "epoch": epoch,
+                "gen": self.gen,
+                "roster": roster,
+                "handin": point[1].meta if point is not None else None,
+            }
+            tensors = point[1].weights if point is not None else {}
+            self._send(i, protocol.REWIND, meta, epoch, tensors)
+        data = {"epoch": epoch, "gen": self.gen, "workers": survivors, "back": sorted(joining)}
+        events.append(Event(None, "rewound", data))
+        return events
 
     def roster(self) -> dict[str, dict[str, Any]]:
         """Every worker still in the run: role, host, endpoints (and its placement)."""
@@ -644,6 +753,7 @@ class Coordinator:
                 "barriers": self.policy.barriers,
                 "checkpoints": self.policy.checkpoints(self.workers[i].role.name),
                 "directive": decision.directive(i),
+                "rewinds": self._rewinds,
             }
             self._send(i, protocol.START, meta)
         started = Event(None, "started", {"workers": len(alive), "barriers": self.policy.barriers})
@@ -658,6 +768,8 @@ class Coordinator:
             return self._bad(info, "bad_checkpoint")
         if not _small(handin):
             return self._bad(info, "bad_checkpoint")
+        if self._stale(msg):
+            return self._bad(info, "stale")
         # Copy: received tensors are read-only views of the receive buffers.
         if msg.epoch <= self._last_checkpoint:  # (a restarted shard's part of a written one)
             return []
@@ -668,6 +780,8 @@ class Coordinator:
     def _on_epoch_end(self, info: WorkerInfo, msg: Message) -> list[Event]:
         if info.role.name not in self.policy.epoch_roles or info.status != "running":
             return self._bad(info, "bad_epoch_end")
+        if self._stale(msg):
+            return self._bad(info, "stale")
         info.epoch = msg.epoch
         report = {k: v for k, v in msg.meta.items() if k != "seq"}
         events = [Event(info.id, "epoch", {**report, "epoch": msg.epoch, "step": msg.step})]
@@ -686,7 +800,7 @@ class Coordinator:
     def _release_barriers(self) -> list[Event]:
         """Release every epoch that all alive, still-training workers have ended: ask the
         controller for directives and send each worker its ``go``."""
-        if not self.policy.barriers:
+        if not self.policy.barriers or self._rewinding:
             return []
         events: list[Event] = []
         for epoch in sorted(self._epoch_ends):
@@ -736,6 +850,8 @@ class Coordinator:
     def _on_done(self, info: WorkerInfo, msg: Message) -> list[Event]:
         if info.role.name not in self.policy.epoch_roles or not _small(msg.meta):
             return self._bad(info, "bad_done")
+        if self._stale(msg):
+            return self._bad(info, "stale")
         info.done = {k: v for k, v in msg.meta.items() if k != "seq"}
         info.status = "done"
         events = [Event(info.id, "done", dict(info.done))]
@@ -748,6 +864,8 @@ class Coordinator:
         with ``redrain`` (a worker failed while the others drain), send the new directives to
         those still draining, so nobody waits for what the failed worker will never send."""
         trainers = self._alive(self.policy.epoch_roles)
+        if self._rewinding:  # training goes back to a checkpoint first
+            return []
         if redrain:
             targets = [i for i in self.alive if self.workers[i].status != "final"]
         elif self.phase == "training" and trainers:

@@ -23,6 +23,11 @@ heartbeat {ack}                     ->                               every [run]
 sync {have}                         ->                               after 3 quiet intervals
                                     <-  state {phase, seq}           the reply to sync
                                     <-  peers {failed}               when workers fail
+halted {gen}                        ->   a rewinding run (the pipeline family): a stage it
+                                         needs was lost, it stopped where it was
+                                    <-  rewind {epoch, gen, roster, handin?} (+ weights)
+                                         once every survivor halted and the lost workers are
+                                         back: go back to the checkpoint of epoch E
 
 Every worker message carries ``meta["auth"]``: a token made from the run's secret (which the
 launcher hands each worker on its standard input, never on a command line) and the worker's
@@ -60,6 +65,8 @@ HEARTBEAT = "heartbeat"
 SYNC = "sync"
 STATE = "state"
 PEERS = "peers"
+HALTED = "halted"
+REWIND = "rewind"
 
 TO_COORDINATOR = (
     REGISTER,
@@ -72,9 +79,10 @@ TO_COORDINATOR = (
     ERROR,
     HEARTBEAT,
     SYNC,
+    HALTED,
 )
-TO_WORKER = (WELCOME, START, GO, DRAIN, STOP, PEERS, STATE)
-NUMBERED = (WELCOME, START, GO, DRAIN, STOP, PEERS)
+TO_WORKER = (WELCOME, START, GO, DRAIN, STOP, PEERS, STATE, REWIND)
+NUMBERED = (WELCOME, START, GO, DRAIN, STOP, PEERS, REWIND)
 
 COORDINATOR = "coordinator"
 AUTH = "auth"

@@ -447,7 +447,11 @@ MEMBERSHIP = {
 
 
 def _note_membership(manifest: dict[str, Any], event: Event, t: float) -> bool:
-    """Add a leave or join to the manifest's ``membership``; True if it was one."""
+    """Add a leave or join to the manifest's ``membership`` (a rewind to a checkpoint to its
+    ``rewinds``); True if it was one."""
+    if event.kind == "rewound":
+        manifest.setdefault("rewinds", []).append({"t": round(t, 3), "at": now_iso(), **event.data})
+        return True
     what = MEMBERSHIP.get(event.kind)
     if what is None or event.worker is None:
         return False

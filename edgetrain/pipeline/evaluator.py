@@ -3,7 +3,9 @@ them after it.
 
 While the stages train it only receives: each part is checked (a stage's own units, the
 model's names and shapes, float32) and written to a scratch directory on its host, so it holds
-no snapshot in memory and takes no CPU from training. After the drain it waits for every part
+no snapshot in memory and takes no CPU from training. A part that comes again (a run that
+rewound to a checkpoint trains those microbatches again, to the same weights) replaces the
+first: parts are counted once each. After the drain it waits for every part
 the stages reported sending, then loads each complete snapshot into the recipe's model and
 scores it on the test split (with the snapshot's ``sha256``, so two runs' snapshots after the
 same microbatches can be compared bit for bit). The scores (with each snapshot's training
@@ -50,7 +52,7 @@ class Evaluator:
         self.transport = Transport.of(ctx)
         self.sock: zmq.SyncSocket | None = None
         self.scratch: Path | None = None
-        self.got: dict[str, int] = {}  # parts received per sender
+        self.got: dict[str, set[tuple[int, int]]] = {}  # (snap, unit) received per sender
         self.parts: dict[int, dict[str, Any]] = {}  # snap -> its facts and files
         self.session: Session | None = None  # for progress reports (the live view's row)
 
@@ -122,14 +124,14 @@ class Evaluator:
             if reason is not None:
                 self.ctx.traffic.drop(reason, msg.sender)
                 continue
-            self.got[msg.sender] = self.got.get(msg.sender, 0) + 1
-            snap = int(msg.meta["snap"])
+            snap, unit = int(msg.meta["snap"]), int(msg.meta["unit"])
+            self.got.setdefault(msg.sender, set()).add((snap, unit))
             entry = self.parts.setdefault(
                 snap,
                 {
                     "epoch": int(msg.meta["epoch"]),
                     "train_s": 0.0,
-                    "files": [],
+                    "files": {},
                     "units": {},
                     "epoch_end": bool(msg.meta.get("epoch_end", False)),
                     "parts": int(msg.meta["parts"]),
@@ -137,15 +139,16 @@ class Evaluator:
             )
             entry["train_s"] = max(entry["train_s"], float(msg.meta["train_s"]))
             part = int(msg.meta["part"])
-            entry["units"][part] = entry["units"].get(part, 0) + 1
-            path = self.scratch / f"snap-{snap}-{part}-{entry['units'][part]}.npz"
+            entry["units"].setdefault(part, set()).add(unit)
+            path = self.scratch / f"snap-{snap}-{part}-{unit}.npz"
             np.savez(path, **{k: np.asarray(v) for k, v in msg.tensors.items()})  # type: ignore[arg-type]
-            entry["files"].append(path)
+            entry["files"][path.name] = path
             self._progress(snapshots_received=len(self.parts))
 
     def _missing(self, expect: dict[str, int]) -> int:
         return sum(
-            max(0, n - self.got.get(protocol.worker_name(int(w)), 0)) for w, n in expect.items()
+            max(0, n - len(self.got.get(protocol.worker_name(int(w)), ())))
+            for w, n in expect.items()
         )
 
     def _finish_receiving(self, session: Session, drain: dict[str, Any]) -> None:
@@ -174,7 +177,7 @@ class Evaluator:
         for snap in sorted(self.parts):
             entry = self.parts[snap]
             complete = all(
-                entry["units"].get(p, 0) == self.units_per_part.get(p, 0)
+                len(entry["units"].get(p, ())) == self.units_per_part.get(p, 0)
                 for p in range(entry["parts"])
             )
             row: dict[str, Any] = {
@@ -190,7 +193,7 @@ class Evaluator:
             }
             if complete:
                 arrays: dict[str, np.ndarray] = {}
-                for path in entry["files"]:
+                for path in entry["files"].values():
                     with np.load(path, allow_pickle=False) as z:
                         arrays.update({k: z[k] for k in z.files})
                 self.model.load_state_dict(

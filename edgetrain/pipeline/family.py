@@ -306,6 +306,7 @@ class PipelineFamily(FamilyDefaults):
             barriers=True,
             fatal_roles=frozenset({STAGE, REPLICA, EVALUATOR}),
             checkpoint_roles=frozenset({STAGE, REPLICA}),
+            rewinds=True,
         )
 
     def controller(self, recipe: Recipe, roles: Sequence[Role], run_dir: Path) -> Controller:

@@ -4,7 +4,7 @@ at an older version); no version is kept (``latest`` store)."""
 
 from __future__ import annotations
 
-from edgetrain.pipeline.roles import runner_for
+from edgetrain.pipeline.roles import staged_runner
 
 STORE = "latest"  # how its stages keep their weights (:mod:`edgetrain.pipeline.stores`)
-make_runner = runner_for
+make_runner = staged_runner

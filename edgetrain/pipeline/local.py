@@ -10,12 +10,12 @@ from edgetrain.pipeline.family import (
     check_pipelined,
     check_stage_roles,
 )
-from edgetrain.pipeline.roles import runner_for
+from edgetrain.pipeline.roles import staged_runner
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.base import TechniqueSide
 
 STORE = "latest"  # how its stages keep their weights (:mod:`edgetrain.pipeline.stores`)
-make_runner = runner_for
+make_runner = staged_runner
 
 
 def one_stage(recipe: Recipe) -> None:

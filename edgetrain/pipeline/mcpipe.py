@@ -5,7 +5,7 @@ bit; it saves memory where a unit's parameters outweigh b x (its inputs + output
 
 from __future__ import annotations
 
-from edgetrain.pipeline.roles import runner_for
+from edgetrain.pipeline.roles import staged_runner
 
 STORE = "pairs"  # how its stages keep their weights (:mod:`edgetrain.pipeline.stores`)
-make_runner = runner_for
+make_runner = staged_runner

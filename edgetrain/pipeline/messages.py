@@ -1,17 +1,20 @@
 """Messages between pipeline processes, and their checks (specification §10).
 
-- ``pipe.act``, stage s -> s+1: meta ``epoch``, ``mb``, ``version`` (diagnostic); tensors
-  ``act`` (float32, b x the activation) and ``labels`` (int64, b), carried to the last stage;
-- ``pipe.grad``, stage s+1 -> s: meta ``epoch``, ``mb``; tensor ``grad`` (float32, the
-  activation's shape);
+- ``pipe.act``, stage s -> s+1: meta ``epoch``, ``mb``, ``gen``, ``version`` (diagnostic);
+  tensors ``act`` (float32, b x the activation) and ``labels`` (int64, b), carried to the last
+  stage;
+- ``pipe.grad``, stage s+1 -> s: meta ``epoch``, ``mb``, ``gen``; tensor ``grad`` (float32,
+  the activation's shape);
 - ``pipe.snap``, stage (or replica 0) -> evaluator: meta ``snap``, ``epoch``, ``mb``,
-  ``train_s``, ``part``, ``parts``; one unit's weights and buffers;
+  ``train_s``, ``part``, ``parts``, ``unit``; one unit's weights and buffers;
 - ``dp.grad``, replica -> every other replica: meta ``epoch``, ``step``; its gradients.
 
 A receiver drops (and counts by reason) what is malformed or comes from anyone but the peer it
 expects: a stranger's or a fuzzer's frames never reach training. A well-formed message from the
 right peer for another microbatch than the next operation needs is a broken run, never
-reordered: the stage stops with one line naming both (:class:`OutOfOrder`).
+reordered: the stage stops with one line naming both (:class:`OutOfOrder`). ``gen`` is the
+generation of a run that rewinds (:mod:`edgetrain.comm.rewind`): a message from before the
+receiver's last rewind is stale and dropped.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgetrain.comm.rewind import gen_of
 from edgetrain.comm.wire import Message, float32_problem, is_count
 from edgetrain.errors import RunError
 
@@ -44,6 +48,7 @@ class Expect:
     mb: int
     shape: tuple[int, ...]
     classes: int = 0  # labels in [0, classes) on activations
+    gen: int = 0  # the receiver's generation (a run that rewinds)
 
     def what(self) -> str:
         noun = "activation" if self.kind == ACT else "error"
@@ -57,6 +62,8 @@ def problem(msg: Message, expect: Expect) -> str | None:
         return "unknown_sender"
     if not is_count(msg.meta.get("epoch")) or not is_count(msg.meta.get("mb")):
         return "bad_meta"
+    if gen_of(msg.meta) != expect.gen:  # sent before a rewind (never after: see comm.rewind)
+        return "stale"
     names = {"act", "labels"} if expect.kind == ACT else {"grad"}
     if set(msg.tensors) != names:
         return "bad_tensor_names"
@@ -95,7 +102,7 @@ def snapshot_problem(
     if part is None:
         return "unknown_sender"
     meta = msg.meta
-    for key in ("snap", "epoch", "mb", "part", "parts"):
+    for key in ("snap", "epoch", "mb", "part", "parts", "unit"):
         if not is_count(meta.get(key)):
             return "bad_meta"
     t = meta.get("train_s")

@@ -4,7 +4,7 @@ Stage s keeps m_s = N - s + e versions in steady state (``versions`` store)."""
 
 from __future__ import annotations
 
-from edgetrain.pipeline.roles import runner_for
+from edgetrain.pipeline.roles import staged_runner
 
 STORE = "versions"  # how its stages keep their weights (:mod:`edgetrain.pipeline.stores`)
-make_runner = runner_for
+make_runner = staged_runner

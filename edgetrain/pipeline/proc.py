@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from edgetrain.comm.control import HandIn
+from edgetrain.comm.rewind import Rewind
 from edgetrain.comm.transport import Transport
 from edgetrain.data.dataset import Dataset
 from edgetrain.errors import EdgetrainError
@@ -131,6 +132,21 @@ def unit_buffers(units: Sequence[Unit]) -> list[tuple[str, torch.Tensor]]:
     ]
 
 
+def _count(value: Any) -> int:
+    """A non-negative count from checkpoint metadata (0 when absent or malformed)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return value if ok else 0
+
+
+def seeded_units(recipe: Recipe, input_shape: tuple[int, int, int], classes: int) -> list[Unit]:
+    """The seeded model's units, as every process builds them at the start."""
+    from edgetrain.models import build_model
+
+    torch.manual_seed(recipe.run.seed)
+    model = build_model(recipe.model.name, input_shape, classes, recipe.model.options)
+    return build_units(model, recipe.model.name)
+
+
 def training_tensors(data: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
     """The training split as contiguous float32 inputs and int64 labels."""
     xt = torch.from_numpy(np.ascontiguousarray(data.x_train, dtype=np.float32))
@@ -164,6 +180,7 @@ class TrainingProcess:
         self.session: Session | None = None
         self.snap_parts = 0
         self.snap_s = 0.0
+        self.epoch_t0 = time.monotonic()  # the training clock has counted up to here
         self.cpu0 = time.process_time()  # reset when training begins
         self.quota_group: Path | None = None  # the CPU quota's group, found then
         self.quota_stat0: dict[str, float] | None = None
@@ -196,9 +213,13 @@ class TrainingProcess:
         last: bool,
         input_shape: Sequence[int],
         store: str = "mixed",
+        resume: HandIn | None = None,
+        seeded: bool = False,
     ) -> Stage:
-        """The stage of ``units``: from the checkpoint when the run resumes, else seeded."""
-        recipe, resume = self.ctx.recipe, self.ctx.resume
+        """The stage of ``units``: from ``resume`` (default: the checkpoint when the run
+        resumes), else seeded (``seeded``: seeded even where the run resumed)."""
+        recipe = self.ctx.recipe
+        resume = None if seeded else (resume if resume is not None else self.ctx.resume)
         version, init, mom = 0, None, None
         if resume is not None:
             version = int(resume.meta.get("version", 0))
@@ -247,14 +268,43 @@ class TrainingProcess:
         accounting.reset_cgroup_peak(self.cgroup)
         self.clock = 0.0
         steps = 0
+        first = session.rejoin_epoch or self.ctx.start_epoch
+        if session.rejoin_epoch is not None and self.ctx.resume is not None:
+            # a restarted process: the counts where its checkpoint left them
+            steps = self._restore_counts(self.ctx.resume, clock=True)
+        while True:
+            try:
+                return self._epochs(session, first, steps)
+            except Rewind:  # a stage this one trains with was lost (a run that rewinds)
+                first, steps = self._rewind(session)
+
+    def _epochs(self, session: Session, first: int, steps: int) -> tuple[int, int]:
+        """Epochs ``first`` to the last, then ``done``; the last epoch run and the steps."""
         last = self.ctx.recipe.train.epochs
-        for epoch in range(self.ctx.start_epoch, last + 1):
+        for epoch in range(first, last + 1):
+            self.epoch_t0 = time.monotonic()
             steps, stop = self._epoch(session, epoch, steps)
             if stop:  # the time budget is spent, or the coordinator said stop
                 last = epoch
                 break
         session.done({"snapshot_parts": self.snap_parts}, last, steps)
         return last, steps
+
+    def _rewind(self, session: Session) -> tuple[int, int]:
+        """Halt, and go back to the checkpoint the coordinator sends; the epoch to train next
+        and the steps there. Only stages rewind (:class:`~edgetrain.pipeline.stage.StageRunner`)."""
+        raise NotImplementedError
+
+    def _restore_counts(self, handin: HandIn, clock: bool) -> int:
+        """The snapshot parts sent (and with ``clock``, the training clock) where ``handin``'s
+        checkpoint was taken; returns its steps."""
+        meta = handin.meta
+        self.snap_parts = _count(meta.get("snapshot_parts"))
+        if clock:
+            t = meta.get("train_clock_s")
+            ok = isinstance(t, (int, float)) and not isinstance(t, bool) and t >= 0
+            self.clock = float(t) if ok and t is not None else 0.0
+        return _count(meta.get("steps"))
 
     # ------------------------------------------------------------------ snapshots, figures
 

@@ -19,3 +19,18 @@ def runner_for(ctx: WorkerContext) -> Runner:
     from edgetrain.pipeline.stage import StageRunner
 
     return StageRunner(ctx, ctx.recipe.train.technique)
+
+
+class StagedRunners:
+    """The staged techniques' runner factory (Local, PipeDream, GreedyUpdates, mcPipe):
+    :func:`runner_for`, and a lost stage's restarted process rejoins the running run by
+    rewinding every stage to the last checkpoint (:mod:`edgetrain.comm.rewind`)."""
+
+    rejoins = True
+    restarts_roles = frozenset({"stage"})
+
+    def __call__(self, ctx: WorkerContext) -> Runner:
+        return runner_for(ctx)
+
+
+staged_runner = StagedRunners()

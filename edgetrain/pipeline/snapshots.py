@@ -51,6 +51,7 @@ def send(
             "part": part,
             "parts": parts,
             "units": len(stage.units),
+            "unit": u,
             "train_s": train_s,
             "epoch_end": epoch_end,
         }

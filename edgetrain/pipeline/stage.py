@@ -8,6 +8,11 @@ the operation that needs it. The technique decides only how the store keeps the 
 each epoch's end the pipeline has drained: every stage is at its newest version, its snapshot
 goes to the evaluator, its checkpoint (when due) to the coordinator. The memory figures and
 timers go out with each epoch's report and the final hand-in.
+
+In a run that rewinds (``[run] restart``, :mod:`edgetrain.comm.rewind`), a lost stage halts
+the others where they are; each then takes its part of the last checkpoint from the
+coordinator (or its seeded start), reconnects to the lost stage's new process and trains the
+epochs since again, every message stamped with the new generation.
 """
 
 from __future__ import annotations
@@ -21,16 +26,18 @@ import numpy as np
 import torch
 
 from edgetrain.comm.control import HandIn
+from edgetrain.comm.rewind import GEN, Rewind
 from edgetrain.errors import Diverged, EdgetrainError
 from edgetrain.pipeline import feed, messages, schedule, snapshots
 from edgetrain.pipeline.bounds import UnitSize, paper_bound, resident, transient
 from edgetrain.pipeline.chain import Unit
-from edgetrain.pipeline.proc import TrainingProcess, collect, training_tensors
+from edgetrain.pipeline.proc import TrainingProcess, collect, seeded_units, training_tensors
 from edgetrain.pipeline.stage_build import stage_momentum, stage_state
 from edgetrain.pipeline.stage_channels import to_tensor
 from edgetrain.pipeline.table import UnitInfo
 from edgetrain.runtime.accelerator import from_host, to_host
 from edgetrain.runtime.base import Final, Ready, WorkerContext
+from edgetrain.runtime.context import Roster
 from edgetrain.runtime.session import Session
 
 log = logging.getLogger(__name__)
@@ -45,6 +52,10 @@ class StageRunner(TrainingProcess):
         self.losses: list[float] = []
         self.correct = 0
         self.seen = 0
+        self.rewinds = 0  # rewinds to a checkpoint this process took part in
+        self.rewound_s = 0.0  # training time they threw away, and the halts' waits
+        self.halting = False  # a lost stage halts this one (a run that rewinds)
+        self.connected: dict[str, str] = {}  # outbox -> the endpoint it is connected to
 
     # ------------------------------------------------------------------ runner
 
@@ -55,6 +66,7 @@ class StageRunner(TrainingProcess):
         self.last = self.s == self.n - 1
         data, units, infos = self._start()
         self.classes = data.classes
+        self.data_shape = data.input_shape
         # The chain and its table now, so that `start` finds the stage ready to cut.
         self.all_units: list[Unit] | None = units
         self.infos_all: list[UnitInfo] = infos
@@ -80,6 +92,10 @@ class StageRunner(TrainingProcess):
         self.m = int(d["microbatches"])
         self._build(bounds[self.s])
         self._connect(session)
+        if session.rewinds:
+            self.stage_ids = {m.id for m in session.roster.of("stage")}
+            session.on_failed(self._peer_failed)
+            self.halting = True
         _, steps = self._train(session)
         weights = stage_state(self.stage)
         meta = self._handin_meta()
@@ -118,12 +134,69 @@ class StageRunner(TrainingProcess):
         if self.s > 0:
             prev = members[self.s - 1]
             self.links.connect("grad", prev.endpoints["grad"], prev.id, hwm)
+            self.connected["grad"] = prev.endpoints["grad"]
             self.prev = f"w{prev.id}"
         if not self.last:
             nxt = members[self.s + 1]
             self.links.connect("act", nxt.endpoints["act"], nxt.id, hwm)
+            self.connected["act"] = nxt.endpoints["act"]
             self.next = f"w{nxt.id}"
         self._connect_evaluator(session)
+
+    # ------------------------------------------------------------------ rewinds
+
+    def _peer_failed(self, failed: set[int]) -> None:
+        """The coordinator named failed workers: a lost stage halts this one."""
+        if self.halting and failed & self.stage_ids:
+            raise Rewind(f"stage {self.s}: stages {sorted(failed & self.stage_ids)} were lost")
+
+    def _rewind(self, session: Session) -> tuple[int, int]:
+        """Halt where this stage is; once the coordinator rewinds, reconnect to the lost
+        stage's new process and rebuild this stage from its part of the checkpoint (None: the
+        seeded start). Returns the epoch to train next and the steps at the checkpoint."""
+        self.halting = False
+        t0 = self.epoch_t0
+        log.info("stage %d: a stage was lost; halting for the rewind", self.s)
+        units = self.stage.units
+        del self.stage  # the microbatches in flight, their graphs and pairs go
+        collect()
+        rewound = session.halt()
+        self.halting = True
+        self._reconnect(rewound.roster)
+        seeded = rewound.handin is None
+        if seeded:
+            lo, hi = self.bounds[self.s]
+            units = seeded_units(self.ctx.recipe, self.data_shape, self.classes)[lo:hi]
+        self.stage = self._build_stage(
+            units, self.infos, self.technique, last=self.last,
+            input_shape=self.infos[0].in_shape, store=self.cfg.store,
+            resume=rewound.handin, seeded=seeded,
+        )  # fmt: skip
+        collect()
+        if rewound.handin is None:
+            steps, self.snap_parts = 0, 0
+        else:
+            steps = self._restore_counts(rewound.handin, clock=False)
+        lost = time.monotonic() - t0
+        self.clock += lost  # the epoch thrown away and the wait count: the run lost them
+        self.rewinds += 1
+        self.rewound_s += lost
+        log.info("stage %d: rewound to epoch %d (gen %d)", self.s, rewound.epoch, rewound.gen)
+        return rewound.epoch + 1, steps
+
+    def _reconnect(self, roster: Roster) -> None:
+        """Connect the outboxes whose peer came back at a new endpoint."""
+        assert self.links is not None
+        members = {m.role.index: m for m in roster.of("stage")}
+        hwm = schedule.in_flight(0, self.n, self.cfg.window_extra, self.cfg.window) + 1
+        for name, index, inbox in (("grad", self.s - 1, "grad"), ("act", self.s + 1, "act")):
+            member = members.get(index)
+            if name not in self.connected or member is None:
+                continue
+            endpoint = member.endpoints.get(inbox)
+            if endpoint and endpoint != self.connected[name]:
+                self.links.reconnect(name, endpoint, member.id, hwm)
+                self.connected[name] = endpoint
 
     # ------------------------------------------------------------------ one epoch
 
@@ -162,6 +235,7 @@ class StageRunner(TrainingProcess):
             session.progress(epoch, done, steps + done, **loss)
         epoch_s = time.monotonic() - started - (self._out_of_clock_s() - snap_before)
         self.clock += epoch_s
+        self.epoch_t0 = time.monotonic()  # counted up to here (a rewind counts from here)
         steps += done
         t0 = time.monotonic()
         absorbed = epoch * self.m
@@ -181,7 +255,7 @@ class StageRunner(TrainingProcess):
             "train_clock_s": self.clock,
         }
         if session.checkpoint_due(epoch):
-            session.checkpoint(epoch, steps, self._checkpoint())
+            session.checkpoint(epoch, steps, self._checkpoint(steps))
         go = session.end_epoch(epoch, steps, metrics, last=epoch == ctx.recipe.train.epochs)
         return steps, bool(go.get("stop"))
 
@@ -192,7 +266,7 @@ class StageRunner(TrainingProcess):
             x, y = self.xt.index_select(0, idx).to(self.device), self.yt.index_select(0, idx)
         else:
             expect = messages.Expect(
-                messages.ACT, self.prev or "", epoch, j, self.act_shape, self.classes
+                messages.ACT, self.prev or "", epoch, j, self.act_shape, self.classes, self._gen
             )
             msg = self.links.receive(
                 "act",
@@ -220,6 +294,7 @@ class StageRunner(TrainingProcess):
         meta = {
             "epoch": epoch,
             "mb": j,
+            GEN: self._gen,
             "version": self.stage.executor.flight[-1].version,
             "paused_s": self._out_of_clock_s(),
         }
@@ -231,7 +306,9 @@ class StageRunner(TrainingProcess):
         assert self.links is not None
         grad = None
         if not self.last:
-            expect = messages.Expect(messages.GRAD, self.next or "", epoch, j, self.out_shape)
+            expect = messages.Expect(
+                messages.GRAD, self.next or "", epoch, j, self.out_shape, gen=self._gen
+            )
             msg = self.links.receive(
                 "grad",
                 (messages.GRAD,),
@@ -251,8 +328,12 @@ class StageRunner(TrainingProcess):
         micro.calls = []
         if self.s > 0:
             assert dx is not None
-            meta = {"epoch": epoch, "mb": j, "paused_s": self._out_of_clock_s()}
+            meta = {"epoch": epoch, "mb": j, GEN: self._gen, "paused_s": self._out_of_clock_s()}
             self.links.send("grad", messages.GRAD, meta, {"grad": to_host(dx)}, epoch, j)
+
+    @property
+    def _gen(self) -> int:
+        return self.session.gen if self.session is not None else 0
 
     def _out_of_clock_s(self) -> float:
         """Seconds out of this stage's training clock so far: its snapshots, and its waits on
@@ -275,9 +356,16 @@ class StageRunner(TrainingProcess):
             "version": self.stage.store.latest,
         }
 
-    def _checkpoint(self) -> HandIn:
+    def _checkpoint(self, steps: int) -> HandIn:
+        """Weights and momentum, with the counts a rewind or a restarted process takes up."""
         weights = {**stage_state(self.stage), **stage_momentum(self.stage)}
-        return HandIn(weights, self._handin_meta())
+        meta = {
+            **self._handin_meta(),
+            "steps": steps,
+            "snapshot_parts": self.snap_parts,
+            "train_clock_s": self.clock,
+        }
+        return HandIn(weights, meta)
 
     def _metrics(self, final: bool) -> dict[str, Any]:
         store = self.stage.store
@@ -294,6 +382,8 @@ class StageRunner(TrainingProcess):
             "microbatch": self.b,
             "m": schedule.in_flight(self.s, self.n, self.cfg.window_extra, self.cfg.window),
             "version": store.latest,
+            "rewinds": self.rewinds,
+            "rewound_s": self.rewound_s,
             "memory": self._memory(),
             "formulas": self._formulas(),
             "timers": self._timer_figures(

@@ -141,6 +141,14 @@ class Links:
         self.outboxes[name] = connect_outbox(self.transport, endpoint, hwm, self.timeout_s)
         self.peers[name] = protocol.worker_name(peer)
 
+    def reconnect(self, name: str, endpoint: str, peer: int, hwm: int) -> None:
+        """Connect outbox ``name`` to its peer's new endpoint (a restarted process); what the
+        old socket still held for the lost one is dropped."""
+        old = self.outboxes.pop(name, None)
+        if old is not None:
+            old.close(linger=0)
+        self.connect(name, endpoint, peer, hwm)
+
     def send(
         self,
         name: str,

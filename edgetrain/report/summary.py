@@ -128,6 +128,21 @@ def _number(value: Any) -> float | None:
     return float(value) if ok else None
 
 
+def rewinds_of(rows: list[dict[str, Any]]) -> list[tuple[float, int]]:
+    """``(t, epoch)`` of every rewind to a checkpoint in the coordinator's rows."""
+    return [
+        (float(r["t"]), int(r["epoch"]))
+        for r in rows
+        if r.get("event") == "rewound" and isinstance(r.get("epoch"), int) and "t" in r
+    ]
+
+
+def kept_reports(reports: list[Report], rewinds: list[tuple[float, int]]) -> list[Report]:
+    """The epoch reports a later rewind did not throw away (an epoch after the checkpoint it
+    went back to, reported before it: trained again after it). Pure."""
+    return [r for r in reports if not any(r.t < t and r.epoch > e for t, e in rewinds)]
+
+
 def _attempt_reports(
     coordinator: list[dict[str, Any]], workers: Mapping[int, list[dict[str, Any]]]
 ) -> list[tuple[int, float, list[Report], dict[int, float] | None]]:
@@ -155,6 +170,7 @@ def _attempt_reports(
             for e in parts.get(run_id, [])
             if e.get("event") == "epoch" and isinstance(e.get("epoch"), int)
         ]
+        reports = kept_reports(reports, rewinds_of(part))
         barriers = bool(started.get("barriers", bool(releases)))
         after = int(resumed["epoch"]) if resumed else 0
         out.append((after, float(started["t"]), reports, releases if barriers else None))

@@ -17,6 +17,8 @@ from typing import Any
 
 from edgetrain.comm import activity, protocol
 from edgetrain.comm.client import CoordinatorClient, Serve
+from edgetrain.comm.control import HandIn
+from edgetrain.comm.rewind import GEN, gen_of
 from edgetrain.comm.wire import Message
 from edgetrain.runtime.context import Final, Roster, WorkerContext
 
@@ -69,6 +71,10 @@ class Session:
         first = rejoin.get("epoch") if isinstance(rejoin, dict) else None
         valid = isinstance(first, int) and not isinstance(first, bool) and first >= 1
         self.rejoin_epoch: int | None = first if valid else None
+        # Rewinds (the pipeline family under [run] restart): whether a lost stage rewinds the
+        # run instead of ending it, and this process's generation (rewinds it took part in).
+        self.rewinds = start.meta.get("rewinds") is True
+        self.gen = gen_of(rejoin) if isinstance(rejoin, dict) else 0
         self._last_progress = 0.0
         self._last_poll = 0.0
         client.on_message = self._unasked
@@ -142,7 +148,24 @@ class Session:
 
     def checkpoint(self, epoch: int, step: int, handin: Any) -> None:
         """Hand in this worker's part of the checkpoint of ``epoch``."""
-        self.send(protocol.CHECKPOINT, {"handin": handin.meta}, epoch, step, handin.weights)
+        meta = {"handin": handin.meta, **self._stamp()}
+        self.send(protocol.CHECKPOINT, meta, epoch, step, handin.weights)
+
+    def _stamp(self) -> dict[str, int]:
+        """The generation, on a report of a run that rewinds."""
+        return {GEN: self.gen} if self.rewinds else {}
+
+    def halt(self) -> Rewound:
+        """A worker this one trains with was lost (a run that rewinds): say this one stopped
+        where it was, wait for the coordinator's rewind, and take its generation."""
+        activity.set_phase("halted")
+        self.send(protocol.HALTED, {GEN: self.gen})
+        msg = self.client.wait_for(protocol.REWIND, BARRIER_TIMEOUT_S)
+        rewound = Rewound.of(msg)
+        self.gen = rewound.gen
+        self.drain_directive = None
+        activity.set_phase(PHASES.get(self.ctx.role.name, "training"))
+        return rewound
 
     def end_epoch(
         self,
@@ -154,7 +177,7 @@ class Session:
     ) -> dict[str, Any]:
         """Report the end of ``epoch``; with barriers (and more epochs to come) wait for the
         coordinator's ``go`` and return its directive for the next epoch."""
-        self.send(protocol.EPOCH_END, metrics, epoch, step)
+        self.send(protocol.EPOCH_END, {**metrics, **self._stamp()}, epoch, step)
         if not self.barriers or last:
             return {}
         return _directive(self.client.wait_for(protocol.GO, BARRIER_TIMEOUT_S, serve))
@@ -164,7 +187,7 @@ class Session:
     ) -> dict[str, Any]:
         """Report that training is over; wait for and return the drain directive."""
         activity.set_phase("draining")
-        self.send(protocol.DONE, meta, epoch, step)
+        self.send(protocol.DONE, {**meta, **self._stamp()}, epoch, step)
         return self.wait_drain(serve)
 
     def wait_drain(
@@ -181,6 +204,27 @@ class Session:
         activity.set_phase("handing in")
         meta = {"handin": final.handin.meta, **final.metrics}
         self.send(protocol.FINAL, meta, epoch, step, final.handin.weights)
+
+
+class Rewound:
+    """The coordinator's rewind: the checkpoint epoch to go back to, the new generation, the
+    roster now (the lost workers' new endpoints) and this worker's part of the checkpoint
+    (None: the seeded start)."""
+
+    def __init__(self, epoch: int, gen: int, roster: Roster, handin: HandIn | None) -> None:
+        self.epoch, self.gen, self.roster, self.handin = epoch, gen, roster, handin
+
+    @classmethod
+    def of(cls, msg: Message) -> Rewound:
+        from edgetrain.errors import RunError
+
+        epoch, meta = msg.meta.get("epoch"), msg.meta.get("handin")
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            raise RunError("the coordinator sent a malformed rewind")
+        if not (meta is None or isinstance(meta, dict)):
+            raise RunError("the coordinator sent a malformed rewind")
+        handin = HandIn(dict(msg.tensors), meta) if meta is not None else None
+        return cls(epoch, gen_of(msg.meta), Roster.from_meta(msg.meta.get("roster")), handin)
 
 
 def _joined(value: Any) -> dict[int, dict[str, str]]:

@@ -1,8 +1,8 @@
 """Workers that train slowly until a gate opens: each gossip (GoSGD, DLion, Gaia, Ako) or
-parameter-server trainer step sleeps ``EDGETRAIN_TEST_GATE_SLEEP_S`` (default 0.05 s) while
-the file ``EDGETRAIN_TEST_GATE`` does not exist, so a test can keep a run going while it waits
-for an event (a restarted worker's rejoin) and then let it finish at full speed, without
-guessing how long either takes.
+parameter-server trainer step, and each pipeline stage's backward, sleeps
+``EDGETRAIN_TEST_GATE_SLEEP_S`` (default 0.05 s) while the file ``EDGETRAIN_TEST_GATE`` does
+not exist, so a test can keep a run going while it waits for an event (a restarted worker's
+rejoin) and then let it finish at full speed, without guessing how long either takes.
 
 Loaded into workers through ``EDGETRAIN_PLUGINS=tests.helpers.gate`` (it adds nothing to the
 registry)."""
@@ -32,6 +32,17 @@ def _install() -> None:
             return float(step(self, epoch, batch))
 
         cls.step = gated  # type: ignore[method-assign]
+
+    from edgetrain.pipeline.stage import StageRunner
+
+    backward = StageRunner._backward
+
+    def gated_backward(self: Any, epoch: int, j: int) -> None:
+        if not gate.exists():
+            time.sleep(pause)
+        backward(self, epoch, j)
+
+    StageRunner._backward = gated_backward  # type: ignore[method-assign]
 
 
 if sys.argv[1:2] == ["worker"] and os.environ.get("EDGETRAIN_TEST_GATE"):
