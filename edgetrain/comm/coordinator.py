@@ -628,7 +628,7 @@ class Coordinator:
             "barriers": self.policy.barriers,
             "checkpoints": self.policy.checkpoints(info.role.name),
             "directive": dict(self.start_directives.get(worker_id, {})),
-            "rejoin": {"epoch": first, "gen": self.gen},
+            "rejoin": {"epoch": first, **({"gen": self.gen} if self._rewinds else {})},
             "rewinds": self._rewinds,
         }
         self._send(worker_id, protocol.START, meta)
