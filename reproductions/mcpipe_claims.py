@@ -463,12 +463,17 @@ def link_efficiency(inbox: Mapping[str, Any], rate: float, burst: float) -> floa
     """Bits that arrived over what a token-bucket limiter (``rate`` bits/s, ``burst`` bytes) let
     through in the link's busy periods: ``rate * busy``, the full bucket at the start, and what
     it refilled in each idle gap, ``min(burst, rate * gap)``. At most 1, less by framing
-    (TCP/IP, Ethernet) and by any time the runtime left the link idle while it had data."""
+    (TCP/IP, Ethernet) and by any time the runtime left the link idle while it had data. Gaps
+    past the ones an inbox lists (``idle_gaps_more``, summed in ``idle_gaps_more_s``) count
+    at most what they could refill together, so the figure stays a lower bound."""
     busy, sent = number(inbox.get("busy_s")), number(inbox.get("bytes_stamped"))
     gaps = [g for g in (number(x) for x in inbox.get("idle_gaps_s") or []) if g is not None]
     if not busy or sent is None:
         return None
     refills = sum(min(8 * burst, rate * g) for g in gaps)
+    more, more_s = number(inbox.get("idle_gaps_more")), number(inbox.get("idle_gaps_more_s"))
+    if more and more_s:
+        refills += min(8 * burst * more, rate * more_s)
     return 8 * sent / (rate * busy + 8 * burst + refills)
 
 

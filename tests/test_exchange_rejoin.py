@@ -50,6 +50,29 @@ def test_a_donors_model_is_checked(
     assert model_fields(meta, tensors) == reason
 
 
+@pytest.mark.parametrize("sync", [True, False])
+def test_without_epoch_barriers_nobody_rejoins_not_even_by_join(sync: bool) -> None:
+    from edgetrain.launch.join import verdict
+    from edgetrain.launch.restart import rejoin_blocker, technique_rejoins
+    from edgetrain.recipe import parse_recipe
+    from edgetrain.tomlconfig import loads
+
+    text = RECIPE.format(technique="dlion").replace("restart = 1", "restart = 0")
+    recipe = parse_recipe(loads(text + f"[gossip]\nsync_epochs = {str(sync).lower()}\n"))
+    assert technique_rejoins(recipe) is sync
+    blocker = rejoin_blocker(recipe)
+    assert (blocker is None) is sync
+    if not sync:  # `edgetrain join` is refused in one line naming why
+        what = f"gossip/dlion ({blocker})"
+        refusal = verdict(
+            1, rejoins=False, what=what, phase="training", status="failed", error_kind=None,
+            mending=False, running=False, host=None, hosts=[], path="RUN",
+        )  # fmt: skip
+        assert refusal is not None
+        assert "dlion" in refusal.reason and "cannot rejoin" in refusal.reason
+        assert "sync_epochs = false" in refusal.reason
+
+
 RECIPE = """
 [run]
 name = "rejoin-{technique}"

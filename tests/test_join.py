@@ -293,7 +293,7 @@ def test_a_worker_killed_on_its_ssh_host_joins_again_on_another(
     tmp_path: Path,
     sshd: Sshd,  # noqa: F811
 ) -> None:
-    launch = ssh_launch(tmp_path, sshd, "max_failed_fraction = 0.5")
+    launch, gate = ssh_launch(tmp_path, sshd, "max_failed_fraction = 0.5")
     run_id = ""
     try:
         launch.wait_epochs(3, epoch=2, timeout=180)
@@ -305,8 +305,10 @@ def test_a_worker_killed_on_its_ssh_host_joins_again_on_another(
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["host"] == "h0"
         first = rejoined_epoch(launch, 2, 120)
+        gate.touch()
         code, summary = launch.finish(timeout=200)
     finally:
+        gate.touch()
         launch.kill()
         if run_id:
             kill_all(edgetrain_processes(run_id))

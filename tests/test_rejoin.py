@@ -420,7 +420,7 @@ def test_a_worker_killed_on_its_ssh_host_is_restarted_there_and_rejoins(
     tmp_path: Path,
     sshd: Sshd,  # noqa: F811
 ) -> None:
-    launch = ssh_launch(tmp_path, sshd, "restart = 1")
+    launch, gate = ssh_launch(tmp_path, sshd, "restart = 1")
     run_id = ""
     try:
         launch.wait_epochs(3, epoch=2, timeout=180)
@@ -429,8 +429,10 @@ def test_a_worker_killed_on_its_ssh_host_is_restarted_there_and_rejoins(
         launch.wait_event(lambda r: r.get("event") == "restarted" and r.get("worker") == 2,
                           60, "worker 2 is restarted over ssh")  # fmt: skip
         first = rejoined_epoch(launch, 2, 120)
+        gate.touch()
         code, summary = launch.finish(timeout=200)
     finally:
+        gate.touch()
         launch.kill()
         if run_id:
             kill_all(edgetrain_processes(run_id))

@@ -36,7 +36,12 @@ from edgetrain.launch.activity_file import ActivityFile
 from edgetrain.launch.base import Launcher, WorkerSpec
 from edgetrain.launch.hosts import Placement
 from edgetrain.launch.join_serve import serve_joins
-from edgetrain.launch.restart import RestartBook, restarted_roles, technique_rejoins
+from edgetrain.launch.restart import (
+    RestartBook,
+    rejoin_blocker,
+    restarted_roles,
+    technique_rejoins,
+)
 from edgetrain.launch.run_inputs import RunInputs
 from edgetrain.launch.supervisor import Supervisor
 from edgetrain.launch.watchdog import Watchdog
@@ -436,6 +441,13 @@ def _rejoin_state(setup: RunSetup, worker_id: int) -> tuple[int, HandIn] | None:
     return (epoch, handin) if handin is not None else None
 
 
+def _technique_named(recipe: Recipe) -> str:
+    """``gossip/dlion``, with what keeps its workers from rejoining in brackets."""
+    what = f"{recipe.train.family}/{recipe.train.technique}"
+    blocker = rejoin_blocker(recipe)
+    return f"{what} ({blocker})" if blocker else what
+
+
 # The events that change who is in the run, kept in the manifest's ``membership``.
 MEMBERSHIP = {
     "failed": "left",
@@ -660,7 +672,7 @@ def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
                     hosts,
                     manifest,
                     rejoins=rejoins,
-                    what=f"{recipe.train.family}/{recipe.train.technique}",
+                    what=_technique_named(recipe),
                 )
             )
             doing.update(coord.workers)

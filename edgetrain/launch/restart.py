@@ -93,11 +93,22 @@ class RestartBook:
 
 def technique_rejoins(recipe: Recipe) -> bool:
     """Can a restarted worker of the recipe's technique rejoin a running run? A runner says it
-    can with a true ``rejoins`` class attribute."""
+    can with a true ``rejoins`` class attribute (and no :func:`rejoin_blocker` for the
+    recipe)."""
     from edgetrain import techniques
 
     runner = techniques.runner_factory(recipe.train.family, recipe.train.technique)
-    return bool(getattr(runner, "rejoins", False))
+    return bool(getattr(runner, "rejoins", False)) and rejoin_blocker(recipe) is None
+
+
+def rejoin_blocker(recipe: Recipe) -> str | None:
+    """What in the recipe keeps its technique's workers from rejoining (a runner's
+    ``rejoin_blocker(recipe)``, e.g. no epoch barriers), or None."""
+    from edgetrain import techniques
+
+    runner = techniques.runner_factory(recipe.train.family, recipe.train.technique)
+    blocker = getattr(runner, "rejoin_blocker", None)
+    return blocker(recipe) if callable(blocker) else None
 
 
 def restarted_roles(recipe: Recipe, fatal_roles: frozenset[str]) -> frozenset[str]:
@@ -129,6 +140,8 @@ def check_restart(recipe: Recipe) -> None:
     """Refuse ``[run] restart > 0`` for a technique whose workers cannot rejoin a running run
     (one line, exit 2)."""
     if recipe.run.restart == 0 or technique_rejoins(recipe):
+        return
+    if rejoin_blocker(recipe) is not None:  # the technique's own check says why, in its terms
         return
     family, technique = recipe.train.family, recipe.train.technique
     raise RecipeError(

@@ -28,6 +28,9 @@ from edgetrain.pipeline.accounting import Timers
 INBOX = sockets.SocketOptions(linger_ms=0)
 OUTBOX = sockets.SocketOptions(linger_ms=5000)
 POLL_MS = 200
+# Idle gaps an inbox lists one by one in its reports (about 10 bytes each); later ones are
+# counted and summed. A report (an epoch's end) must stay within the wire's header limit.
+MAX_GAPS = 1024
 
 
 class PeerLost(RunError):
@@ -70,7 +73,10 @@ class Arrivals:
     busy_s: float = 0.0
     periods: int = 0  # busy intervals
     gaps: list[float] = field(default_factory=list)  # idle time between them (a rate
-    # limiter's bucket refills meanwhile)
+    # limiter's bucket refills meanwhile), the first MAX_GAPS; the others counted and summed,
+    # so that every report stays small however long the run
+    more_gaps: int = 0
+    more_gaps_s: float = 0.0
     _open: tuple[float, float] | None = None  # the busy interval still growing
 
     def add(self, at: float, nbytes: int, sent_at: float | None = None, now: float = 0.0) -> None:
@@ -90,7 +96,12 @@ class Arrivals:
             return
         if self._open is not None:
             self.busy_s += self._open[1] - self._open[0]
-            self.gaps.append(sent_at - self._open[1])
+            gap = sent_at - self._open[1]
+            if len(self.gaps) < MAX_GAPS:
+                self.gaps.append(gap)
+            else:
+                self.more_gaps += 1
+                self.more_gaps_s += gap
         self._open = (sent_at, now)
         self.periods += 1
 
@@ -109,6 +120,8 @@ class Arrivals:
             "busy_s": busy,
             "busy_periods": self.periods,
             "idle_gaps_s": [round(g, 6) for g in self.gaps],
+            "idle_gaps_more": self.more_gaps,
+            "idle_gaps_more_s": self.more_gaps_s,
             "bytes_stamped": self.bytes_stamped,
             "busy_rate_bps": 8 * self.bytes_stamped / busy if busy > 0 else None,
         }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from tests.helpers.sshd import Sshd
 
 REPO = Path(__file__).resolve().parents[2]
 
-# three gossip workers, one per ssh host, slowed so that a restart finds the run training
+# three gossip workers, one per ssh host, gated so that a restart finds the run training
 SSH_RECIPE = """
 [run]
 name = "rejoin-ssh"
@@ -36,7 +37,6 @@ batch_size = 16
 probability = 0.3
 [[workers]]
 count = 3
-slowdown = 25
 """
 
 
@@ -53,16 +53,25 @@ def gated_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
     return env, gate
 
 
-def ssh_launch(tmp_path: Path, sshd: Sshd, run_keys: str) -> Launch:
+def ssh_launch(tmp_path: Path, sshd: Sshd, run_keys: str) -> tuple[Launch, Path]:
     """:data:`SSH_RECIPE` (``run_keys``: more ``[run]`` lines) launched on three ssh hosts
-    ``h0``-``h2``, one worker each."""
+    ``h0``-``h2``, one worker each, gated (ssh passes no environment on: each host's python is
+    a script that sets the gate's and then runs the venv's); the launch and the gate's file."""
     from tests.test_ssh_launch import _hosts_toml, _venv_links
 
     (tmp_path / "recipe.toml").write_text(SSH_RECIPE.format(run=run_keys))
-    pythons = [f"{link}/bin/python" for link in _venv_links(tmp_path, 3)]
+    env, gate = gated_env(tmp_path)
+    keys = ("EDGETRAIN_PLUGINS", "EDGETRAIN_TEST_GATE", "PYTHONPATH")
+    exports = " ".join(f"{k}={shlex.quote(env[k])}" for k in keys)
+    pythons = []
+    for link in _venv_links(tmp_path, 3):
+        script = tmp_path / f"{link.name}-gated-python"
+        script.write_text(f'#!/bin/sh\nexport {exports}\nexec {link}/bin/python "$@"\n')
+        script.chmod(0o755)
+        pythons.append(str(script))
     hosts = tmp_path / "hosts.toml"
     hosts.write_text(_hosts_toml(sshd, pythons, [1, 1, 1]))
-    return Launch(tmp_path / "recipe.toml", tmp_path / "runs", "--hosts", str(hosts))
+    return Launch(tmp_path / "recipe.toml", tmp_path / "runs", "--hosts", str(hosts)), gate
 
 
 def worker_pid(run_id: str, worker: int) -> int:

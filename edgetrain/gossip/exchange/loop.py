@@ -60,6 +60,7 @@ from edgetrain.gossip.exchange.weightex import LossEwma
 from edgetrain.gossip.gosgd import expectations
 from edgetrain.gossip.node import GossipNode, NodeHolder
 from edgetrain.gossip.rejoin import model_message
+from edgetrain.recipe import Recipe
 from edgetrain.runtime.base import Final, Ready, WorkerContext, meta_float
 from edgetrain.runtime.epochs import run_epochs
 from edgetrain.runtime.session import Session
@@ -93,6 +94,14 @@ class Decentral(NodeHolder):
     model: ClassVar[type[ExchangeSection]] = ExchangeSection  # its own section
     # A restarted process of it can rejoin a running run at an epoch barrier (.rejoin).
     rejoins = True
+
+    @staticmethod
+    def rejoin_blocker(recipe: Recipe) -> str | None:
+        """Why no worker can rejoin a run of ``recipe`` (None: it can): it re-enters at an
+        epoch barrier, which ``[gossip] sync_epochs = false`` does without."""
+        if GossipSection.of(recipe).sync_epochs:
+            return None
+        return "run with [gossip] sync_epochs = false: no epoch barrier to re-enter at"
 
     def __init__(self, ctx: WorkerContext) -> None:
         recipe = ctx.recipe
