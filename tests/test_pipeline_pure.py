@@ -350,3 +350,19 @@ def test_the_links_busy_time_is_the_union_of_each_messages_sent_to_arrived_inter
     assert got["busy_s"] == pytest.approx(0.3) and got["bytes_stamped"] == 3000
     assert got["busy_periods"] == 2 and got["idle_gaps_s"] == [pytest.approx(0.8)]
     assert got["busy_rate_bps"] == pytest.approx(8 * 3000 / 0.3)
+
+
+def test_an_inbox_lists_its_first_idle_gaps_and_sums_the_rest() -> None:
+    from edgetrain.pipeline.stage_channels import MAX_GAPS, Arrivals
+    from reproductions.mcpipe_claims import link_efficiency
+
+    a = Arrivals()
+    for k in range(MAX_GAPS + 11):  # one message a second, each on the link for 0.5 s
+        a.add(k + 0.5, 1000, float(k), k + 0.5)
+    got = a.as_dict()
+    assert len(got["idle_gaps_s"]) == MAX_GAPS and got["idle_gaps_more"] == 10
+    assert got["idle_gaps_more_s"] == pytest.approx(5.0)
+    # the gaps past the list refill at most what they could together: a lower bound still
+    listed = dict(got, idle_gaps_more=0, idle_gaps_more_s=0.0)
+    whole = link_efficiency(got, 1e5, 100)
+    assert whole is not None and whole < link_efficiency(listed, 1e5, 100)  # type: ignore[operator]
