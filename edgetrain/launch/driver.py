@@ -424,21 +424,34 @@ def _restart_due(
     return out
 
 
-def _rejoin_state(setup: RunSetup, worker_id: int) -> tuple[int, HandIn] | None:
+class _RejoinStates:
     """The run's last checkpoint, spread over the workers by the family, for a rejoining
-    worker's fallback; None when the run has none yet (or it cannot be read)."""
-    from edgetrain.checkpoints import latest_checkpoint, load_checkpoint
+    worker's fallback (and every stage's part when the pipeline rewinds); None when the run has
+    none yet (or it cannot be read). Read from disk once per checkpoint: a rewind asks for
+    every worker's part of the same one."""
 
-    if latest_checkpoint(setup.run_dir.path) is None:
-        return None
-    try:
-        epoch, handins = load_checkpoint(setup.run_dir.path)
-        spread = setup.family.resume(setup.recipe, handins, setup.roles)
-    except EdgetrainError as exc:
-        log.warning("no checkpoint for rejoining worker %d: %s", worker_id, exc)
-        return None
-    handin = spread.get(worker_id)
-    return (epoch, handin) if handin is not None else None
+    def __init__(self, setup: RunSetup) -> None:
+        self.setup = setup
+        self._read: tuple[Path, int, dict[int, HandIn]] | None = None
+
+    def __call__(self, worker_id: int) -> tuple[int, HandIn] | None:
+        from edgetrain.checkpoints import latest_checkpoint, load_checkpoint
+
+        setup = self.setup
+        folder = latest_checkpoint(setup.run_dir.path)
+        if folder is None:
+            return None
+        if self._read is None or self._read[0] != folder:
+            try:
+                epoch, handins = load_checkpoint(setup.run_dir.path)
+                spread = setup.family.resume(setup.recipe, handins, setup.roles)
+            except EdgetrainError as exc:
+                log.warning("no checkpoint for rejoining worker %d: %s", worker_id, exc)
+                return None
+            self._read = (folder, epoch, spread)
+        _, epoch, spread = self._read
+        handin = spread.get(worker_id)
+        return (epoch, handin) if handin is not None else None
 
 
 def _technique_named(recipe: Recipe) -> str:
@@ -619,7 +632,7 @@ def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
         restarts = RestartBook(recipe.run.restart) if rejoins else None
         restartable = restarted_roles(recipe, coord.policy.fatal_roles)
         if restarts is not None:
-            coord.rejoin_state = lambda wid: _rejoin_state(setup, wid)
+            coord.rejoin_state = _RejoinStates(setup)
         if recipe.run.restart > 0:
             manifest["membership"] = []
         log.info(

@@ -10,6 +10,7 @@ import ctypes
 import ctypes.util
 import gc
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ import torch
 from edgetrain.comm.control import HandIn
 from edgetrain.comm.rewind import Rewind
 from edgetrain.comm.transport import Transport
+from edgetrain.comm.wire import is_count
 from edgetrain.data.dataset import Dataset
 from edgetrain.errors import EdgetrainError
 from edgetrain.pipeline import accounting, snapshots
@@ -38,7 +40,7 @@ from edgetrain.recipe import Recipe
 from edgetrain.runtime import accelerator
 from edgetrain.runtime.base import WorkerContext
 from edgetrain.runtime.session import Session
-from edgetrain.runtime.setup import build_run_model, load_run_data
+from edgetrain.runtime.setup import build_run_model, load_run_data, seeded_model
 
 log = logging.getLogger(__name__)
 
@@ -133,18 +135,13 @@ def unit_buffers(units: Sequence[Unit]) -> list[tuple[str, torch.Tensor]]:
 
 
 def _count(value: Any) -> int:
-    """A non-negative count from checkpoint metadata (0 when absent or malformed)."""
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-    return value if ok else 0
+    """A count from checkpoint metadata (0 when absent or malformed)."""
+    return int(value) if is_count(value) else 0
 
 
 def seeded_units(recipe: Recipe, input_shape: tuple[int, int, int], classes: int) -> list[Unit]:
     """The seeded model's units, as every process builds them at the start."""
-    from edgetrain.models import build_model
-
-    torch.manual_seed(recipe.run.seed)
-    model = build_model(recipe.model.name, input_shape, classes, recipe.model.options)
-    return build_units(model, recipe.model.name)
+    return build_units(seeded_model(recipe, input_shape, classes), recipe.model.name)
 
 
 def training_tensors(data: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
@@ -302,8 +299,10 @@ class TrainingProcess:
         self.snap_parts = _count(meta.get("snapshot_parts"))
         if clock:
             t = meta.get("train_clock_s")
-            ok = isinstance(t, (int, float)) and not isinstance(t, bool) and t >= 0
-            self.clock = float(t) if ok and t is not None else 0.0
+            if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t):
+                self.clock = max(0.0, float(t))
+            else:
+                self.clock = 0.0
         return _count(meta.get("steps"))
 
     # ------------------------------------------------------------------ snapshots, figures

@@ -13,13 +13,14 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from edgetrain.comm import activity, protocol
 from edgetrain.comm.client import CoordinatorClient, Serve
 from edgetrain.comm.control import HandIn
 from edgetrain.comm.rewind import GEN, gen_of
-from edgetrain.comm.wire import Message
+from edgetrain.comm.wire import Message, is_count
 from edgetrain.runtime.context import Final, Roster, WorkerContext
 
 log = logging.getLogger(__name__)
@@ -163,7 +164,6 @@ class Session:
         msg = self.client.wait_for(protocol.REWIND, BARRIER_TIMEOUT_S)
         rewound = Rewound.of(msg)
         self.gen = rewound.gen
-        self.drain_directive = None
         activity.set_phase(PHASES.get(self.ctx.role.name, "training"))
         return rewound
 
@@ -206,20 +206,23 @@ class Session:
         self.send(protocol.FINAL, meta, epoch, step, final.handin.weights)
 
 
+@dataclass(frozen=True)
 class Rewound:
     """The coordinator's rewind: the checkpoint epoch to go back to, the new generation, the
     roster now (the lost workers' new endpoints) and this worker's part of the checkpoint
     (None: the seeded start)."""
 
-    def __init__(self, epoch: int, gen: int, roster: Roster, handin: HandIn | None) -> None:
-        self.epoch, self.gen, self.roster, self.handin = epoch, gen, roster, handin
+    epoch: int
+    gen: int
+    roster: Roster
+    handin: HandIn | None
 
     @classmethod
     def of(cls, msg: Message) -> Rewound:
         from edgetrain.errors import RunError
 
         epoch, meta = msg.meta.get("epoch"), msg.meta.get("handin")
-        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+        if not isinstance(epoch, int) or not is_count(epoch):
             raise RunError("the coordinator sent a malformed rewind")
         if not (meta is None or isinstance(meta, dict)):
             raise RunError("the coordinator sent a malformed rewind")

@@ -57,9 +57,15 @@ def worker_indices(recipe: Recipe, data: Dataset, worker_id: int) -> np.ndarray:
 
 def build_run_model(recipe: Recipe, data: Dataset) -> nn.Module:
     """The recipe's model, seeded so that every worker starts from the same weights."""
+    return seeded_model(recipe, data.input_shape, data.classes)
+
+
+def seeded_model(recipe: Recipe, input_shape: tuple[int, int, int], classes: int) -> nn.Module:
+    """:func:`build_run_model` from the data's shape and classes alone (a process that let its
+    data go builds the same weights again)."""
     import torch
 
     from edgetrain.models import build_model
 
     torch.manual_seed(recipe.run.seed)
-    return build_model(recipe.model.name, data.input_shape, data.classes, recipe.model.options)
+    return build_model(recipe.model.name, input_shape, classes, recipe.model.options)
