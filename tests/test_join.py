@@ -160,7 +160,6 @@ def _run_dir(tmp_path: Path, **manifest: Any) -> Path:
         ({}, ["--worker", "3"], "worker 3 is not in the run (it has workers 0-2)"),
         ({}, ["--worker", "-1"], "worker -1 is not in the run"),
         ({"family": "ps", "technique": "mercury"}, [], "ps/mercury worker cannot rejoin"),
-        ({"family": "pipeline", "technique": "dataparallel"}, [], "dataparallel worker cannot"),
         ({}, ["--wait-s", "0"], "--wait-s 0.0 is not a positive number"),
         ({}, ["--wait-s", "nan"], "--wait-s nan is not a positive number"),
     ],

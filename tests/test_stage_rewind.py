@@ -1,8 +1,8 @@
-"""A lost pipeline stage comes back (issue 31, item 2): the rules of a rewind (pure, literal
-tables), and real runs where a stage's process is killed or suspended, restarted by its
-launcher, and every stage goes back to the last checkpoint with it: the run completes with the
-undisturbed run's model and snapshots, bit for bit (mcPipe's are PipeDream's: one undisturbed
-PipeDream run serves both)."""
+"""A lost pipeline stage or data-parallel replica comes back (issue 31, item 2): the rules of a
+rewind (pure, literal tables), and real runs where a stage's (or a replica's) process is killed
+or suspended, restarted by its launcher, and every training process goes back to the last
+checkpoint with it: the run completes with the undisturbed run's model and snapshots, bit for
+bit (mcPipe's are PipeDream's: one undisturbed PipeDream run serves both)."""
 
 from __future__ import annotations
 
@@ -142,3 +142,30 @@ def test_a_lost_stage_is_restarted_and_the_run_rewinds_to_its_checkpoint(
     # the same run, undisturbed: the same model and the same snapshots, bit for bit
     assert got.summary["model_sha256"] == calm["model_sha256"]
     assert _snaps(got.summary) == _snaps(calm)
+
+
+REPLICAS = RECIPE.replace('technique = "{technique}"', 'technique = "dataparallel"').replace(
+    'role = "stage"\ncount = 3', 'role = "replica"\ncount = 2'
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_lost_replica_is_restarted_and_the_replicas_rewind(tmp_path: Path) -> None:
+    calm = tmp_path / "calm.toml"
+    calm.write_text(REPLICAS.format(name="calm", restart=0))
+    _, undisturbed = completed(calm, tmp_path / "calm-runs")
+    recipe = tmp_path / "lost.toml"
+    recipe.write_text(REPLICAS.format(name="lost", restart=1))
+    env, gate = gated_env(tmp_path)
+    launch = Launch(recipe, tmp_path / "runs", env=env)
+    got = fault_and_rejoin(launch, gate, 0, signal.SIGKILL, ready=[0, 1], first_epoch=False)
+    got.assert_completed()
+    assert got.summary is not None
+    rewinds = launch.manifest()["rewinds"]
+    assert len(rewinds) == 1 and rewinds[0]["back"] == [0] and rewinds[0]["workers"] == [1]
+    final = [r for r in metric_rows(launch.run_dir, 1) if r["event"] == "final"]
+    assert final[-1]["rewinds"] == 1
+    assert [p["epoch"] for p in got.summary["curve"]] == [1, 2, 3, 4]
+    assert got.summary["model_sha256"] == undisturbed["model_sha256"]
+    assert _snaps(got.summary) == _snaps(undisturbed)

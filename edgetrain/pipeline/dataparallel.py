@@ -16,14 +16,14 @@ from edgetrain.pipeline.family import (
     check_pipelined,
     microbatch_of,
 )
-from edgetrain.pipeline.roles import runner_for
+from edgetrain.pipeline.roles import replica_runner
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.base import FinalModel, HandInError, TechniqueSide
 from edgetrain.runtime.predict import Prediction, Setting
 from edgetrain.runtime.weights import model_arrays, model_sha256
 
 STORE = "latest"  # how its stages keep their weights (:mod:`edgetrain.pipeline.stores`)
-make_runner = runner_for
+make_runner = replica_runner
 
 
 def replicas_split_the_microbatch(recipe: Recipe) -> None:

@@ -7,7 +7,8 @@
   the activation's shape);
 - ``pipe.snap``, stage (or replica 0) -> evaluator: meta ``snap``, ``epoch``, ``mb``,
   ``train_s``, ``part``, ``parts``, ``unit``; one unit's weights and buffers;
-- ``dp.grad``, replica -> every other replica: meta ``epoch``, ``step``; its gradients.
+- ``dp.grad``, replica -> every other replica: meta ``epoch``, ``step``, ``gen``; its
+  gradients.
 
 A receiver drops (and counts by reason) what is malformed or comes from anyone but the peer it
 expects: a stranger's or a fuzzer's frames never reach training. A well-formed message from the
@@ -118,13 +119,16 @@ def snapshot_problem(
 
 
 def gradients_problem(
-    msg: Message, sender_ok: bool, shapes: Mapping[str, tuple[int, ...]]
+    msg: Message, sender_ok: bool, shapes: Mapping[str, tuple[int, ...]], gen: int = 0
 ) -> str | None:
-    """Why a replica's gradients are unusable (exactly the model's tensors, float32, finite)."""
+    """Why a replica's gradients are unusable (exactly the model's tensors, float32, finite;
+    ``gen``: the receiver's generation, older ones stale)."""
     if not sender_ok:
         return "unknown_sender"
     if not is_count(msg.meta.get("epoch")) or not is_count(msg.meta.get("step")):
         return "bad_meta"
+    if gen_of(msg.meta) != gen:  # sent before a rewind
+        return "stale"
     if set(msg.tensors) != set(shapes):
         return "bad_tensor_names"
     for name, arr in msg.tensors.items():

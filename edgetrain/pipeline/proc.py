@@ -39,6 +39,7 @@ from edgetrain.profile.memory import reset_rss_peak, rss_bytes, rss_peak_bytes
 from edgetrain.recipe import Recipe
 from edgetrain.runtime import accelerator
 from edgetrain.runtime.base import WorkerContext
+from edgetrain.runtime.context import Roster
 from edgetrain.runtime.session import Session
 from edgetrain.runtime.setup import build_run_model, load_run_data, seeded_model
 
@@ -182,6 +183,10 @@ class TrainingProcess:
         self.quota_group: Path | None = None  # the CPU quota's group, found then
         self.quota_stat0: dict[str, float] | None = None
         self.paused = PauseLedger()  # waits on a neighbour's pause, out of the clock
+        self.rewinds = 0  # rewinds to a checkpoint this process took part in
+        self.rewound_s = 0.0  # training time they threw away, and the halts' waits
+        self.halting = False  # a lost peer halts this one (a run that rewinds)
+        self.peer_ids: set[int] = set()  # the workers whose loss halts this one
 
     # ------------------------------------------------------------------ setting up
 
@@ -287,10 +292,70 @@ class TrainingProcess:
         session.done({"snapshot_parts": self.snap_parts}, last, steps)
         return last, steps
 
+    # ------------------------------------------------------------------ rewinds
+
+    def _halt_on_losses(self, session: Session, role: str) -> None:
+        """In a run that rewinds, a lost worker of ``role`` halts this process: from the next
+        poll, training unwinds to :meth:`_rewind`."""
+        if session.rewinds:
+            self.peer_ids = {m.id for m in session.roster.of(role)}
+            session.on_failed(self._peer_failed)
+            self.halting = True
+
+    def _peer_failed(self, failed: set[int]) -> None:
+        """The coordinator named failed workers: a lost peer halts this one."""
+        lost = failed & self.peer_ids
+        if self.halting and lost:
+            raise Rewind(f"{self.ctx.role}: workers {sorted(lost)} were lost")
+
     def _rewind(self, session: Session) -> tuple[int, int]:
-        """Halt, and go back to the checkpoint the coordinator sends; the epoch to train next
-        and the steps there. Only stages rewind (:class:`~edgetrain.pipeline.stage.StageRunner`)."""
+        """Halt where this process is; once the coordinator rewinds, reconnect to the lost
+        peers' new processes and rebuild the stage from this process's part of the checkpoint
+        (None: the seeded start). Returns the epoch to train next and the steps at the
+        checkpoint."""
+        self.halting = False
+        t0 = self.epoch_t0
+        log.info("%s: a peer was lost; halting for the rewind", self.ctx.role)
+        units = self.stage.units
+        del self.stage  # the microbatches in flight, their graphs and pairs go
+        self._forget_in_flight()
+        collect()
+        rewound = session.halt()
+        self.halting = True
+        self._reconnect(rewound.roster)
+        self.stage = self._rebuild(units, rewound.handin)
+        collect()
+        if rewound.handin is None:
+            steps, self.snap_parts = 0, 0
+        else:
+            steps = self._restore_counts(rewound.handin, clock=False)
+        lost = time.monotonic() - t0
+        self.clock += lost  # the epoch thrown away and the wait count: the run lost them
+        self.rewinds += 1
+        self.rewound_s += lost
+        log.info("%s: rewound to epoch %d (gen %d)", self.ctx.role, rewound.epoch, rewound.gen)
+        return rewound.epoch + 1, steps
+
+    @property
+    def _gen(self) -> int:
+        """This process's generation (the rewinds of the run so far), stamped on its messages."""
+        return self.session.gen if self.session is not None else 0
+
+    def _forget_in_flight(self) -> None:
+        """Drop what a rewind throws away besides the stage (messages held for later)."""
+
+    def _reconnect(self, roster: Roster) -> None:
+        """Connect the outboxes whose peer came back at a new endpoint."""
         raise NotImplementedError
+
+    def _rebuild(self, units: list[Unit], handin: HandIn | None) -> Stage:
+        """This process's stage from its part of the checkpoint (None: the seeded start),
+        ``units`` the modules to load it into."""
+        raise NotImplementedError
+
+    def _checkpoint_meta(self, steps: int) -> dict[str, Any]:
+        """The counts a rewind or a restarted process takes up from a checkpoint."""
+        return {"steps": steps, "snapshot_parts": self.snap_parts, "train_clock_s": self.clock}
 
     def _restore_counts(self, handin: HandIn, clock: bool) -> int:
         """The snapshot parts sent (and with ``clock``, the training clock) where ``handin``'s

@@ -6,6 +6,11 @@ the shared weight-gradient function, and sends them to every other replica. Each
 all R gradients in replica order and divides by R, so every replica applies the same update
 and stays bit-identical to the others; against Local it differs only in summation order. The
 per-step payload is the whole model, which is what sinks data parallelism on slow links.
+
+In a run that rewinds (``[run] restart``, :mod:`edgetrain.comm.rewind`), a lost replica halts
+the others where they are, as a lost stage halts a pipeline: each takes its copy of the last
+checkpoint (or the seeded start), reconnects to the lost replica's new process and trains the
+epochs since again, every gradient stamped with the new generation.
 """
 
 from __future__ import annotations
@@ -20,14 +25,17 @@ import torch
 
 from edgetrain.comm import protocol
 from edgetrain.comm.control import HandIn
+from edgetrain.comm.rewind import GEN
 from edgetrain.comm.wire import Message
 from edgetrain.errors import Diverged
 from edgetrain.pipeline import feed, messages
-from edgetrain.pipeline.proc import TrainingProcess, collect, training_tensors
-from edgetrain.pipeline.stage_build import stage_momentum, stage_state
+from edgetrain.pipeline.chain import Unit
+from edgetrain.pipeline.proc import TrainingProcess, collect, seeded_units, training_tensors
+from edgetrain.pipeline.stage_build import Stage, stage_momentum, stage_state
 from edgetrain.pipeline.stores import unit_grads
 from edgetrain.runtime.accelerator import from_host, to_host
 from edgetrain.runtime.base import Final, Ready, WorkerContext
+from edgetrain.runtime.context import Roster
 from edgetrain.runtime.session import Session
 
 log = logging.getLogger(__name__)
@@ -39,12 +47,14 @@ class ReplicaRunner(TrainingProcess):
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
         self.waiting: dict[str, deque[Message]] = {}
+        self.connected: dict[int, str] = {}  # replica -> the endpoint its outbox is connected to
 
     def setup(self) -> Ready:
         self.r = self.ctx.role.index
         self.R = self.ctx.recipe.role_names().count("replica")
         self.part, self.parts = 0, 1  # replica 0 sends the whole model's snapshots
         data, self.units, self.infos = self._start()
+        self.classes, self.data_shape = data.classes, data.input_shape
         self.xt, self.yt = training_tensors(data)
         assert self.links is not None
         endpoints = {}
@@ -70,9 +80,11 @@ class ReplicaRunner(TrainingProcess):
         for m in session.roster.of("replica"):
             if m.role.index != self.r:
                 self.links.connect(f"to{m.role.index}", m.endpoints["grads"], m.id, 4)
+                self.connected[m.role.index] = m.endpoints["grads"]
                 self.peers[m.role.index] = protocol.worker_name(m.id)
         if self.r == 0:
             self._connect_evaluator(session)
+        self._halt_on_losses(session, "replica")
         _, steps = self._train(session)
         meta = {"role": str(ctx.role), "replica": self.r, "version": self.stage.store.latest}
         return Final(HandIn(stage_state(self.stage), meta), {**self._metrics(), "steps": steps})
@@ -160,7 +172,7 @@ class ReplicaRunner(TrainingProcess):
         if session.checkpoint_due(epoch):
             weights = {**stage_state(self.stage), **stage_momentum(self.stage)}
             meta = {"role": str(self.ctx.role), "replica": self.r,
-                    "version": self.stage.store.latest}  # fmt: skip
+                    "version": self.stage.store.latest, **self._checkpoint_meta(steps)}  # fmt: skip
             session.checkpoint(epoch, steps, HandIn(weights, meta))
         go = session.end_epoch(epoch, steps, metrics, last=epoch == recipe.train.epochs)
         return steps, over or bool(go.get("stop"))
@@ -178,11 +190,12 @@ class ReplicaRunner(TrainingProcess):
             unit.state_name(k): to_host(g) for unit, gs in zip(units, grads, strict=True)
             for k, g in gs.items()
         }  # fmt: skip
-        meta = {"epoch": epoch, "step": step, "over": over}
+        meta = {"epoch": epoch, "step": step, "over": over, GEN: self._gen}
         for r in sorted(self.peers):
             self.links.send(f"to{r}", messages.DP_GRAD, meta, mine, epoch, step)
         got: dict[int, Message] = {}
         names = {v: k for k, v in self.peers.items()}
+        gen = self._gen
         while len(got) < len(self.peers):
             for sender, queue in self.waiting.items():
                 r = names[sender]
@@ -199,7 +212,7 @@ class ReplicaRunner(TrainingProcess):
             msg = self.links.receive(
                 "grads",
                 (messages.DP_GRAD,),
-                lambda m: messages.gradients_problem(m, m.sender in names, self.shapes),
+                lambda m: messages.gradients_problem(m, m.sender in names, self.shapes, gen),
                 f"the gradients of step {step}",
                 "the other replicas",
             )
@@ -219,6 +232,31 @@ class ReplicaRunner(TrainingProcess):
                 out.append(summed)
         return out, over or any(m.meta.get("over") is True for m in got.values())
 
+    # ------------------------------------------------------------------ rewinds
+
+    def _forget_in_flight(self) -> None:
+        self.waiting.clear()  # gradients of steps the rewind throws away
+
+    def _reconnect(self, roster: Roster) -> None:
+        """Connect the outboxes to the replicas that came back at a new endpoint."""
+        assert self.links is not None
+        for m in roster.of("replica"):
+            endpoint = m.endpoints.get("grads")
+            r = m.role.index
+            if r in self.connected and endpoint and endpoint != self.connected[r]:
+                self.links.reconnect(f"to{r}", endpoint, m.id, 4)
+                self.connected[r] = endpoint
+
+    def _rebuild(self, units: list[Unit], handin: HandIn | None) -> Stage:
+        """The whole model from this replica's copy of the checkpoint, or from the seed."""
+        seeded = handin is None
+        if seeded:
+            units = seeded_units(self.ctx.recipe, self.data_shape, self.classes)
+        return self._build_stage(
+            units, self.infos, "dataparallel", last=True, input_shape=self.input_shape,
+            resume=handin, seeded=seeded,
+        )  # fmt: skip
+
     # ------------------------------------------------------------------ reports
 
     def _metrics(self) -> dict[str, Any]:
@@ -232,6 +270,8 @@ class ReplicaRunner(TrainingProcess):
             "store_modes": self.stage.choice.modes,
             "microbatch": self.b,
             "version": self.stage.store.latest,
+            "rewinds": self.rewinds,
+            "rewound_s": self.rewound_s,
             "memory": self._memory(),
             "timers": self._timer_figures(self.timers.get("forward_s"), 0.0),
             **self._clock_figures(),

@@ -21,16 +21,19 @@ def runner_for(ctx: WorkerContext) -> Runner:
     return StageRunner(ctx, ctx.recipe.train.technique)
 
 
-class StagedRunners:
-    """The staged techniques' runner factory (Local, PipeDream, GreedyUpdates, mcPipe):
-    :func:`runner_for`, and a lost stage's restarted process rejoins the running run by
-    rewinding every stage to the last checkpoint (:mod:`edgetrain.comm.rewind`)."""
+class RewindingRunners:
+    """A pipeline technique's runner factory: :func:`runner_for`, and a lost worker of
+    ``roles``' restarted process rejoins the running run by rewinding every training process
+    to the last checkpoint (:mod:`edgetrain.comm.rewind`)."""
 
     rejoins = True
-    restarts_roles = frozenset({"stage"})
+
+    def __init__(self, *roles: str) -> None:
+        self.restarts_roles = frozenset(roles)
 
     def __call__(self, ctx: WorkerContext) -> Runner:
         return runner_for(ctx)
 
 
-staged_runner = StagedRunners()
+staged_runner = RewindingRunners("stage")  # Local, PipeDream, GreedyUpdates, mcPipe
+replica_runner = RewindingRunners("replica")  # data parallelism

@@ -26,13 +26,13 @@ import numpy as np
 import torch
 
 from edgetrain.comm.control import HandIn
-from edgetrain.comm.rewind import GEN, Rewind
+from edgetrain.comm.rewind import GEN
 from edgetrain.errors import Diverged, EdgetrainError
 from edgetrain.pipeline import feed, messages, schedule, snapshots
 from edgetrain.pipeline.bounds import UnitSize, paper_bound, resident, transient
 from edgetrain.pipeline.chain import Unit
 from edgetrain.pipeline.proc import TrainingProcess, collect, seeded_units, training_tensors
-from edgetrain.pipeline.stage_build import stage_momentum, stage_state
+from edgetrain.pipeline.stage_build import Stage, stage_momentum, stage_state
 from edgetrain.pipeline.stage_channels import to_tensor
 from edgetrain.pipeline.table import UnitInfo
 from edgetrain.runtime.accelerator import from_host, to_host
@@ -52,9 +52,6 @@ class StageRunner(TrainingProcess):
         self.losses: list[float] = []
         self.correct = 0
         self.seen = 0
-        self.rewinds = 0  # rewinds to a checkpoint this process took part in
-        self.rewound_s = 0.0  # training time they threw away, and the halts' waits
-        self.halting = False  # a lost stage halts this one (a run that rewinds)
         self.connected: dict[str, str] = {}  # outbox -> the endpoint it is connected to
 
     # ------------------------------------------------------------------ runner
@@ -92,10 +89,7 @@ class StageRunner(TrainingProcess):
         self.m = int(d["microbatches"])
         self._build(bounds[self.s])
         self._connect(session)
-        if session.rewinds:
-            self.stage_ids = {m.id for m in session.roster.of("stage")}
-            session.on_failed(self._peer_failed)
-            self.halting = True
+        self._halt_on_losses(session, "stage")
         _, steps = self._train(session)
         weights = stage_state(self.stage)
         meta = self._handin_meta()
@@ -145,44 +139,17 @@ class StageRunner(TrainingProcess):
 
     # ------------------------------------------------------------------ rewinds
 
-    def _peer_failed(self, failed: set[int]) -> None:
-        """The coordinator named failed workers: a lost stage halts this one."""
-        if self.halting and failed & self.stage_ids:
-            raise Rewind(f"stage {self.s}: stages {sorted(failed & self.stage_ids)} were lost")
-
-    def _rewind(self, session: Session) -> tuple[int, int]:
-        """Halt where this stage is; once the coordinator rewinds, reconnect to the lost
-        stage's new process and rebuild this stage from its part of the checkpoint (None: the
-        seeded start). Returns the epoch to train next and the steps at the checkpoint."""
-        self.halting = False
-        t0 = self.epoch_t0
-        log.info("stage %d: a stage was lost; halting for the rewind", self.s)
-        units = self.stage.units
-        del self.stage  # the microbatches in flight, their graphs and pairs go
-        collect()
-        rewound = session.halt()
-        self.halting = True
-        self._reconnect(rewound.roster)
-        seeded = rewound.handin is None
+    def _rebuild(self, units: list[Unit], handin: HandIn | None) -> Stage:
+        """This stage from its part of the checkpoint, or from the seed (``handin`` None)."""
+        seeded = handin is None
         if seeded:
             lo, hi = self.bounds[self.s]
             units = seeded_units(self.ctx.recipe, self.data_shape, self.classes)[lo:hi]
-        self.stage = self._build_stage(
+        return self._build_stage(
             units, self.infos, self.technique, last=self.last,
             input_shape=self.infos[0].in_shape, store=self.cfg.store,
-            resume=rewound.handin, seeded=seeded,
+            resume=handin, seeded=seeded,
         )  # fmt: skip
-        collect()
-        if rewound.handin is None:
-            steps, self.snap_parts = 0, 0
-        else:
-            steps = self._restore_counts(rewound.handin, clock=False)
-        lost = time.monotonic() - t0
-        self.clock += lost  # the epoch thrown away and the wait count: the run lost them
-        self.rewinds += 1
-        self.rewound_s += lost
-        log.info("stage %d: rewound to epoch %d (gen %d)", self.s, rewound.epoch, rewound.gen)
-        return rewound.epoch + 1, steps
 
     def _reconnect(self, roster: Roster) -> None:
         """Connect the outboxes whose peer came back at a new endpoint."""
@@ -331,10 +298,6 @@ class StageRunner(TrainingProcess):
             meta = {"epoch": epoch, "mb": j, GEN: self._gen, "paused_s": self._out_of_clock_s()}
             self.links.send("grad", messages.GRAD, meta, {"grad": to_host(dx)}, epoch, j)
 
-    @property
-    def _gen(self) -> int:
-        return self.session.gen if self.session is not None else 0
-
     def _out_of_clock_s(self) -> float:
         """Seconds out of this stage's training clock so far: its snapshots, and its waits on
         a neighbour's (:mod:`edgetrain.pipeline.paused`)."""
@@ -359,13 +322,7 @@ class StageRunner(TrainingProcess):
     def _checkpoint(self, steps: int) -> HandIn:
         """Weights and momentum, with the counts a rewind or a restarted process takes up."""
         weights = {**stage_state(self.stage), **stage_momentum(self.stage)}
-        meta = {
-            **self._handin_meta(),
-            "steps": steps,
-            "snapshot_parts": self.snap_parts,
-            "train_clock_s": self.clock,
-        }
-        return HandIn(weights, meta)
+        return HandIn(weights, {**self._handin_meta(), **self._checkpoint_meta(steps)})
 
     def _metrics(self, final: bool) -> dict[str, Any]:
         store = self.stage.store

@@ -1,5 +1,6 @@
 """Workers that train slowly until a gate opens: each gossip (GoSGD, DLion, Gaia, Ako) or
-parameter-server trainer step, and each pipeline stage's backward, sleeps
+parameter-server trainer step, each pipeline stage's backward and each data-parallel replica's
+all-reduce sleeps
 ``EDGETRAIN_TEST_GATE_SLEEP_S`` (default 0.05 s) while the file ``EDGETRAIN_TEST_GATE`` does
 not exist, so a test can keep a run going while it waits for an event (a restarted worker's
 rejoin) and then let it finish at full speed, without guessing how long either takes.
@@ -43,6 +44,17 @@ def _install() -> None:
         backward(self, epoch, j)
 
     StageRunner._backward = gated_backward  # type: ignore[method-assign]
+
+    from edgetrain.pipeline.replica import ReplicaRunner
+
+    allreduce = ReplicaRunner._allreduce
+
+    def gated_allreduce(self: Any, *args: Any) -> Any:
+        if not gate.exists():
+            time.sleep(pause)
+        return allreduce(self, *args)
+
+    ReplicaRunner._allreduce = gated_allreduce  # type: ignore[method-assign]
 
 
 if sys.argv[1:2] == ["worker"] and os.environ.get("EDGETRAIN_TEST_GATE"):
