@@ -133,8 +133,8 @@ class DLionSection(ExchangeSection):
 
     # Ours (gossip.md A-35): DLion's batches differ by design, so by default each worker's mean
     # gradient weighs m_j / sum m (its samples), not Eq. 5's 1/k: over five seeds of
-    # recipes/dlion.toml (then at lr 0.02) the same median accuracy (0.964 against 0.961) and a higher worst seed
-    # (0.933 against 0.881). "worker": the paper's Eq. 5.
+    # recipes/dlion.toml (then at lr 0.02) the same median accuracy (0.964 against 0.961) and a
+    # higher worst seed (0.933 against 0.881). "worker": the paper's Eq. 5.
     gradient_weighting: Literal["worker", "sample"] = "sample"
     # Compute-capacity-aware batching: m_j in proportion to C_j, equal step time T_unit.
     batching: bool = True
