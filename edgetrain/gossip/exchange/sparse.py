@@ -266,7 +266,7 @@ def validate(
         return None
     if indices[0] < 0 or indices[-1] >= n:
         return "bad_sparse_range"
-    if indices.size > 1 and not bool((np.diff(indices.astype(np.int64)) > 0).all()):
+    if indices.size > 1 and not bool((indices[1:] > indices[:-1]).all()):
         return "bad_sparse_order"  # unsorted or repeated
     return None
 
