@@ -129,3 +129,29 @@ def test_a_killed_exchange_worker_rejoins_at_its_peers_iteration(
     events = [(m["worker"], m["event"]) for m in manifest["membership"]]
     assert events == [(2, "left"), (2, "restarted"), (2, "rejoining"), (2, "joined")]
     assert summary["test_accuracy"] > 0.85, summary["test_accuracy"]
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_gaia_site_server_rejoins(tmp_path: Path) -> None:
+    """Gaia in its site deployment (sites a, a, b: worker 0 is site a's parameter server, 1
+    pushes to it, 2 is site b's): the killed server rejoins at a barrier, its member pulls
+    from it again, and the run completes with every worker. (A killed member, worker 1, was
+    run the same way once and passed; one case keeps the suite short.)"""
+    victim = 0
+    recipe = tmp_path / "recipe.toml"
+    text = RECIPE.format(technique="gaia").replace("epochs = 24", "epochs = 16")
+    recipe.write_text(text.replace("pilot_s = 0.3", 'pilot_s = 0.3\nsites = ["a", "a", "b"]'))
+    env, gate = gated_env(tmp_path)
+    launch = Launch(recipe, tmp_path / "runs", env=env)
+    got = fault_and_rejoin(launch, gate, victim, signal.SIGKILL, ready=[0, 1, 2])
+    got.assert_completed()
+    assert got.summary is not None and got.first is not None
+    assert got.first["rejoin"]["source"] == "peer"
+    run = launch.run_dir
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert [w["status"] for w in manifest["workers"]] == ["completed"] * 3
+    events = [(m["worker"], m["event"]) for m in manifest["membership"]]
+    assert events == [(victim, e) for e in ("left", "restarted", "rejoining", "joined")]
+    finals = [r for r in metric_rows(run, 0) if r["event"] == "final"]
+    assert finals[-1]["deployment"] == "site"
+    assert got.summary["test_accuracy"] > 0.85, got.summary["test_accuracy"]
