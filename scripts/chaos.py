@@ -158,7 +158,7 @@ def totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "by_kind": {k: sum(f["kind"] == k for f in faults) for k in KINDS},
         "recovered": sum(f.get("rejoined") is True for f in faults),
         "within_accuracy": sum(abs(d) <= ACCURACY_POINTS for d in deltas),
-        # runs that rewind (the pipeline family): the undisturbed model, bit for bit
+        # runs that rewind (the pipeline family, Mercury): the undisturbed model, bit for bit
         "same_model": sum(r.get("same_model") is True for r in chaos),
         "compared_models": sum(isinstance(r.get("same_model"), bool) for r in chaos),
         "accuracy_delta_points": _spread(deltas),
@@ -281,10 +281,10 @@ def run_once(
     sets: dict[str, Any] = {"run.seed": seed}
     if epochs is not None:
         sets["train.epochs"] = epochs
-    # a lost pipeline stage rewinds the run to the last checkpoint: one after every epoch (in
-    # both arms, so that they differ only by the faults)
-    rewinds = "stage" in restarts_of(recipe)
-    sets.update({"run.heartbeat_s": HEARTBEAT_S, "run.checkpoint_every": 1 if rewinds else 0})
+    # a lost pipeline stage (or Mercury device) rewinds the run to the last checkpoint: one
+    # after every epoch (in both arms, so that they differ only by the faults)
+    every = 1 if rewinds(recipe) else 0
+    sets.update({"run.heartbeat_s": HEARTBEAT_S, "run.checkpoint_every": every})
     if faults:
         sets.update({"run.restart": RESTARTS})
     tag = f"{recipe}-s{seed}-{arm}"
@@ -421,6 +421,16 @@ def restarts_of(recipe: str) -> frozenset[str]:
     return restarted_roles(loaded, family.policy(loaded).fatal_roles)
 
 
+def rewinds(recipe: str) -> bool:
+    """Whether a lost worker that comes back rewinds the recipe's run to its last checkpoint
+    (the pipeline family, Mercury)."""
+    from edgetrain.recipe import load_recipe
+    from edgetrain.runtime.side import launcher_side
+
+    loaded, _ = load_recipe(REPO / "recipes" / f"{recipe}.toml")
+    return launcher_side(loaded.train.family, loaded.train.technique).policy(loaded).rewinds
+
+
 def write(out: Path, doc: dict[str, Any]) -> None:
     doc["totals"] = totals(doc["runs"])
     tmp = out / "chaos.json.tmp"
@@ -445,8 +455,8 @@ def markdown(doc: dict[str, Any]) -> str:
         f"{t['within_accuracy']} of {t['runs']}",
         *(
             [
-                f"- The undisturbed run's model, bit for bit (the pipeline's rewinds): "
-                f"{t['same_model']} of {t['compared_models']}"
+                f"- The undisturbed run's model, bit for bit (runs that rewind, where the "
+                f"technique is deterministic): {t['same_model']} of {t['compared_models']}"
             ]
             if t.get("compared_models")
             else []

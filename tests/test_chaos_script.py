@@ -154,8 +154,7 @@ def test_which_shipped_recipes_can_take_faults(chaos: ModuleType) -> None:
     assert chaos.rejoins("quickstart") == (True, "")
     assert chaos.rejoins("dynacomm") == (True, "")
     assert chaos.rejoins("mcpipe") == (True, "")  # a lost stage rewinds the run
-    ok, why = chaos.rejoins("mercury")
-    assert not ok and "ps/mercury worker cannot rejoin" in why
+    assert chaos.rejoins("mercury") == (True, "")  # so does a lost Mercury device
 
 
 @pytest.mark.parametrize("argv", [["--recipes", "nope"], ["--faults", "0"], ["--seeds", "0"]])

@@ -159,7 +159,6 @@ def _run_dir(tmp_path: Path, **manifest: Any) -> Path:
         ({"launcher_host": "elsewhere"}, [], "launcher runs on host elsewhere"),
         ({}, ["--worker", "3"], "worker 3 is not in the run (it has workers 0-2)"),
         ({}, ["--worker", "-1"], "worker -1 is not in the run"),
-        ({"family": "ps", "technique": "mercury"}, [], "ps/mercury worker cannot rejoin"),
         ({}, ["--wait-s", "0"], "--wait-s 0.0 is not a positive number"),
         ({}, ["--wait-s", "nan"], "--wait-s nan is not a positive number"),
     ],

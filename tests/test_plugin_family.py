@@ -116,3 +116,24 @@ def test_losing_a_role_the_run_cannot_lose_stops_it_naming_it(tmp_path: Path) ->
     rows = read_jsonl(launch.run_dir / "metrics" / "worker-0.jsonl")
     assert rows[-1]["event"] == "failed"
     assert edgetrain_processes(manifest["run_id"]) == {}
+
+
+def test_restart_is_refused_for_a_technique_whose_workers_cannot_rejoin(tmp_path: Path) -> None:
+    """Every built-in technique takes lost workers back; the toy family's runner says nothing
+    about rejoining, so ``[run] restart`` is refused for it in one line, exit 2."""
+    recipe = _recipe(tmp_path, epochs=2)
+    recipe.write_text("[run]\nrestart = 2\n" + recipe.read_text().replace("[run]\n", "", 1))
+    out = subprocess.run(
+        [sys.executable, "-m", "edgetrain", "check", str(recipe)],
+        capture_output=True, text=True, timeout=60, env=_env(),
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    line = last_error(out.stderr)
+    assert "a restarted worker cannot rejoin a running toy/mean run yet" in line
+    assert "Traceback" not in out.stderr
+    recipe.write_text(recipe.read_text().replace("restart = 2\n", ""))  # unset: fine
+    ok = subprocess.run(
+        [sys.executable, "-m", "edgetrain", "check", str(recipe)],
+        capture_output=True, text=True, timeout=60, env=_env(),
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stderr

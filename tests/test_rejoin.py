@@ -1,7 +1,8 @@
 """A worker that died comes back (issue 31, item 1; ``[run] restart = N``): the back-off
-schedule, the coordinator's rules for a lost worker's re-registration, the refusal for a
-technique that cannot rejoin, and a real gossip run where a worker killed with SIGKILL is
-restarted by its launcher, takes the live model from a peer and finishes the run."""
+schedule, the coordinator's rules for a lost worker's re-registration, and a real gossip run
+where a worker killed with SIGKILL is restarted by its launcher, takes the live model from a
+peer and finishes the run. (The refusal for a technique that cannot rejoin, now only a
+plugin's: tests/test_plugin_family.py.)"""
 
 from __future__ import annotations
 
@@ -280,27 +281,6 @@ def test_bad_restart_values_are_one_line_and_exit_2(
     assert code == 2
     assert message in last_error(err)
     assert "Traceback" not in err
-
-
-@pytest.mark.parametrize(
-    ("family", "extra", "technique"),
-    [
-        ("ps", "[[workers]]\ncount = 2\n", "mercury"),
-    ],
-)
-def test_restart_is_refused_where_workers_cannot_rejoin_yet(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], family: str, extra: str, technique: str
-) -> None:
-    recipe = tmp_path / "r.toml"
-    text = BASE.replace("epochs = 2", f'epochs = 2\nfamily = "{family}"\ntechnique = "{technique}"')
-    recipe.write_text("[run]\nrestart = 2\n" + text + extra)
-    code, _, err = run_cli(capsys, "check", str(recipe))
-    assert code == 2, err
-    line = last_error(err)
-    assert f"a restarted worker cannot rejoin a running {family}/{technique} run yet" in line
-    assert "Traceback" not in err
-    recipe.write_text(text + extra)  # restart unset: the same recipe is fine
-    assert run_cli(capsys, "check", str(recipe))[0] == 0
 
 
 @pytest.mark.parametrize("technique", ["dlion", "gaia", "ako"])

@@ -694,7 +694,9 @@ class Coordinator:
         for later in [e for e in self._partial if e > epoch]:  # trained again
             del self._partial[later]
         events: list[Event] = []
-        for i in sorted(joining):
+        back = sorted(joining)
+        self.joining.difference_update(back)  # each starts with every other in its roster
+        for i in back:
             events.extend(self._admit(i, epoch + 1))
         roster = self.roster()
         for i in survivors:

@@ -64,10 +64,12 @@ def run_epochs(
     start_epoch: int = 1,
     eval_every: int = 1,
     worker_id: int = 0,
+    first_steps: int = 0,
 ) -> int:
-    """Train epochs ``start_epoch`` to ``epochs``; return the number of steps taken."""
+    """Train epochs ``start_epoch`` to ``epochs``; return the number of steps taken (counted
+    from ``first_steps``: the steps before ``start_epoch``, where a rewind went back to)."""
     work.apply(session.start_directive)
-    steps = 0
+    steps = first_steps
     for epoch in range(start_epoch, epochs + 1):
         started = time.monotonic()
         losses: list[float] = []

@@ -1,6 +1,6 @@
 """Workers that train slowly until a gate opens: each gossip (GoSGD, DLion, Gaia, Ako) or
-parameter-server trainer step, each pipeline stage's backward and each data-parallel replica's
-all-reduce sleeps
+parameter-server trainer or Mercury device step, each pipeline stage's backward and each
+data-parallel replica's all-reduce sleeps
 ``EDGETRAIN_TEST_GATE_SLEEP_S`` (default 0.05 s) while the file ``EDGETRAIN_TEST_GATE`` does
 not exist, so a test can keep a run going while it waits for an event (a restarted worker's
 rejoin) and then let it finish at full speed, without guessing how long either takes.
@@ -20,11 +20,12 @@ from typing import Any
 def _install() -> None:
     from edgetrain.gossip.exchange.loop import Decentral
     from edgetrain.gossip.gosgd import GoSGD
+    from edgetrain.ps.mercury.device import MercuryDevice
     from edgetrain.ps.scheduled import ScheduledTrainer
 
     gate = Path(os.environ["EDGETRAIN_TEST_GATE"])
     pause = float(os.environ.get("EDGETRAIN_TEST_GATE_SLEEP_S", "0.05"))
-    for cls in (GoSGD, ScheduledTrainer, Decentral):
+    for cls in (GoSGD, ScheduledTrainer, Decentral, MercuryDevice):
         step = cls.step
 
         def gated(self: Any, epoch: int, batch: Any, step: Any = step) -> float:

@@ -15,6 +15,12 @@ Each iteration t (specs/ps.md §2.1; T1 is this thread, T2 the BACC thread):
 Outside aggregation T2 sends the round's swap chunks (paused when the next aggregation
 starts). Every iteration's compute, communication and the rest (``T_is``) are measured for
 the speed-up model. Device 0 evaluates (the replicas are identical: the hash check says so).
+
+Every device serves a shard, so a lost device stops every other's averaging. Under ``[run]
+restart`` the run *rewinds* (:mod:`edgetrain.comm.rewind`): the others halt where they are,
+the launcher restarts the lost one from its part of the last checkpoint, and every device goes
+back to its own part (weights, optimiser state, local data, importance cache) with new network
+and BACC threads, and trains the epochs since again.
 """
 
 from __future__ import annotations
@@ -38,8 +44,9 @@ from torch import nn
 from edgetrain.comm import protocol
 from edgetrain.comm.client import Serve
 from edgetrain.comm.control import HandIn
+from edgetrain.comm.rewind import Rewind
 from edgetrain.comm.transport import Transport
-from edgetrain.comm.wire import Message
+from edgetrain.comm.wire import Message, is_count
 from edgetrain.errors import DataError, RunError
 from edgetrain.profile.scope import resolve_scope
 from edgetrain.ps.mercury import premises, reshard, shards
@@ -56,6 +63,7 @@ from edgetrain.ps.mercury.group_sampling import (
 from edgetrain.ps.mercury.importance import Scorer
 from edgetrain.ps.mercury.net import Net, SwapAnswer
 from edgetrain.runtime.base import Final, Ready, Runner, WorkerContext
+from edgetrain.runtime.context import Roster
 from edgetrain.runtime.epochs import run_epochs
 from edgetrain.runtime.session import Session
 from edgetrain.runtime.setup import build_run_model, load_run_data, worker_indices
@@ -73,8 +81,18 @@ T2_NICE = 19  # T2's scheduling priority (the lowest): it runs on what the other
 SWITCH_INTERVAL_S = 0.0005
 
 
-def make_runner(ctx: WorkerContext) -> Runner:
-    return MercuryDevice(ctx)
+class MercuryRunners:
+    """Mercury's runner factory: a lost device's restarted process rejoins the running run by
+    rewinding every device to the last checkpoint."""
+
+    rejoins = True
+    restarts_roles = frozenset({"trainer"})
+
+    def __call__(self, ctx: WorkerContext) -> Runner:
+        return MercuryDevice(ctx)
+
+
+make_runner = MercuryRunners()
 
 
 def yield_cpu() -> None:
@@ -136,19 +154,37 @@ class MercuryDevice:
         self._probe: dict[int, np.ndarray] = {}
         self._probe_rows: list[dict[str, Any]] = []
         self._ema_agg: float | None = None
+        self.steps = 0  # training steps so far (a checkpoint keeps them)
+        self.rewinds = 0  # rewinds to a checkpoint this process took part in
+        self.rewound_s = 0.0  # the training time they threw away and the halts' waits
+        self.halting = False  # a lost device halts this one (a run that rewinds)
+        self.peer_ids: set[int] = set()
 
     # ------------------------------------------------------------------ runner
 
     def setup(self) -> Ready:
-        recipe, ctx, cfg = self.ctx.recipe, self.ctx, self.cfg
+        recipe, ctx = self.ctx.recipe, self.ctx
         group = recipe.expanded_workers()[ctx.worker_id]
         torch.set_num_threads(group.threads)
+        self._fresh_state()
+        if ctx.resume is not None:
+            self._restore(ctx.resume)
+        self.router, endpoint = Transport.of(ctx).bind(zmq.ROUTER, what=f"Mercury device {self.me}")
+        meta = {"samples": self.cache.size, "params": self.P, "weights_hash": self.weights_hash()}
+        return Ready({"mc": endpoint}, meta)
+
+    def _fresh_state(self) -> None:
+        """The seeded start: the local data, the model, its optimiser and importance cache."""
+        recipe, ctx, cfg = self.ctx.recipe, self.ctx, self.cfg
         data = load_run_data(recipe)
         mine = worker_indices(recipe, data, ctx.worker_id)
         # the dataset stays in host memory (resharding writes into it); batches go to the device
         self.device = resolve_device(recipe.train.device)
         self.model = build_run_model(recipe, data).to(self.device)
-        self.x_np = np.array(data.x_train[mine], dtype=np.float32, order="C", copy=True)
+        self.codec = SampleCodec.of(data.x_train, data.classes)
+        # every sample as the codec carries it (a resharded sample arrives so, a checkpoint
+        # keeps it so): the local data of a resumed or rewound device is the same, bit for bit
+        self.x_np = np.ascontiguousarray(self.codec.decode(self.codec.encode(data.x_train[mine])))
         self.y_np = np.array(data.y_train[mine], dtype=np.int64, copy=True)
         n = len(self.y_np)
         if n < self.batch:
@@ -160,7 +196,6 @@ class MercuryDevice:
         self.y = torch.from_numpy(self.y_np)
         self.x_test = torch.from_numpy(np.ascontiguousarray(data.x_test)).to(self.device)
         self.y_test = torch.from_numpy(np.ascontiguousarray(data.y_test)).to(self.device)
-        self.codec = SampleCodec.of(data.x_train, data.classes)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.P = sum(p.numel() for p in self.params)
         train = recipe.train
@@ -175,44 +210,51 @@ class MercuryDevice:
         self.scorer = Scorer(self.model, cfg.loss_mode)
         rng = np.random.default_rng([self.seed, _SALT_CACHE, self.me])
         self.cache = ImportanceCache.fresh(n, cfg.initial_importance, rng)
-        if ctx.resume is not None:
-            self._restore(ctx.resume)
-        self.router, endpoint = Transport.of(ctx).bind(zmq.ROUTER, what=f"Mercury device {self.me}")
-        meta = {"samples": n, "params": self.P, "weights_hash": self.weights_hash()}
-        return Ready({"mc": endpoint}, meta)
+        self.steps = 0
 
     def run(self, session: Session) -> Final:
-        recipe, ctx, cfg = self.ctx.recipe, self.ctx, self.cfg
+        recipe, ctx = self.ctx.recipe, self.ctx
         self.session = session
         devices = session.roster.of("trainer")
         self.K = len(devices)
-        names = {m.role.index: protocol.worker_name(m.id) for m in devices}
-        endpoints = {m.role.index: m.endpoints.get("mc", "") for m in devices}
         self.apply(session.start_directive)
         sizes = session.start_directive.get("sizes")
         if not isinstance(sizes, list) or len(sizes) != self.K:
             raise RunError(f"device {self.me}: the start directive has no sizes for {self.K}")
+        self.sizes = [int(s) for s in sizes]
         self.bounds = shards.bounds(self.P, self.K)
-        self.iteration = (ctx.start_epoch - 1) * self.iterations
-        assert self.router is not None
-        self.net = Net(
-            transport=Transport.of(ctx), router=self.router, me=self.me, names=names,
-            endpoints=endpoints, bounds=self.bounds,
-            weights=shards.device_weights([int(s) for s in sizes]),
-            timeout_s=cfg.reply_timeout_s, codec=self.codec.digest,
-            swap_check=lambda t: self.codec.check(t, self.codec.per_chunk(cfg.chunk_bytes)),
-            swap_server=self._serve_swap, first_iteration=self.iteration,
-        )  # fmt: skip
-        self.net.start()
+        first = session.rejoin_epoch or ctx.start_epoch
+        self.iteration = (first - 1) * self.iterations
+        if session.rejoin_epoch is None:
+            self.steps = 0  # a resumed run counts its steps from its start, as before
+        self._start_net(session.roster, session.gen)
         self._start_t2()
-        steps = run_epochs(
-            session, self, epochs=recipe.train.epochs, start_epoch=ctx.start_epoch,
-            eval_every=recipe.train.eval_every, worker_id=ctx.worker_id,
-        )  # fmt: skip
-        acc, loss = self._last_eval if self._last_eval is not None else self.evaluate()
-        final_hash = self.weights_hash()
-        self._stop_threads()
-        session.done({"weights_hash": final_hash}, recipe.train.epochs, steps)
+        if session.rewinds:
+            self.peer_ids = {m.id for m in devices}
+            session.on_failed(self._peer_failed)
+            self.halting = True
+            # A peer's new connection (a restarted process, or a rewound thread's) takes over
+            # its identity: without this the ROUTER refuses it while the old connection still
+            # holds messages this device never read (sent before the halt), and the two
+            # devices never hear each other again.
+            assert self.router is not None
+            self.router.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        while True:
+            try:
+                steps = run_epochs(
+                    session, self, epochs=recipe.train.epochs, start_epoch=first,
+                    eval_every=recipe.train.eval_every, worker_id=ctx.worker_id,
+                    first_steps=self.steps,
+                )  # fmt: skip
+                acc, loss = self._last_eval if self._last_eval is not None else self.evaluate()
+                final_hash = self.weights_hash()
+                # the threads stop once every device is done: a peer's swap chunk still on its
+                # way to this device is answered, or that peer's last step waits on it
+                session.done({"weights_hash": final_hash}, recipe.train.epochs, steps)
+                self._stop_threads()
+                break
+            except Rewind:  # a device was lost and comes back: every device rewinds
+                first = self._rewind(session)
         weights = {k: v.detach().cpu().numpy().copy() for k, v in float_state(self.model).items()}
         meta = {"device": self.me, "weights_hash": final_hash, "iteration": self.iteration}
         metrics = {
@@ -220,9 +262,75 @@ class MercuryDevice:
             "final_test_loss": loss,
             "steps": steps,
             "weights_hash": final_hash,
+            "rewinds": self.rewinds,
+            "rewound_s": self.rewound_s,
             **ctx.traffic.as_dict(),
         }
         return Final(HandIn(weights, meta), metrics)
+
+    def _start_net(self, roster: Roster, gen: int) -> None:
+        """The network thread, to the devices' endpoints in ``roster``, of generation ``gen``."""
+        devices = roster.of("trainer")
+        names = {m.role.index: protocol.worker_name(m.id) for m in devices}
+        endpoints = {m.role.index: m.endpoints.get("mc", "") for m in devices}
+        cfg = self.cfg
+        assert self.router is not None
+        self.net = Net(
+            transport=Transport.of(self.ctx), router=self.router, me=self.me, names=names,
+            endpoints=endpoints, bounds=self.bounds, weights=shards.device_weights(self.sizes),
+            timeout_s=cfg.reply_timeout_s, codec=self.codec.digest,
+            swap_check=lambda t: self.codec.check(t, self.codec.per_chunk(cfg.chunk_bytes)),
+            swap_server=self._serve_swap, first_iteration=self.iteration, gen=gen,
+        )  # fmt: skip
+        self.net.start()
+
+    # ------------------------------------------------------------------ rewinds
+
+    def _peer_failed(self, failed: set[int]) -> None:
+        """The coordinator named failed workers: a lost device halts this one."""
+        lost = failed & self.peer_ids
+        if self.halting and lost:
+            raise Rewind(f"device {self.me}: workers {sorted(lost)} were lost")
+
+    def _poll(self) -> None:
+        """The control plane, while the training thread waits on its peers."""
+        self.session.poll()
+
+    def _rewind(self, session: Session) -> int:
+        """Stop the threads, halt, and once the coordinator rewinds go back to this device's
+        part of the checkpoint (None: the seeded start) with new threads; the epoch to train
+        next."""
+        self.halting = False
+        t0 = time.monotonic()
+        log.info("device %d: a device was lost; halting for the rewind", self.me)
+        self._stop_threads()
+        self.t2_error = None
+        rewound = session.halt()
+        self.halting = True
+        if rewound.handin is None:
+            self._fresh_state()
+        else:
+            self._restore(rewound.handin)
+        self._forget_progress()
+        self.iteration = rewound.epoch * self.iterations
+        self._start_net(rewound.roster, rewound.gen)
+        self._start_t2()
+        self.rewinds += 1
+        self.rewound_s += time.monotonic() - t0
+        log.info("device %d: rewound to epoch %d (gen %d)", self.me, rewound.epoch, rewound.gen)
+        return rewound.epoch + 1
+
+    def _forget_progress(self) -> None:
+        """What the epochs a rewind throws away left: the resharding round in flight, the
+        measured times, the last evaluation."""
+        with self._lock:
+            self._plan, self._placements, self._busy = None, [], set()
+        self._peer_turn = self._chunks_per_iteration = self._cohort_base = 0
+        self.stopped = False
+        self._last_eval = None
+        self.times = Times()
+        self._ema_agg = None
+        self._probe, self._probe_rows = {}, []
 
     def close(self) -> None:
         self._stop_threads()
@@ -500,11 +608,12 @@ class MercuryDevice:
         net.push(t, grad, weights_hash)
         if handoff is not None:
             handoff.begin(t, self._refresh_target())
-        avg = net.wait_average(t)
+        avg = net.wait_average(t, self._poll)
         averaged = time.perf_counter()
         if handoff is not None:
             handoff.end(t)
             while not handoff.wait_step(timeout=1.0):
+                self._poll()
                 if self.t2_error is not None or handoff.p.stopped:
                     raise RunError(self.t2_error or f"device {self.me} is stopping")
         stepping = time.perf_counter()
@@ -604,7 +713,9 @@ class MercuryDevice:
         yield from range(self.iterations)
 
     def step(self, epoch: int, batch: Any) -> float:
-        return self._iterate()
+        loss = self._iterate()
+        self.steps += 1
+        return loss
 
     def evaluate(self) -> tuple[float, float]:
         """Device 0's test accuracy and loss; the other devices report none (the replicas
@@ -678,7 +789,12 @@ class MercuryDevice:
         weights["mercury.importance"] = self.cache.importance.copy()
         weights["mercury.stamp"] = self.cache.stamp.copy()
         weights["mercury.order"] = self.cache.order.copy()
-        meta = {"device": self.me, "iteration": self.iteration, "cursor": self.cache.cursor}
+        meta = {
+            "device": self.me,
+            "iteration": self.iteration,
+            "cursor": self.cache.cursor,
+            "steps": self.steps,
+        }
         return HandIn(weights, meta)
 
     def _restore(self, handin: HandIn) -> None:
@@ -697,6 +813,8 @@ class MercuryDevice:
         self.cache.stamp[:] = arrays["mercury.stamp"]
         self.cache.order[:] = arrays["mercury.order"]
         self.cache.cursor = int(handin.meta.get("cursor", 0))
+        steps = handin.meta.get("steps", 0)
+        self.steps = steps if isinstance(steps, int) and is_count(steps) else 0
 
     def apply(self, directive: Mapping[str, Any]) -> None:
         if "iterations" in directive:

@@ -10,7 +10,8 @@
 A device's DEALER to each peer carries its requests (``mc.grad``, ``mc.swap``) and gets the
 answers; its ROUTER serves the peers' requests. Everything received is checked (iteration,
 slice bounds, dtype, shape, finite values, sample arrays); anything else is dropped and
-counted by reason.
+counted by reason. In a run that rewinds every message also carries ``gen`` (the sender's
+generation; absent: 0), and one of another generation than the receiver's is dropped.
 """
 
 from __future__ import annotations

@@ -10,6 +10,11 @@ work in through a queue and a wake-up pipe (ZeroMQ sockets are not shared betwee
 and wait on events. Every message received is validated (:mod:`.messages`, :mod:`.codec`);
 nothing is unpickled.
 
+In a run that rewinds (``[run] restart``), every message carries the device's generation
+(``gen``, the rewinds so far) and one of another generation is dropped (``stale``): a rewound
+device starts a new thread on the same ROUTER, and what the old generation left in it never
+reaches the new one.
+
 Device 0 also checks the replicas: every ``hash_every`` iterations each device's slice to
 device 0 carries a 64-bit hash of its weights; a device whose hash differs from device 0's
 stops the run with a line naming it.
@@ -30,6 +35,7 @@ from typing import Any
 import numpy as np
 import zmq
 
+from edgetrain.comm.rewind import GEN, gen_of
 from edgetrain.comm.transport import Transport
 from edgetrain.comm.wire import Message
 from edgetrain.errors import RunError
@@ -43,6 +49,7 @@ SwapAnswer = tuple[dict[str, np.ndarray], dict[str, Any]]
 SwapServer = Callable[[int, Message], SwapAnswer | None]
 # Why a chunk's arrays are unusable, or None (:meth:`.codec.SampleCodec.check` with its limit).
 SwapCheck = Callable[[Mapping[str, np.ndarray]], str | None]
+WAIT_SLICE_S = 0.1  # how often a wait for an average looks up from it
 
 
 @dataclass
@@ -93,6 +100,7 @@ class Net(threading.Thread):
         swap_check: SwapCheck,
         swap_server: SwapServer,
         first_iteration: int = 0,
+        gen: int = 0,
     ) -> None:
         super().__init__(daemon=True, name="mercury-net")
         self.transport = transport
@@ -108,6 +116,7 @@ class Net(threading.Thread):
         self.codec = codec
         self.swap_check = swap_check
         self.swap_server = swap_server
+        self.gen = gen
         lo, hi = bounds[me]
         self.averager = Averager(weights, hi - lo, first_iteration)
         self.stats = NetStats()
@@ -137,13 +146,16 @@ class Net(threading.Thread):
             self._results[t] = result
         self._command("push", t, grad, weights_hash)
 
-    def wait_average(self, t: int) -> np.ndarray:
+    def wait_average(self, t: int, poll: Callable[[], None] | None = None) -> np.ndarray:
         """The averaged gradient of iteration ``t``, or :class:`RunError` naming the devices
-        that did not answer (or what diverged)."""
+        that did not answer (or what diverged). ``poll`` runs while it waits (the control
+        plane: a lost device may rewind the run, see :mod:`edgetrain.comm.rewind`)."""
         with self._lock:
             result = self._results[t]
         deadline = time.monotonic() + self.timeout_s
-        while not result.done.wait(0.5):
+        while not result.done.wait(WAIT_SLICE_S):
+            if poll is not None:
+                poll()
             if self.error is not None:
                 raise RunError(self.error)
             if time.monotonic() > deadline or not self.is_alive():
@@ -247,7 +259,8 @@ class Net(threading.Thread):
         return self.transport.send(sock, msg, identity=identity, peer=self.names[peer])
 
     def _msg(self, kind: str, meta: dict[str, Any], tensors: dict[str, np.ndarray]) -> Message:
-        return self.transport.message(kind, meta, tensors)
+        stamped = {**meta, GEN: self.gen} if self.gen else meta
+        return self.transport.message(kind, stamped, tensors)
 
     def _push(self, t: int, grad: np.ndarray, weights_hash: str | None) -> None:
         for k, (lo, hi) in enumerate(self.bounds):
@@ -316,6 +329,9 @@ class Net(threading.Thread):
             if peer is None or peer == self.me or identity != msg.sender.encode():
                 self.traffic.drop("unknown_device", msg.sender)
                 continue
+            if gen_of(msg.meta) != self.gen:  # sent before a rewind
+                self.traffic.drop("stale", msg.sender)
+                continue
             assert identity is not None
             if msg.type == messages.GRAD:
                 reason = messages.slice_fields(msg.meta, msg.tensors, self.bounds[self.me])
@@ -362,6 +378,9 @@ class Net(threading.Thread):
             msg = got[1]
             if msg.sender != self.names[peer]:
                 self.traffic.drop("unknown_device", msg.sender)
+                continue
+            if gen_of(msg.meta) != self.gen:
+                self.traffic.drop("stale", msg.sender)
                 continue
             if msg.type == messages.AVG:
                 reason = messages.slice_fields(msg.meta, msg.tensors, self.bounds[peer])

@@ -61,6 +61,7 @@ def policy(recipe: Recipe) -> CoordinationPolicy:
         barriers=True,
         fatal_roles=frozenset({"trainer"}),
         checkpoint_roles=frozenset({"trainer"}),
+        rewinds=True,  # under [run] restart a lost device comes back and every device rewinds
     )
 
 
