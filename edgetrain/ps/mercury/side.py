@@ -2,7 +2,8 @@
 its controller, its model and its report, as the :data:`SIDE` both registry entries name.
 
 Every process is a ``trainer`` (a device) and serves one shard, so every one is needed: losing
-a device stops the run naming it. The controller (pure) gives each device at start the
+a device stops the run naming it, unless ``[run] restart`` brings it back and every device
+rewinds to the last checkpoint (:mod:`.device`). The controller (pure) gives each device at start the
 iterations per epoch, every device's local dataset size (the shard owners' weights) and the
 iterations per resharding round; at start and at every barrier it compares the devices'
 weight hashes (a device that diverged halts the run with one line) and, with ``[mercury]
