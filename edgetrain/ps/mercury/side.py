@@ -3,12 +3,12 @@ its controller, its model and its report, as the :data:`SIDE` both registry entr
 
 Every process is a ``trainer`` (a device) and serves one shard, so every one is needed: losing
 a device stops the run naming it, unless ``[run] restart`` brings it back and every device
-rewinds to the last checkpoint (:mod:`.device`). The controller (pure) gives each device at start the
-iterations per epoch, every device's local dataset size (the shard owners' weights) and the
-iterations per resharding round; at start and at every barrier it compares the devices'
-weight hashes (a device that diverged halts the run with one line) and, with ``[mercury]
-stop_accuracy``, ends training once device 0's test accuracy reaches it. The run's model is
-device 0's replica; the hand-ins' hashes must all agree.
+rewinds to the last checkpoint (:mod:`.device`). The controller (pure) gives each device at
+start the iterations per epoch, every device's local dataset size (the shard owners'
+weights) and the iterations per resharding round; at start and at every barrier it compares
+the devices' weight hashes (a device that diverged halts the run with one line) and, with
+``[mercury] stop_accuracy``, ends training once device 0's test accuracy reaches it. The
+run's model is device 0's replica; the hand-ins' hashes must all agree.
 """
 
 from __future__ import annotations
