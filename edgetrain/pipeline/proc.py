@@ -40,6 +40,7 @@ from edgetrain.recipe import Recipe
 from edgetrain.runtime import accelerator
 from edgetrain.runtime.base import WorkerContext
 from edgetrain.runtime.context import Roster
+from edgetrain.runtime.rewind_watch import RewindWatch
 from edgetrain.runtime.session import Session
 from edgetrain.runtime.setup import build_run_model, load_run_data, seeded_model
 
@@ -183,10 +184,7 @@ class TrainingProcess:
         self.quota_group: Path | None = None  # the CPU quota's group, found then
         self.quota_stat0: dict[str, float] | None = None
         self.paused = PauseLedger()  # waits on a neighbour's pause, out of the clock
-        self.rewinds = 0  # rewinds to a checkpoint this process took part in
-        self.rewound_s = 0.0  # training time they threw away, and the halts' waits
-        self.halting = False  # a lost peer halts this one (a run that rewinds)
-        self.peer_ids: set[int] = set()  # the workers whose loss halts this one
+        self.rewind = RewindWatch(str(ctx.role))  # a run that rewinds: lost peers halt it
 
     # ------------------------------------------------------------------ setting up
 
@@ -294,34 +292,18 @@ class TrainingProcess:
 
     # ------------------------------------------------------------------ rewinds
 
-    def _halt_on_losses(self, session: Session, role: str) -> None:
-        """In a run that rewinds, a lost worker of ``role`` halts this process: from the next
-        poll, training unwinds to :meth:`_rewind`."""
-        if session.rewinds:
-            self.peer_ids = {m.id for m in session.roster.of(role)}
-            session.on_failed(self._peer_failed)
-            self.halting = True
-
-    def _peer_failed(self, failed: set[int]) -> None:
-        """The coordinator named failed workers: a lost peer halts this one."""
-        lost = failed & self.peer_ids
-        if self.halting and lost:
-            raise Rewind(f"{self.ctx.role}: workers {sorted(lost)} were lost")
-
     def _rewind(self, session: Session) -> tuple[int, int]:
         """Halt where this process is; once the coordinator rewinds, reconnect to the lost
         peers' new processes and rebuild the stage from this process's part of the checkpoint
         (None: the seeded start). Returns the epoch to train next and the steps at the
         checkpoint."""
-        self.halting = False
         t0 = self.epoch_t0
         log.info("%s: a peer was lost; halting for the rewind", self.ctx.role)
         units = self.stage.units
         del self.stage  # the microbatches in flight, their graphs and pairs go
         self._forget_in_flight()
         collect()
-        rewound = session.halt()
-        self.halting = True
+        rewound = self.rewind.halt(session)
         self._reconnect(rewound.roster)
         self.stage = self._rebuild(units, rewound.handin)
         collect()
@@ -331,8 +313,7 @@ class TrainingProcess:
             steps = self._restore_counts(rewound.handin, clock=False)
         lost = time.monotonic() - t0
         self.clock += lost  # the epoch thrown away and the wait count: the run lost them
-        self.rewinds += 1
-        self.rewound_s += lost
+        self.rewind.count(lost)
         log.info("%s: rewound to epoch %d (gen %d)", self.ctx.role, rewound.epoch, rewound.gen)
         return rewound.epoch + 1, steps
 

@@ -84,7 +84,7 @@ class ReplicaRunner(TrainingProcess):
                 self.peers[m.role.index] = protocol.worker_name(m.id)
         if self.r == 0:
             self._connect_evaluator(session)
-        self._halt_on_losses(session, "replica")
+        self.rewind.watch(session, "replica")
         _, steps = self._train(session)
         meta = {"role": str(ctx.role), "replica": self.r, "version": self.stage.store.latest}
         return Final(HandIn(stage_state(self.stage), meta), {**self._metrics(), "steps": steps})
@@ -270,8 +270,8 @@ class ReplicaRunner(TrainingProcess):
             "store_modes": self.stage.choice.modes,
             "microbatch": self.b,
             "version": self.stage.store.latest,
-            "rewinds": self.rewinds,
-            "rewound_s": self.rewound_s,
+            "rewinds": self.rewind.rewinds,
+            "rewound_s": self.rewind.rewound_s,
             "memory": self._memory(),
             "timers": self._timer_figures(self.timers.get("forward_s"), 0.0),
             **self._clock_figures(),

@@ -89,7 +89,7 @@ class StageRunner(TrainingProcess):
         self.m = int(d["microbatches"])
         self._build(bounds[self.s])
         self._connect(session)
-        self._halt_on_losses(session, "stage")
+        self.rewind.watch(session, "stage")
         _, steps = self._train(session)
         weights = stage_state(self.stage)
         meta = self._handin_meta()
@@ -339,8 +339,8 @@ class StageRunner(TrainingProcess):
             "microbatch": self.b,
             "m": schedule.in_flight(self.s, self.n, self.cfg.window_extra, self.cfg.window),
             "version": store.latest,
-            "rewinds": self.rewinds,
-            "rewound_s": self.rewound_s,
+            "rewinds": self.rewind.rewinds,
+            "rewound_s": self.rewind.rewound_s,
             "memory": self._memory(),
             "formulas": self._formulas(),
             "timers": self._timer_figures(

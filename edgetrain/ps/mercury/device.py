@@ -65,6 +65,7 @@ from edgetrain.ps.mercury.net import Net, SwapAnswer
 from edgetrain.runtime.base import Final, Ready, Runner, WorkerContext
 from edgetrain.runtime.context import Roster
 from edgetrain.runtime.epochs import run_epochs
+from edgetrain.runtime.rewind_watch import RewindWatch
 from edgetrain.runtime.session import Session
 from edgetrain.runtime.setup import build_run_model, load_run_data, worker_indices
 from edgetrain.runtime.trainer import evaluate, resolve_device
@@ -155,10 +156,7 @@ class MercuryDevice:
         self._probe_rows: list[dict[str, Any]] = []
         self._ema_agg: float | None = None
         self.steps = 0  # training steps so far (a checkpoint keeps them)
-        self.rewinds = 0  # rewinds to a checkpoint this process took part in
-        self.rewound_s = 0.0  # the training time they threw away and the halts' waits
-        self.halting = False  # a lost device halts this one (a run that rewinds)
-        self.peer_ids: set[int] = set()
+        self.rewind = RewindWatch(f"device {self.me}")  # a run that rewinds: lost peers halt it
 
     # ------------------------------------------------------------------ runner
 
@@ -229,10 +227,7 @@ class MercuryDevice:
             self.steps = 0  # a resumed run counts its steps from its start, as before
         self._start_net(session.roster, session.gen)
         self._start_t2()
-        if session.rewinds:
-            self.peer_ids = {m.id for m in devices}
-            session.on_failed(self._peer_failed)
-            self.halting = True
+        if self.rewind.watch(session, "trainer"):
             # A peer's new connection (a restarted process, or a rewound thread's) takes over
             # its identity: without this the ROUTER refuses it while the old connection still
             # holds messages this device never read (sent before the halt), and the two
@@ -262,8 +257,8 @@ class MercuryDevice:
             "final_test_loss": loss,
             "steps": steps,
             "weights_hash": final_hash,
-            "rewinds": self.rewinds,
-            "rewound_s": self.rewound_s,
+            "rewinds": self.rewind.rewinds,
+            "rewound_s": self.rewind.rewound_s,
             **ctx.traffic.as_dict(),
         }
         return Final(HandIn(weights, meta), metrics)
@@ -286,27 +281,15 @@ class MercuryDevice:
 
     # ------------------------------------------------------------------ rewinds
 
-    def _peer_failed(self, failed: set[int]) -> None:
-        """The coordinator named failed workers: a lost device halts this one."""
-        lost = failed & self.peer_ids
-        if self.halting and lost:
-            raise Rewind(f"device {self.me}: workers {sorted(lost)} were lost")
-
-    def _poll(self) -> None:
-        """The control plane, while the training thread waits on its peers."""
-        self.session.poll()
-
     def _rewind(self, session: Session) -> int:
         """Stop the threads, halt, and once the coordinator rewinds go back to this device's
         part of the checkpoint (None: the seeded start) with new threads; the epoch to train
         next."""
-        self.halting = False
         t0 = time.monotonic()
         log.info("device %d: a device was lost; halting for the rewind", self.me)
         self._stop_threads()
         self.t2_error = None
-        rewound = session.halt()
-        self.halting = True
+        rewound = self.rewind.halt(session)
         if rewound.handin is None:
             self._fresh_state()
         else:
@@ -315,8 +298,7 @@ class MercuryDevice:
         self.iteration = rewound.epoch * self.iterations
         self._start_net(rewound.roster, rewound.gen)
         self._start_t2()
-        self.rewinds += 1
-        self.rewound_s += time.monotonic() - t0
+        self.rewind.count(time.monotonic() - t0)
         log.info("device %d: rewound to epoch %d (gen %d)", self.me, rewound.epoch, rewound.gen)
         return rewound.epoch + 1
 
@@ -608,12 +590,12 @@ class MercuryDevice:
         net.push(t, grad, weights_hash)
         if handoff is not None:
             handoff.begin(t, self._refresh_target())
-        avg = net.wait_average(t, self._poll)
+        avg = net.wait_average(t, self.session.poll)  # a lost peer rewinds
         averaged = time.perf_counter()
         if handoff is not None:
             handoff.end(t)
             while not handoff.wait_step(timeout=1.0):
-                self._poll()
+                self.session.poll()
                 if self.t2_error is not None or handoff.p.stopped:
                     raise RunError(self.t2_error or f"device {self.me} is stopping")
         stepping = time.perf_counter()
