@@ -93,8 +93,12 @@ def test_fast_and_slow_workers_get_batches_in_their_capacity_ratio(tmp_path: Pat
     assert 2.0 <= at_b0["0"] / at_b0["1"] <= 7.0  # the throttle's 3x, measured on a busy box
     # batches in the ratio of the capacities at those batch sizes (a step's fixed cost makes
     # that ratio larger than at b0: the slow worker's fixed cost is 3x too)
+    # unless the slow worker sits at the planner's floor (b0 // 4), which caps the ratio
     caps = plan["capacities"]
-    assert fast / slow == pytest.approx(caps["0"] / caps["1"], rel=0.15)
+    if slow > 64 // 4:
+        assert fast / slow == pytest.approx(caps["0"] / caps["1"], rel=0.15)
+    else:
+        assert fast / slow <= caps["0"] / caps["1"] * 1.15
     assert fast / slow >= 2.0
     assert plan["t_unit"] > 0 and plan["spread"] <= eps
     rows = {w: _epochs(run, w)[-1] for w in (0, 1)}
