@@ -179,7 +179,8 @@ def _ratio_claim(r3: list[Row], rows: list[Row], seeds: list[int]) -> Claim:
         seeds,
         falls and (med[10] or 1) <= 0.05,
         "share = (slowest aggregation + ranking share x training time) / (training + "
-        "aggregation); the paper times Spark's aggregation apart",
+        "aggregation); the paper times Spark's aggregation apart; edgetrain ranks every third "
+        "epoch (rank_every = 3), the paper every epoch",
         share_by_ratio={k: Stat.of(v) for k, v in shares.items()},
         accuracy_by_ratio=acc,
     )

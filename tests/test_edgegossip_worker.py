@@ -124,3 +124,30 @@ def test_per_class_selection_keeps_every_class(worker: EdgeGossip) -> None:
     worker.apply({"ratio": 0.2})
     kept = np.concatenate([yb.numpy() for _, yb in worker.batches(1)])
     assert len(np.unique(kept)) == 10  # the global ranking would keep a few classes
+
+
+def test_rank_every_reuses_the_last_ranking_between_its_epochs() -> None:
+    w = _worker(rank_every=3)
+    try:
+        w.setup()
+        w.apply({"ratio": 0.5})
+        ranked, orders = [], []
+        for epoch in range(1, 8):
+            _, m = _epoch(w, epoch)
+            ranked.append(m["ranked"])
+            assert w._order is not None
+            orders.append(w._order.copy())
+            assert m["t_obs"] > 0 and m["rank_s"] > 0  # the fill and shuffle, at least
+        # epochs 1, 4 and 7 rank; the two between reuse the order (the model has changed)
+        assert ranked == [True, False, False, True, False, False, True]
+        assert np.array_equal(orders[0], orders[2]) and np.array_equal(orders[3], orders[5])
+        assert not np.array_equal(orders[0], orders[3])
+    finally:
+        w.close()
+    assert _worker().eg.rank_every == 3  # the default (ours; the paper's is 1)
+    every = _worker(rank_every=1)
+    try:
+        every.setup()
+        assert [_epoch(every, e)[1]["ranked"] for e in (1, 2)] == [True, True]
+    finally:
+        every.close()

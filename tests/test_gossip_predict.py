@@ -117,14 +117,22 @@ def test_edgegossip_balances_the_shares() -> None:
 
 def test_edgegossip_ranks_its_whole_shard() -> None:
     # a forward pass over 1/10 of each shard: 10 ms per 32 samples / 10 at speed 1 (0.5)
-    p = predict_gossip("edgegossip", TWO, GOSSIP, EdgeShape(ratio=10), ZERO)
-    out = gossip_workers(TWO, GOSSIP, EdgeShape(ratio=10), ZERO)
+    every = EdgeShape(ratio=10, rank_every=1)  # the paper's: a ranking every epoch
+    p = predict_gossip("edgegossip", TWO, GOSSIP, every, ZERO)
+    out = gossip_workers(TWO, GOSSIP, every, ZERO)
     assert [g.ratio for g in out] == pytest.approx([1.0, 0.5])
     # per sample of N: T_(1) = 0.5 (30/32 + 10/320) ms, worker 1 adds (1 - 0.5) x 0.5 x 20/320
     t1 = 0.5 * (0.030 / 32 + 0.010 / 320)
     assert p.iteration_s == pytest.approx(64 * (t1 + 0.5 * 0.5 * 0.020 / 320))
     assert p.iteration_s == pytest.approx(0.032)
     assert p.parts["rank"] == pytest.approx(64 * 0.5 * 0.020 / 320)
+
+
+def test_rank_every_spreads_the_rankings_cost_over_its_epochs() -> None:
+    every = predict_gossip("edgegossip", TWO, GOSSIP, EdgeShape(ratio=10, rank_every=1), ZERO)
+    third = predict_gossip("edgegossip", TWO, GOSSIP, EdgeShape(ratio=10, rank_every=4), ZERO)
+    assert third.parts["rank"] == pytest.approx(every.parts["rank"] / 4)
+    assert third.iteration_s < every.iteration_s
 
 
 def test_edgegossip_r_min_and_balance_off() -> None:

@@ -62,6 +62,7 @@ class EdgeShape:
     order: str = "shuffled"  # shuffled, aggregated (rank 1/ratio), oracle (all), random (none)
     ratio: int = 10
     r_min: float = 0.0
+    rank_every: int = 3  # epochs per ranking (its cost spread over them), as [edgegossip]
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,7 @@ def _rank_per_sample(setting: Setting, worker: int, batch: int, edge: EdgeShape 
     if edge is None or edge.order == "random":
         return 0.0
     share = 1.0 if edge.order == "oracle" else 1.0 / edge.ratio
-    return share * forward_per_sample_s(setting, worker, batch)
+    return share * forward_per_sample_s(setting, worker, batch) / max(1, edge.rank_every)
 
 
 def predict_gossip(
@@ -288,5 +289,5 @@ def predict_gosgd(recipe: Recipe, setting: Setting) -> Prediction:
 def predict_edgegossip(recipe: Recipe, setting: Setting) -> Prediction:
     """EdgeGossip's side hook."""
     eg = EdgeGossipSection.of(recipe)
-    edge = EdgeShape(eg.balance, eg.order, eg.ratio, eg.r_min)
+    edge = EdgeShape(eg.balance, eg.order, eg.ratio, eg.r_min, eg.rank_every)
     return predict_gossip("edgegossip", setting, gossip_shape(recipe), edge)

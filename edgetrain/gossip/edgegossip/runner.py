@@ -66,6 +66,7 @@ class EpochLog:
     ratio: float = 1.0
     target: float = 0.0
     rank_s: float = 0.0
+    order_s: float = 0.0  # of rank_s: the ranking's forward passes (0: the last order reused)
     started: float = 0.0  # before the ranking
     steps_started: float = 0.0
     u_since: int = 0
@@ -98,6 +99,11 @@ class EdgeGossip(GoSGD):
         self.members = np.zeros(0, dtype=np.int64)
         self.bad_directives = 0
         self.log = EpochLog()
+        # the last ranking's order, the epoch it was made at and its cost ([edgegossip]
+        # rank_every reuses it for the epochs between)
+        self._order: np.ndarray | None = None
+        self._ranked_at = 0
+        self._order_s = 0.0
 
     # ------------------------------------------------------------------ setup
 
@@ -180,9 +186,9 @@ class EdgeGossip(GoSGD):
         (the steps' own times made a 0.35-core worker look 0.45 of a 1-core one)."""
         t = self.trainer
         started = time.perf_counter()
-        self._plan(0, 0.0)  # the ranking's forward passes, as in an epoch
+        self._plan(0, 0.0, keep=False)  # the ranking's forward passes, as in an epoch
         work = time.perf_counter() - started
-        rank_s = work + t.throttle.after(work)
+        rank_s = (work + t.throttle.after(work)) / self.eg.rank_every  # spread over its epochs
         model_state = deepcopy(t.model.state_dict())
         opt_state = deepcopy(t.optimizer.state_dict())
         assert self.sampler is not None
@@ -230,7 +236,38 @@ class EdgeGossip(GoSGD):
         model.train(was)
         return torch.cat(out).cpu().numpy() if out else np.zeros(0)
 
-    def _plan(self, epoch: int, target: float) -> ranking.Batches:
+    def _rank(self) -> np.ndarray:
+        """The subsets' order under the current model (Algorithm 2's ranking: the forward
+        passes of every aggregated point, or of every sample for the oracle)."""
+        eg, t = self.eg, self.trainer
+        if eg.order == "oracle":  # the exact losses select
+            order = ranking.rank_order(self._losses(t.x, t.y))
+            labels = t.y
+        else:
+            assert self.points is not None and self.point_labels is not None
+            order = ranking.rank_order(self._losses(self.points, self.point_labels))
+            labels = self.point_labels
+        if eg.select == "per-class":
+            order = ranking.per_class(order, labels.cpu().numpy())
+        return order
+
+    def _order_for(self, epoch: int, keep: bool) -> np.ndarray:
+        """A fresh ranking every ``rank_every`` epochs (and whenever none is held: the first
+        epoch, after a restart), the held one in between. ``keep``: hold what is ranked."""
+        every = self.eg.rank_every
+        if keep and self._order is not None and epoch - self._ranked_at < every:
+            self.log.order_s = 0.0
+            return self._order
+        started = time.perf_counter()
+        order = self._rank()
+        work = time.perf_counter() - started
+        cost = work + self.trainer.throttle.after(work)
+        if keep:
+            self._order, self._ranked_at, self._order_s = order, epoch, cost
+            self.log.order_s = cost
+        return order
+
+    def _plan(self, epoch: int, target: float, keep: bool = True) -> ranking.Batches:
         eg, t = self.eg, self.trainer
         b = self.ctx.recipe.train.batch_size
         rng = np.random.default_rng(
@@ -238,17 +275,11 @@ class EdgeGossip(GoSGD):
         )
         if eg.order == "random":
             return ranking.random_fill(t.num_samples, target, b, rng)
-        if eg.order == "oracle":  # the exact losses select; the kept samples are shuffled
+        order = self._order_for(epoch, keep)
+        if eg.order == "oracle":  # the kept samples are shuffled
             offsets, members = ranking.singletons(t.num_samples)
-            order = ranking.rank_order(self._losses(t.x, t.y))
-            if eg.select == "per-class":
-                order = ranking.per_class(order, t.y.cpu().numpy())
             kept = ranking.rank_and_fill(offsets, members, order, target, b, eg.exact_batches)
             return ranking.shuffled(kept, b, rng)
-        assert self.points is not None and self.point_labels is not None
-        order = ranking.rank_order(self._losses(self.points, self.point_labels))
-        if eg.select == "per-class":
-            order = ranking.per_class(order, self.point_labels.cpu().numpy())
         batches = ranking.rank_and_fill(
             self.offsets, self.members, order, target, b, eg.exact_batches
         )
@@ -259,11 +290,14 @@ class EdgeGossip(GoSGD):
         ratio = max(self.ratio, self.eg.r_min)
         target = ratio * t.num_samples
         assert self.sampler is not None
+        self.log = EpochLog(ratio, target)
         started = time.perf_counter()
         plan = self._plan(epoch, target)
-        work = time.perf_counter() - started
-        rank_s = work + t.throttle.after(work)
-        self.log = EpochLog(ratio, target, rank_s, started, time.perf_counter(), self.sampler.count)
+        work = time.perf_counter() - started - self.log.order_s  # the fill and the shuffle
+        fill_s = work + t.throttle.after(work)
+        log_ = self.log
+        log_.rank_s, log_.started = fill_s + log_.order_s, started
+        log_.steps_started, log_.u_since = time.perf_counter(), self.sampler.count
         for idx in plan:
             sel = torch.from_numpy(idx).to(t.device)
             yield t.x[sel], t.y[sel]
@@ -281,8 +315,11 @@ class EdgeGossip(GoSGD):
         steps_s = now - log_.steps_started
         kept = log_.kept
         # The epoch's time per sample, ranking included: balancing on it gives the fixed cost
-        # of ranking (a larger share where r is small) to the balancer too.
-        t_obs = (now - log_.started) / kept if kept else float("nan")
+        # of ranking (a larger share where r is small) to the balancer too. With rank_every
+        # above 1 the last ranking's cost is spread over its epochs, so that the epochs that
+        # rank and those that reuse the order predict the same.
+        spent = now - log_.started - log_.order_s + self._order_s / self.eg.rank_every
+        t_obs = spent / kept if kept else float("nan")
         assert self.sampler is not None
         mean = self.sampler.mean(log_.u_since)
         u = mean.contention if mean is not None else None
@@ -301,6 +338,7 @@ class EdgeGossip(GoSGD):
             "batch_max": max(sizes),
             "batch_mean": sum(sizes) / len(sizes),
             "rank_s": log_.rank_s,
+            "ranked": log_.order_s > 0,
             "steps_s": steps_s,
             "t_obs": t_obs,
             "p_pred": predicted,

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""EdgeGossip's ranking every epoch against every N epochs (``[edgegossip] rank_every``) on
+``recipes/edgegossip.toml``: the arms interleaved per seed, each a real launch; per run the test
+accuracy, the training time, the ranking's share of epoch time and the aggregation's share.
+Resumable (rows.json in OUT); prints median [min, max] over seeds per arm and writes
+``OUT/rank-every.json``.
+
+    benchmarks/edgegossip-rank/rank_every.py --out /tmp/rank --seeds 0 1 2 3 4 --arms 1 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+KEYS = ("test_accuracy", "train_s", "rank_share", "aggregate_share")
+
+
+def launch(out: Path, arm: int, seed: int) -> dict[str, object]:
+    rd = out / f"r{arm}-s{seed}"
+    cmd = [sys.executable, "-m", "edgetrain", "launch", str(ROOT / "recipes" / "edgegossip.toml"),
+           "--run-dir", str(rd), "--set", f"edgegossip.rank_every={arm}",
+           "--set", f"run.seed={seed}", "--quiet-logs"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"run r{arm}-s{seed} failed:\n{done.stderr[-2000:]}")
+    s = json.loads((rd / "report" / "summary.json").read_text())
+    rep = s["technique_report"]
+    return {"rank_every": arm, "seed": seed, "test_accuracy": s["test_accuracy"],
+            "train_s": s["train_s"], "rank_share": rep.get("rank_share"),
+            "aggregate_share": rep.get("aggregate_share")}  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--arms", type=int, nargs="+", default=[1, 3])
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    store = args.out / "rows.json"
+    rows = json.loads(store.read_text()) if store.exists() else []
+    done = {(r["rank_every"], r["seed"]) for r in rows}
+    for seed in args.seeds:
+        for arm in args.arms:  # interleaved: both arms of a seed, then the next seed
+            if (arm, seed) not in done:
+                rows.append(launch(args.out, arm, seed))
+                print(json.dumps(rows[-1]), flush=True)
+                store.write_text(json.dumps(rows, indent=1))
+    table = {}
+    for arm in args.arms:
+        mine = [r for r in rows if r["rank_every"] == arm and r["seed"] in args.seeds]
+        table[str(arm)] = {}
+        for k in KEYS:
+            v = [float(r[k]) for r in mine if r[k] is not None]
+            if v:
+                table[str(arm)][k] = {"median": statistics.median(v), "min": min(v),
+                                      "max": max(v)}  # fmt: skip
+                print(f"rank_every {arm}: {k} {statistics.median(v):.4f} "
+                      f"[{min(v):.4f}, {max(v):.4f}] over {len(v)} seeds")  # fmt: skip
+    doc = {"recipe": "recipes/edgegossip.toml", "seeds": args.seeds, "rows": rows,
+           "summary": table}  # fmt: skip
+    (args.out / "rank-every.json").write_text(json.dumps(doc, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
