@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -31,6 +31,7 @@ from edgetrain.cli import (
     worker_cmd,
 )
 from edgetrain.cli.common import error_line, wants_json
+from edgetrain.cli.exit_now import exit_now
 from edgetrain.errors import DeprecatedSpelling, EdgetrainError
 
 
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
         cmd = ctx.command_path if ctx is not None else "edgetrain"
         _fail(exc.format_message(), 2, f"see '{cmd} --help'")  # type: ignore[attr-defined]
     except typer.Exit as exc:
-        sys.exit(exc.exit_code)
+        _leave(exc.exit_code, argv)
     except (typer.Abort, KeyboardInterrupt):
         sys.stderr.write("interrupted\n")
         sys.exit(130)
@@ -160,4 +161,13 @@ def main(argv: list[str] | None = None) -> None:
             1,
             "rerun with EDGETRAIN_DEBUG=1 for a traceback, and please report it",
         )
-    sys.exit(rv if isinstance(rv, int) else 0)
+    _leave(rv if isinstance(rv, int) else 0, argv)
+
+
+def _leave(code: int, argv: list[str] | None) -> NoReturn:
+    """Exit with ``code``: at once (:func:`exit_now`) where this process is the command's own
+    (``argv`` None) and torch was imported, whose teardown alone takes about a second; a caller
+    of :func:`main` in its own process gets SystemExit as before."""
+    if argv is None and "torch" in sys.modules:
+        exit_now(code)
+    sys.exit(code)
