@@ -113,6 +113,11 @@ class ShardServer:
         self.router, endpoint = self.transport.bind(
             zmq.ROUTER, what=f"parameter server {ctx.role.index}"
         )
+        # A trainer connects under its own name. Restarted ([run] restart, edgetrain join), it
+        # connects again under that name while this end may still hold the old connection (its
+        # host rebooted, its link cut: no FIN came), and a ROUTER refuses a second connection
+        # of a name it routes to: the new one takes the name over instead.
+        self.router.setsockopt(zmq.ROUTER_HANDOVER, 1)
         nbytes = sum(t.numel() * t.element_size() for t in self.tensors.values())
         if self.cfg.keep_buffers:  # pushed gradients land in warm memory
             sockets.keep_freed_buffers(sockets.keep_bytes_for(nbytes))
