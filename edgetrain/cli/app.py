@@ -31,7 +31,7 @@ from edgetrain.cli import (
     worker_cmd,
 )
 from edgetrain.cli.common import error_line, wants_json
-from edgetrain.cli.exit_now import exit_now
+from edgetrain.cli.exit_now import exit_now, watched
 from edgetrain.errors import DeprecatedSpelling, EdgetrainError
 
 
@@ -168,6 +168,6 @@ def _leave(code: int, argv: list[str] | None) -> NoReturn:
     """Exit with ``code``: at once (:func:`exit_now`) where this process is the command's own
     (``argv`` None) and torch was imported, whose teardown alone takes about a second; a caller
     of :func:`main` in its own process gets SystemExit as before."""
-    if argv is None and "torch" in sys.modules:
+    if argv is None and "torch" in sys.modules and not watched():
         exit_now(code)
     sys.exit(code)

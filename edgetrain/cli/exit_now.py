@@ -14,6 +14,17 @@ import sys
 from typing import NoReturn
 
 
+def watched() -> bool:
+    """True where the process should end the normal way: a profiler or tracer runs in it
+    (``python -m cProfile``, coverage: they write their results at exit), or the user asked
+    (``EDGETRAIN_FULL_EXIT=1``)."""
+    return (
+        sys.getprofile() is not None
+        or sys.gettrace() is not None
+        or os.environ.get("EDGETRAIN_FULL_EXIT", "") not in ("", "0")
+    )
+
+
 def exit_now(code: int) -> NoReturn:
     """Flush the log handlers and the standard streams, then end the process with ``code``.
     Only for a process entry point whose own clean-up has finished: nothing else runs
