@@ -180,7 +180,8 @@ def _ratio_claim(r3: list[Row], rows: list[Row], seeds: list[int]) -> Claim:
         falls and (med[10] or 1) <= 0.05,
         "share = (slowest aggregation + ranking share x training time) / (training + "
         "aggregation); the paper times Spark's aggregation apart; edgetrain ranks every third "
-        "epoch (rank_every = 3), the paper every epoch",
+        "epoch (rank_every = 3) a random 2 r_i of the points (rank_sample = 2) and none at "
+        "r_i = 1, the paper every point every epoch",
         share_by_ratio={k: Stat.of(v) for k, v in shares.items()},
         accuracy_by_ratio=acc,
     )

@@ -123,3 +123,45 @@ def test_random_and_shuffled_arms() -> None:
 def test_bad_batch_size_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         ranking.rank_and_fill(*_csr([3]), np.array([0]), 3, batch=0)
+
+
+@pytest.mark.parametrize(
+    ("total", "share", "factor", "want"),
+    [
+        (200, 0.18, 2.0, 72),  # ceil(2 x 0.18 x 200)
+        (200, 0.25, 2.0, 100),
+        (200, 0.5, 2.0, 200),  # 2 r >= 1: all of them
+        (200, 1.7, 2.0, 200),  # a redistributed share
+        (200, 0.0, 2.0, 1),  # r = 0 still takes part: at least one point
+        (200, 0.18, 0.0, 200),  # 0: the paper's, every point
+        (7, 0.1, 1.0, 1),
+        (0, 0.5, 2.0, 0),
+    ],
+)
+def test_sampled_ranks_in_proportion_to_the_share(
+    total: int, share: float, factor: float, want: int
+) -> None:
+    assert ranking.sampled(total, share, factor) == want
+
+
+def test_sample_order_ranks_the_sample_and_keeps_the_rest_after_it() -> None:
+    pick = np.array([5, 2, 7])
+    order = ranking.sample_order(pick, np.array([0.1, 0.9, 0.5]), np.array([0, 6, 1, 3, 4]))
+    assert order.tolist() == [2, 7, 5, 0, 6, 1, 3, 4]
+
+
+@pytest.mark.parametrize(
+    ("share", "shuffled", "want"),
+    [
+        (1.0, True, 0),  # a whole pass keeps every subset: no ranking
+        (2.0, True, 0),
+        (1.25, True, 100),  # the last pass's quarter: ceil(2 x 0.25 x 200)
+        (1.0, False, 200),  # rank order: the order is the batches'
+        (0.1, True, 40),
+        (0.0, True, 1),  # r = 0 still trains one minibatch
+    ],
+)
+def test_to_rank_needs_no_ranking_for_whole_shuffled_passes(
+    share: float, shuffled: bool, want: int
+) -> None:
+    assert ranking.to_rank(200, share, 2.0, shuffled) == want

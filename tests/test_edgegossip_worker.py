@@ -148,6 +148,55 @@ def test_rank_every_reuses_the_last_ranking_between_its_epochs() -> None:
     every = _worker(rank_every=1)
     try:
         every.setup()
+        every.apply({"ratio": 0.5})  # at r = 1 nothing needs ranking
         assert [_epoch(every, e)[1]["ranked"] for e in (1, 2)] == [True, True]
     finally:
         every.close()
+
+
+def test_rank_sample_ranks_points_in_proportion_to_the_share() -> None:
+    w = _worker(rank_sample=2.0, rank_every=1)
+    seen: list[int] = []
+    try:
+        w.setup()
+        losses = w._losses
+        w._losses = lambda x, y: (seen.append(len(y)), losses(x, y))[1]  # type: ignore[method-assign]
+        total = len(w.point_labels)  # type: ignore[arg-type]
+        for epoch, ratio in ((1, 0.1), (2, 0.25), (3, 0.6)):
+            w.apply({"ratio": ratio})
+            sizes, m = _epoch(w, epoch)
+            assert m["ranked"] and ratio * w.trainer.num_samples <= sum(sizes)
+            order = w._order
+            assert order is not None and sorted(order.tolist()) == list(range(total))
+        # ceil(2 r M) points ranked: 20%, 50%, then all of them
+        assert seen == [int(np.ceil(2 * r * total)) for r in (0.1, 0.25)] + [total]
+        # r = 1 keeps every subset whatever the order: no ranking; r = 1.5 ranks for its
+        # last half pass, all of the points
+        w.apply({"ratio": 1.0})
+        sizes, m = _epoch(w, 4)
+        assert not m["ranked"] and sum(sizes) == w.trainer.num_samples and len(seen) == 3
+        w.apply({"ratio": 1.5})
+        _, m = _epoch(w, 5)
+        assert m["ranked"] and seen[-1] == total
+    finally:
+        w.close()
+    held = _worker(rank_sample=2.0, rank_every=3)
+    try:
+        held.setup()
+        ranked = []
+        for epoch, ratio in ((1, 0.1), (2, 0.18), (3, 0.3), (4, 0.2)):
+            held.apply({"ratio": ratio})
+            ranked.append(_epoch(held, epoch)[1]["ranked"])
+        # epoch 1 ranked 20% of the points: epoch 2 keeps 18%, among them; epoch 3 keeps
+        # more than were ranked, a fresh ranking (of 60%), which epoch 4 reuses
+        assert ranked == [True, False, True, False]
+    finally:
+        held.close()
+    paper = _worker(rank_sample=0, rank_every=1)
+    try:
+        paper.setup()
+        paper.apply({"ratio": 0.1})
+        _epoch(paper, 1)
+        assert paper.eg.rank_sample == 0 and _worker().eg.rank_sample == 2.0
+    finally:
+        paper.close()

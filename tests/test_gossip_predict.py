@@ -117,7 +117,8 @@ def test_edgegossip_balances_the_shares() -> None:
 
 def test_edgegossip_ranks_its_whole_shard() -> None:
     # a forward pass over 1/10 of each shard: 10 ms per 32 samples / 10 at speed 1 (0.5)
-    every = EdgeShape(ratio=10, rank_every=1)  # the paper's: a ranking every epoch
+    # the paper's: a ranking every epoch, minibatches in rank order
+    every = EdgeShape(order="aggregated", ratio=10, rank_every=1)
     p = predict_gossip("edgegossip", TWO, GOSSIP, every, ZERO)
     out = gossip_workers(TWO, GOSSIP, every, ZERO)
     assert [g.ratio for g in out] == pytest.approx([1.0, 0.5])
@@ -129,10 +130,35 @@ def test_edgegossip_ranks_its_whole_shard() -> None:
 
 
 def test_rank_every_spreads_the_rankings_cost_over_its_epochs() -> None:
-    every = predict_gossip("edgegossip", TWO, GOSSIP, EdgeShape(ratio=10, rank_every=1), ZERO)
-    third = predict_gossip("edgegossip", TWO, GOSSIP, EdgeShape(ratio=10, rank_every=4), ZERO)
+    def shape(every: int) -> EdgeShape:
+        return EdgeShape(order="aggregated", ratio=10, rank_every=every)
+
+    every = predict_gossip("edgegossip", TWO, GOSSIP, shape(1), ZERO)
+    third = predict_gossip("edgegossip", TWO, GOSSIP, shape(4), ZERO)
     assert third.parts["rank"] == pytest.approx(every.parts["rank"] / 4)
     assert third.iteration_s < every.iteration_s
+
+
+def test_a_whole_shuffled_pass_ranks_nothing() -> None:
+    # shuffled: the fastest worker (r = 1) keeps every subset, so it ranks none
+    out = gossip_workers(TWO, GOSSIP, EdgeShape(ratio=10, rank_every=1), ZERO)
+    assert out[0].ratio == 1.0 and out[0].rank_s == 0.0 and out[1].rank_s > 0.0
+    assert EdgeShape().ranked_share(1.0) == 0.0 and EdgeShape().ranked_share(1.25) == 0.5
+    assert EdgeShape(order="aggregated").ranked_share(1.0) == 1.0
+
+
+def test_rank_sample_ranks_a_share_in_proportion_to_r() -> None:
+    # rank_sample = 1: the slow worker (r about 0.5) ranks r of its points, the fast one all
+    def shape(sample: float) -> EdgeShape:
+        return EdgeShape(order="aggregated", ratio=10, rank_every=1, rank_sample=sample)
+
+    every = gossip_workers(TWO, GOSSIP, shape(0), ZERO)
+    some = gossip_workers(TWO, GOSSIP, shape(1), ZERO)
+    assert some[0].ratio == 1.0 and some[0].rank_s == pytest.approx(every[0].rank_s)
+    assert 0.45 < some[1].ratio < 0.55
+    assert some[1].rank_s == pytest.approx(every[1].rank_s * some[1].ratio)
+    assert EdgeShape(rank_sample=2.0).ranked_share(0.2) == pytest.approx(0.4)
+    assert EdgeShape(rank_sample=0.0).ranked_share(0.2) == 1.0
 
 
 def test_edgegossip_r_min_and_balance_off() -> None:

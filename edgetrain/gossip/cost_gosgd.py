@@ -21,6 +21,7 @@ The one-off aggregation before training is not in it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -63,6 +64,17 @@ class EdgeShape:
     ratio: int = 10
     r_min: float = 0.0
     rank_every: int = 3  # epochs per ranking (its cost spread over them), as [edgegossip]
+    rank_sample: float = 2.0  # points ranked: min(1, rank_sample x r_i) of them (0: all)
+
+    def ranked_share(self, ratio: float) -> float:
+        """The share of the points a ranking at kept share ``ratio`` ranks: none for whole
+        passes of shuffled samples (r = 1 keeps every subset whatever the order), else all or,
+        with ``rank_sample``, min(1, rank_sample x r) for the last pass's share r."""
+        if self.order in ("shuffled", "oracle") and ratio >= 1.0:
+            ratio -= math.floor(ratio)
+            if ratio <= 0.0:
+                return 0.0
+        return 1.0 if self.rank_sample <= 0 else min(1.0, self.rank_sample * max(ratio, 0.0))
 
 
 @dataclass(frozen=True)
@@ -141,7 +153,7 @@ def gossip_workers(
                 received[w],
                 ratio[w],
                 frac[w] * ratio[w] / shape.batch,
-                rank[w],
+                rank[w] * (edge.ranked_share(ratio[w]) if edge is not None else 1.0),
                 wire[w],
             )
             for w in ws
@@ -289,5 +301,5 @@ def predict_gosgd(recipe: Recipe, setting: Setting) -> Prediction:
 def predict_edgegossip(recipe: Recipe, setting: Setting) -> Prediction:
     """EdgeGossip's side hook."""
     eg = EdgeGossipSection.of(recipe)
-    edge = EdgeShape(eg.balance, eg.order, eg.ratio, eg.r_min, eg.rank_every)
+    edge = EdgeShape(eg.balance, eg.order, eg.ratio, eg.r_min, eg.rank_every, eg.rank_sample)
     return predict_gossip("edgegossip", setting, gossip_shape(recipe), edge)

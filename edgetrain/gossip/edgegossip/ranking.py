@@ -33,6 +33,36 @@ def rank_order(effects: np.ndarray) -> np.ndarray:
     return np.argsort(key, kind="stable")
 
 
+def sampled(total: int, share: float, factor: float) -> int:
+    """How many of ``total`` points a ranking with ``[edgegossip] rank_sample = factor`` ranks
+    for a kept share ``share``: all for factor 0 (the paper's), else ceil(factor x share x
+    total), at least one and at most all."""
+    if total <= 0:
+        return 0
+    if factor <= 0:
+        return total
+    return max(1, min(total, math.ceil(factor * max(share, 0.0) * total - 1e-9)))
+
+
+def to_rank(total: int, share: float, factor: float, shuffled: bool) -> int:
+    """How many of ``total`` points an epoch's ranking needs: :func:`sampled`, except that
+    where the kept samples are shuffled (``order = "shuffled"`` or ``"oracle"``) whole passes
+    over the shard need no ranking, only a last partial pass does: r = 1 (the fastest worker
+    under the balancer) keeps every subset whatever the order, so it ranks none (0)."""
+    if shuffled and share >= 1.0:
+        share -= math.floor(share)
+        if share <= 0.0:
+            return 0
+    return sampled(total, share, factor)
+
+
+def sample_order(pick: np.ndarray, effects: np.ndarray, rest: np.ndarray) -> np.ndarray:
+    """The order of a sampled ranking: the ranked points ``pick`` by effect (as
+    :func:`rank_order`), then the unranked ``rest`` as given."""
+    pick = np.asarray(pick, dtype=np.int64)
+    return np.concatenate([pick[rank_order(effects)], np.asarray(rest, dtype=np.int64)])
+
+
 def per_class(order: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """``order`` re-sequenced so that every prefix holds each class in proportion to its
     subsets, each class's own subsets still highest-loss first.

@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from edgetrain.aggregate import AggregateConfig, build_aggregates
+from edgetrain.aggregate.divide import load_library
 from edgetrain.gossip.config import EdgeGossipSection
 from edgetrain.gossip.edgegossip import ranking
 from edgetrain.gossip.edgegossip.predictor import (
@@ -56,6 +57,7 @@ log = logging.getLogger(__name__)
 
 MAX_RATIO = 64.0  # a directive's r above this is not believed (r > 1 only redistributes)
 _SALT_ORDER = 0xE6
+_SALT_SAMPLE = 0xE7
 _CALIBRATION_EPOCH = 1_000_000  # minibatch order of the calibration steps (no real epoch's)
 
 
@@ -67,6 +69,7 @@ class EpochLog:
     target: float = 0.0
     rank_s: float = 0.0
     order_s: float = 0.0  # of rank_s: the ranking's forward passes (0: the last order reused)
+    spread_s: float = 0.0  # the ranking this epoch used, its cost spread over rank_every epochs
     started: float = 0.0  # before the ranking
     steps_started: float = 0.0
     u_since: int = 0
@@ -103,6 +106,7 @@ class EdgeGossip(GoSGD):
         # rank_every reuses it for the epochs between)
         self._order: np.ndarray | None = None
         self._ranked_at = 0
+        self._ranked_n = 0  # points the held order ranked
         self._order_s = 0.0
 
     # ------------------------------------------------------------------ setup
@@ -170,6 +174,7 @@ class EdgeGossip(GoSGD):
             chunk_size=agg.chunk_size,
         )
         t = self.trainer
+        load_library(eg.divide)  # the library's import is start-up, not aggregation
         started = time.perf_counter()
         built = build_aggregates(t.x.cpu().numpy(), t.y.cpu().numpy(), cfg)
         work = time.perf_counter() - started
@@ -184,11 +189,14 @@ class EdgeGossip(GoSGD):
         contention meanwhile. The steps are timed as a window, wall time over samples, as an
         epoch is: under a CPU quota the throttled time falls between steps as well as in them
         (the steps' own times made a 0.35-core worker look 0.45 of a 1-core one)."""
-        t = self.trainer
-        started = time.perf_counter()
-        self._plan(0, 0.0, keep=False)  # the ranking's forward passes, as in an epoch
-        work = time.perf_counter() - started
-        rank_s = (work + t.throttle.after(work)) / self.eg.rank_every  # spread over its epochs
+        t, eg = self.trainer, self.eg
+        rank_s = 0.0
+        if eg.order != "random":  # a ranking of every point, as a worker at r = 1 / F ranks
+            started = time.perf_counter()
+            self._rank(0, len(self._ranked()[1]))
+            work = time.perf_counter() - started
+            # per kept sample at r < 1 / F: F x this / N; spread over its epochs
+            rank_s = (work + t.throttle.after(work)) * (eg.rank_sample or 1.0) / eg.rank_every
         model_state = deepcopy(t.model.state_dict())
         opt_state = deepcopy(t.optimizer.state_dict())
         assert self.sampler is not None
@@ -236,35 +244,60 @@ class EdgeGossip(GoSGD):
         model.train(was)
         return torch.cat(out).cpu().numpy() if out else np.zeros(0)
 
-    def _rank(self) -> np.ndarray:
+    def _ranked(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """What a ranking orders: the aggregated points, or the samples for the oracle."""
+        t = self.trainer
+        if self.eg.order == "oracle":  # the exact losses select
+            return t.x, t.y
+        assert self.points is not None and self.point_labels is not None
+        return self.points, self.point_labels
+
+    def _rank(self, epoch: int, n: int) -> np.ndarray:
         """The subsets' order under the current model (Algorithm 2's ranking: the forward
-        passes of every aggregated point, or of every sample for the oracle)."""
-        eg, t = self.eg, self.trainer
-        if eg.order == "oracle":  # the exact losses select
-            order = ranking.rank_order(self._losses(t.x, t.y))
-            labels = t.y
+        passes of the aggregated points, or of the samples for the oracle): of all of them, or
+        of a random ``n`` of them (``rank_sample``), the unranked ones after those."""
+        x, labels = self._ranked()
+        total = len(labels)
+        if n >= total:
+            order = ranking.rank_order(self._losses(x, labels))
         else:
-            assert self.points is not None and self.point_labels is not None
-            order = ranking.rank_order(self._losses(self.points, self.point_labels))
-            labels = self.point_labels
-        if eg.select == "per-class":
+            rng = np.random.default_rng(
+                [self.ctx.recipe.run.seed, self.ctx.worker_id, epoch, _SALT_SAMPLE]
+            )
+            perm = rng.permutation(total)
+            pick = torch.from_numpy(perm[:n]).to(x.device)
+            order = ranking.sample_order(perm[:n], self._losses(x[pick], labels[pick]), perm[n:])
+        if self.eg.select == "per-class":
             order = ranking.per_class(order, labels.cpu().numpy())
         return order
 
-    def _order_for(self, epoch: int, keep: bool) -> np.ndarray:
+    def _order_for(self, epoch: int, share: float, keep: bool) -> np.ndarray:
         """A fresh ranking every ``rank_every`` epochs (and whenever none is held: the first
-        epoch, after a restart), the held one in between. ``keep``: hold what is ranked."""
-        every = self.eg.rank_every
-        if keep and self._order is not None and epoch - self._ranked_at < every:
+        epoch, after a restart, or one that ranked fewer points than this share keeps), the
+        held one in between; none where the share keeps every subset anyway (r = 1, shuffled).
+        ``keep``: hold what is ranked."""
+        eg = self.eg
+        total = len(self._ranked()[1])
+        shuffled = eg.order in ("shuffled", "oracle")
+        need = ranking.to_rank(total, share, eg.rank_sample, shuffled)
+        held = self._order is not None and epoch - self._ranked_at < eg.rank_every
+        if keep:
             self.log.order_s = 0.0
+        if need == 0:  # whole passes: every subset is kept whatever the order
+            return np.arange(total, dtype=np.int64)
+        # the held order serves while what this share keeps lies among the points it ranked
+        if keep and held and ranking.to_rank(total, share, 1.0, shuffled) <= self._ranked_n:
+            assert self._order is not None
+            self.log.spread_s = self._order_s / eg.rank_every
             return self._order
         started = time.perf_counter()
-        order = self._rank()
+        order = self._rank(epoch, need)
         work = time.perf_counter() - started
         cost = work + self.trainer.throttle.after(work)
         if keep:
             self._order, self._ranked_at, self._order_s = order, epoch, cost
-            self.log.order_s = cost
+            self._ranked_n = need
+            self.log.order_s, self.log.spread_s = cost, cost / eg.rank_every
         return order
 
     def _plan(self, epoch: int, target: float, keep: bool = True) -> ranking.Batches:
@@ -275,7 +308,8 @@ class EdgeGossip(GoSGD):
         )
         if eg.order == "random":
             return ranking.random_fill(t.num_samples, target, b, rng)
-        order = self._order_for(epoch, keep)
+        share = target / t.num_samples if t.num_samples else 1.0
+        order = self._order_for(epoch, share, keep)
         if eg.order == "oracle":  # the kept samples are shuffled
             offsets, members = ranking.singletons(t.num_samples)
             kept = ranking.rank_and_fill(offsets, members, order, target, b, eg.exact_batches)
@@ -317,8 +351,9 @@ class EdgeGossip(GoSGD):
         # The epoch's time per sample, ranking included: balancing on it gives the fixed cost
         # of ranking (a larger share where r is small) to the balancer too. With rank_every
         # above 1 the last ranking's cost is spread over its epochs, so that the epochs that
-        # rank and those that reuse the order predict the same.
-        spent = now - log_.started - log_.order_s + self._order_s / self.eg.rank_every
+        # rank and those that reuse the order predict the same; an epoch that needs no
+        # ranking (r = 1) carries none.
+        spent = now - log_.started - log_.order_s + log_.spread_s
         t_obs = spent / kept if kept else float("nan")
         assert self.sampler is not None
         mean = self.sampler.mean(log_.u_since)
