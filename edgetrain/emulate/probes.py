@@ -95,6 +95,18 @@ def cpu_rate(
     return float(sum(r for r, _ in runs)), float(sum(s for _, s in runs))
 
 
+def _start_from_stdin() -> float:
+    """Say this probe is up (a ``{"ready": true}`` line), then read the time to start at: the
+    caller sends it once every probe of a window is up, so no fixed lead covers ssh and
+    Python's start-up."""
+    print(json.dumps({"ready": True}), flush=True)
+    line = sys.stdin.readline()
+    try:
+        return float(line)
+    except ValueError:
+        raise SystemExit(f"expected a start time on standard input, got {line.strip()!r}") from None
+
+
 def _cgroup() -> str:
     try:
         with open("/proc/self/cgroup") as f:
@@ -141,6 +153,11 @@ def main(argv: list[str] | None = None) -> None:
     cpu.add_argument("--seconds", type=float, default=1.5)
     cpu.add_argument("--procs", type=int, default=1)
     cpu.add_argument("--start-at", type=float, default=None, help="time.time() to start at")
+    cpu.add_argument(
+        "--start-on-stdin",
+        action="store_true",
+        help="print a ready line, then read the time.time() to start at from standard input",
+    )
     cpu.add_argument("--pinned", action="store_true", help="process i runs on core i only")
     cpu.add_argument("--idle", action="store_true", help="SCHED_IDLE: take only spare time")
     args = parser.parse_args(argv)
@@ -150,7 +167,8 @@ def main(argv: list[str] | None = None) -> None:
         _link(args.peer, args.max_transfer_s)
     else:
         procs = max(1, args.procs)
-        rate, share = cpu_rate(args.seconds, procs, args.start_at, args.pinned, args.idle)
+        start_at = _start_from_stdin() if args.start_on_stdin else args.start_at
+        rate, share = cpu_rate(args.seconds, procs, start_at, args.pinned, args.idle)
         print(json.dumps({"ops_per_s": rate, "cpu_share": share, "procs": args.procs,
                           "cgroup": _cgroup()}))  # fmt: skip
 

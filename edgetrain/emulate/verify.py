@@ -171,13 +171,12 @@ def measure_link(tb: Testbed, check: LinkCheck, max_transfer_s: float = 1.0) -> 
     )
 
 
-def _cpu_argv(
-    tb: Testbed, host: str | None, seconds: float, procs: int, start_at: float
-) -> list[str]:
+def _cpu_argv(tb: Testbed, host: str | None, seconds: float, procs: int) -> list[str]:
     """The CPU probe on ``host`` over ssh (inside the host's cgroup, as a worker runs), process
-    i on core i; ``host=None`` is the idle-priority filler beside it, here."""
+    i on core i; ``host=None`` is the idle-priority filler beside it, here. Each says when it
+    is up and reads the time to start at from its standard input."""
     args = ["cpu", "--seconds", str(seconds), "--procs", str(procs), "--pinned",
-            "--start-at", f"{start_at:.3f}"]  # fmt: skip
+            "--start-on-stdin"]  # fmt: skip
     if host is None:
         group = cgroups.filler_group(tb.spec.name) / "cgroup.procs"
         cmd = " ".join(shlex.quote(a) for a in [tb.python, *PROBE, *args, "--idle"])
@@ -187,29 +186,48 @@ def _cpu_argv(
     return ssh_command(hosts, entry, " ".join([tb.python, *PROBE, *args]))
 
 
-def measure_cpu(tb: Testbed, host: str, seconds: float, lead_s: float = 2.0) -> dict[str, Any]:
+def _probe_failed(who: str | None, proc: subprocess.Popen[str], timeout: float) -> EmulateError:
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate(timeout=10)
+    return EmulateError(f"CPU probe {'on host ' + who if who else 'filler'} failed: "
+                        f"{(stderr or stdout or 'no output').strip()[-300:]}")  # fmt: skip
+
+
+def measure_cpu(tb: Testbed, host: str, seconds: float, lead_s: float = 0.25) -> dict[str, Any]:
     """Run the host's CPU probe and an idle-priority filler on the same cores over the same
-    window (both start at an agreed time, ``lead_s`` from now, once ssh has connected).
+    window: both start at an agreed time, ``lead_s`` after both have said they are up (ssh
+    connected, Python started), so the window waits for no fixed margin.
 
     The filler runs only while the host's probe is throttled, so together they measure what
     the cores could do in that window, and the host's part of it is its share, free of the
     machine's drift: ``cores`` = host loops / (host + filler loops) x cores used."""
     procs = min(math.ceil(tb.topo.host(host).cpu), os.cpu_count() or 1)
-    start_at = time.time() + lead_s
-    runs = {
-        who: subprocess.Popen(
-            _cpu_argv(tb, who, seconds, procs, start_at),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for who in (host, None)
-    }
+    limit = seconds * 20 + 60
+    runs: dict[str | None, subprocess.Popen[str]] = {}
     out: dict[str | None, Any] = {}
     try:
+        for who in (host, None):
+            runs[who] = subprocess.Popen(
+                _cpu_argv(tb, who, seconds, procs),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        for who, proc in runs.items():  # each says it is up (a bounded wait: ssh may hang)
+            ready = _ready_line(proc, limit)
+            if ready is None or not ready.startswith("{"):
+                raise _probe_failed(who, proc, 10)
+        start_at = time.time() + lead_s
+        for proc in runs.values():
+            assert proc.stdin is not None
+            proc.stdin.write(f"{start_at:.6f}\n")
+            proc.stdin.flush()
         for who, proc in runs.items():
-            stdout, stderr = proc.communicate(timeout=seconds * 20 + 60)
+            stdout, stderr = proc.communicate(timeout=limit)
             if proc.returncode != 0:
                 raise EmulateError(f"CPU probe {'on host ' + who if who else 'filler'} failed: "
                                    f"{(stderr or stdout).strip()[-300:]}")  # fmt: skip
@@ -225,6 +243,13 @@ def measure_cpu(tb: Testbed, host: str, seconds: float, lead_s: float = 2.0) -> 
         "cores": mine / (mine + filler) * procs if mine + filler > 0 else 0.0,
         "core_ops_per_s": (mine + filler) / procs,
     }
+
+
+def _ready_line(proc: subprocess.Popen[str], timeout: float) -> str | None:
+    """The first line ``proc`` prints, or None if it ends or ``timeout`` passes first."""
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    return (proc.stdout.readline() or None) if ready else None
 
 
 def verify(
