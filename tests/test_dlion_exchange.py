@@ -410,3 +410,18 @@ def test_a_sample_that_sets_the_bound_too_high_falls_back_to_the_full_partition(
     assert sparse._candidates(s, k) is None  # fewer than k at or over the bound
     want = np.sort(np.lexsort((np.arange(n), -s))[:k])
     assert np.array_equal(sparse.top_k_numpy(s, k), want)
+
+
+def test_a_received_read_only_payload_adds_in_without_a_warning() -> None:
+    import warnings
+
+    from edgetrain.gossip.exchange.sparse import Payload
+
+    vals = np.frombuffer(np.array([1.0, 2.0], np.float32).tobytes(), np.float32)
+    assert not vals.flags.writeable  # as a message's values arrive
+    target = torch.zeros(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Payload("sparse", 4, vals, np.array([1, 3], np.int32)).add_into(target)
+        Payload("slice", 4, vals, None, 2).add_into(target)
+    assert target.tolist() == [0.0, 1.0, 1.0, 4.0]

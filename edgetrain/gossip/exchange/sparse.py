@@ -21,6 +21,7 @@ sent values stays in the residual too).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -64,7 +65,7 @@ class Payload:
 
     def add_into(self, target: torch.Tensor, scale: float = 1.0) -> None:
         """``target += scale * payload`` (target: the dense flat vector)."""
-        vals = torch.from_numpy(np.asarray(self.values)).to(target.device, target.dtype)
+        vals = read_only_view(np.asarray(self.values)).to(target.device, target.dtype)
         if scale != 1.0:
             vals = vals * scale
         if self.kind == "dense":
@@ -81,6 +82,16 @@ class Payload:
         out = torch.zeros(self.n, dtype=torch.float64)
         self.add_into(out)
         return out.numpy()
+
+
+def read_only_view(a: np.ndarray) -> torch.Tensor:
+    """A tensor over ``a`` without a copy, for reading only: a received message's values are
+    read-only (the socket's buffer), which ``torch.from_numpy`` warns about once a process."""
+    if a.flags.writeable:
+        return torch.from_numpy(a)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(a)
 
 
 def entries_for(budget_bytes: float, n: int) -> int | None:
