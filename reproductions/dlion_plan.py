@@ -11,7 +11,7 @@ from typing import Any
 from edgetrain.errors import EdgetrainError
 from edgetrain.experiment import cli, recipes
 from edgetrain.experiment.beds import Bed, BedSpec
-from edgetrain.experiment.pilot import PILOT_SEED, refuse_diverged
+from edgetrain.experiment.pilot import PILOT_SEED, Curve, refuse_diverged, rising_target
 from edgetrain.tomlconfig import loads
 
 REPO = Path(__file__).resolve().parents[1]
@@ -258,27 +258,6 @@ def pick_lrs(finals: dict[str, dict[float, float | None]]) -> dict[str, float]:
     return out
 
 
-Curve = list[list[float]]  # [[train_s, accuracy], ...] as the pilot keeps it
-RISING = 0.5  # targets at the accuracy a pilot had at half its training time
-UNDER_PLATEAU = 0.005  # ... and at least half a point under the lowest pilot's plateau
-
-
-def accuracy_when(curve: Curve, t: float) -> float:
-    """The accuracy of the last point at or before ``t`` training seconds (the first point's
-    when none is); ``curve`` without gaps. Pure."""
-    got = curve[0][1]
-    for when, acc in curve:
-        if when <= t:
-            got = acc
-    return float(got)
-
-
-def plateau(curve: Curve) -> float:
-    """A pilot's plateau: its best accuracy over the second half of its training time."""
-    end = max(t for t, _ in curve)
-    return float(max(a for t, a in curve if t >= end / 2))
-
-
 def targets_from(curves: dict[str, Curve]) -> dict[str, float]:
     """The targets from the pilots' curves (by arm), on the rising curve and reachable by all:
     T_high, the lowest accuracy DLion's pilots (with and without batching) had at half their
@@ -297,12 +276,8 @@ def targets_from(curves: dict[str, Curve]) -> dict[str, float]:
     if not high:
         raise EdgetrainError("the pilot runs ended without an accuracy; no targets to fix")
 
-    def rule(group: dict[str, Curve]) -> float:
-        rising = min(accuracy_when(c, RISING * max(t for t, _ in c)) for c in group.values())
-        return min(rising, min(plateau(c) for c in group.values()) - UNDER_PLATEAU)
-
-    t_high = round(rule(high), 4)
-    return {"high": t_high, "low": round(min(rule(known), t_high - 0.01), 4)}
+    t_high = round(rising_target(high), 4)
+    return {"high": t_high, "low": round(min(rising_target(known), t_high - 0.01), 4)}
 
 
 def knee(acc: dict[int, float | None], delta: float = KNEE_DELTA) -> int | None:

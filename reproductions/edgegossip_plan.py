@@ -52,6 +52,7 @@ R_EG_1 = (
     "eg-literal",
 )
 BALANCES = ("eg-predictive", "eg-reactive", "eg-static")  # R-EG-7
+PILOT_ARMS = ("gosgd-sync", "edgegossip")  # T_b: below the lower of their curves
 
 
 @dataclass(frozen=True)

@@ -131,7 +131,9 @@ def setup_text(p: Plan, res: dict[str, Any]) -> str:
         "and rank_sample = 2 are edgetrain's defaults), per-class selection and the kept "
         "subsets shuffled (eg-ranked: in rank order, as printed; eg-literal: the paper's "
         "global ranking in rank order). "
-        f"Targets: T_a = {T_A}, T_b = {fmt(res['targets'].get('b'), '.4f')} (the pilot's GoSGD "
-        "final accuracy - 0.5 points). The asynchronous GoSGD arm trains the same epochs (no "
+        f"Targets: T_a = {T_A}, T_b = {fmt(res['targets'].get('b'), '.4f')} (on the rising "
+        "curve, fixed by the pilots of epoch-synchronous GoSGD and EdgeGossip: the lowest "
+        "accuracy either had at half its training time, at least half a point under the lower "
+        "of their plateaus). The asynchronous GoSGD arm trains the same epochs (no "
         "time budget exists); its point for epoch E is when its slowest worker ended E."
     )
