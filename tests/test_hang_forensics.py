@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -93,3 +95,27 @@ def test_a_worker_that_hung_and_resumed_is_told_to_stop(tmp_path: Path) -> None:
     assert manifest["workers"][2]["status"] == "failed"
     assert manifest["workers"][2]["exit_code"] == 0  # it stopped by itself, when told
     assert edgetrain_processes(run_id) == {}
+
+
+def test_a_stopped_process_is_not_asked_for_its_stacks() -> None:
+    """A signal to a stopped worker would be handled when it resumes, beside its running
+    threads (a worker resumed that way once crashed with SIGSEGV): the launcher asks no
+    stopped process for its stacks."""
+    from edgetrain.launch.local import stopped
+
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        assert not stopped(proc.pid)
+        os.kill(proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while not stopped(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stopped(proc.pid)
+        os.kill(proc.pid, signal.SIGCONT)
+        while stopped(proc.pid) and time.monotonic() < deadline + 10:
+            time.sleep(0.01)
+        assert not stopped(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert not stopped(proc.pid)  # gone: /proc cannot say

@@ -61,7 +61,7 @@ class LocalProcess:
         """Ask the worker for its Python stacks (SIGUSR1, to it alone: its group may hold
         helpers that would die of it) and wait up to ``timeout`` s for them; the file, or None
         when nothing came (a stopped or dead process cannot answer)."""
-        if self._popen.poll() is not None:
+        if self._popen.poll() is not None or stopped(self._popen.pid):
             return None
         before = _size(self.stacks)
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -86,6 +86,19 @@ class LocalProcess:
 def stacks_path(spec: WorkerSpec) -> Path:
     """Where a local worker writes its Python stacks: ``RUN/logs/worker-N.stacks``."""
     return spec.log_path.with_suffix(".stacks")
+
+
+def stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped (SIGSTOP, a debugger). A stopped process cannot write its
+    stacks, and a signal sent to it would be handled when it resumes, while its other threads
+    run again: faulthandler then reads their frames as they change, and a worker resumed that
+    way crashed with SIGSEGV. False where /proc cannot say."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat.rsplit(")", 1)[-1].split()
+    return bool(fields) and fields[0] in ("T", "t")
 
 
 def _size(path: Path) -> int:
