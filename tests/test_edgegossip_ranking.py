@@ -165,3 +165,16 @@ def test_to_rank_needs_no_ranking_for_whole_shuffled_passes(
     share: float, shuffled: bool, want: int
 ) -> None:
     assert ranking.to_rank(200, share, 2.0, shuffled) == want
+
+
+@pytest.mark.parametrize("factor", [0.0, 1.0, 2.0, 3.5])
+@pytest.mark.parametrize("shuffled", [True, False])
+@pytest.mark.parametrize("share", [0.0, 0.05, 0.3, 0.5, 0.99, 1.0, 1.4, 2.0, 2.7])
+def test_ranked_share_is_to_rank_without_rounding(
+    share: float, shuffled: bool, factor: float
+) -> None:
+    # the cost model's share (EdgeShape.ranked_share) and the runner's count are one rule:
+    # over a large shard the count, as a share, is the share to within its rounding
+    total = 100_000
+    got = ranking.to_rank(total, share, factor, shuffled) / total
+    assert got == pytest.approx(ranking.ranked_share(share, factor, shuffled), abs=2 / total)

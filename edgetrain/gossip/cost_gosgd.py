@@ -21,7 +21,6 @@ The one-off aggregation before training is not in it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -36,6 +35,7 @@ from edgetrain.gossip.cost_model import (
     speed_label,
     step_compute_s,
 )
+from edgetrain.gossip.edgegossip import ranking
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.predict import Prediction, Setting
 
@@ -67,14 +67,10 @@ class EdgeShape:
     rank_sample: float = 2.0  # points ranked: min(1, rank_sample x r_i) of them (0: all)
 
     def ranked_share(self, ratio: float) -> float:
-        """The share of the points a ranking at kept share ``ratio`` ranks: none for whole
-        passes of shuffled samples (r = 1 keeps every subset whatever the order), else all or,
-        with ``rank_sample``, min(1, rank_sample x r) for the last pass's share r."""
-        if self.order in ("shuffled", "oracle") and ratio >= 1.0:
-            ratio -= math.floor(ratio)
-            if ratio <= 0.0:
-                return 0.0
-        return 1.0 if self.rank_sample <= 0 else min(1.0, self.rank_sample * max(ratio, 0.0))
+        """The share of the points a ranking at kept share ``ratio`` ranks, as the runner
+        counts them (:func:`~edgetrain.gossip.edgegossip.ranking.ranked_share`)."""
+        shuffled = self.order in ranking.SHUFFLED_ORDERS
+        return ranking.ranked_share(ratio, self.rank_sample, shuffled)
 
 
 @dataclass(frozen=True)

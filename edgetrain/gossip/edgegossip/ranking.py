@@ -44,16 +44,36 @@ def sampled(total: int, share: float, factor: float) -> int:
     return max(1, min(total, math.ceil(factor * max(share, 0.0) * total - 1e-9)))
 
 
-def to_rank(total: int, share: float, factor: float, shuffled: bool) -> int:
-    """How many of ``total`` points an epoch's ranking needs: :func:`sampled`, except that
-    where the kept samples are shuffled (``order = "shuffled"`` or ``"oracle"``) whole passes
-    over the shard need no ranking, only a last partial pass does: r = 1 (the fastest worker
-    under the balancer) keeps every subset whatever the order, so it ranks none (0)."""
+SHUFFLED_ORDERS = ("shuffled", "oracle")  # [edgegossip] order values that shuffle kept samples
+
+
+def last_pass(share: float, shuffled: bool) -> float | None:
+    """The share of the points an epoch at kept share ``share`` must rank for: all of it,
+    except that where the kept samples are shuffled (``order = "shuffled"`` or ``"oracle"``)
+    whole passes over the shard need no ranking, only a last partial pass does: r = 1 (the
+    fastest worker under the balancer) keeps every subset whatever the order (None: rank
+    nothing)."""
     if shuffled and share >= 1.0:
         share -= math.floor(share)
         if share <= 0.0:
-            return 0
-    return sampled(total, share, factor)
+            return None
+    return share
+
+
+def to_rank(total: int, share: float, factor: float, shuffled: bool) -> int:
+    """How many of ``total`` points an epoch's ranking needs: :func:`sampled` for the share
+    :func:`last_pass` leaves (0 where it leaves none)."""
+    last = last_pass(share, shuffled)
+    return 0 if last is None else sampled(total, last, factor)
+
+
+def ranked_share(share: float, factor: float, shuffled: bool) -> float:
+    """:func:`to_rank` as a share of the points, without rounding (the cost model's): none,
+    all for factor 0 (the paper's), else min(1, factor x the last pass's share)."""
+    last = last_pass(share, shuffled)
+    if last is None:
+        return 0.0
+    return 1.0 if factor <= 0 else min(1.0, factor * max(last, 0.0))
 
 
 def sample_order(pick: np.ndarray, effects: np.ndarray, rest: np.ndarray) -> np.ndarray:

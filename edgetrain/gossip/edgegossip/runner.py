@@ -278,7 +278,7 @@ class EdgeGossip(GoSGD):
         ``keep``: hold what is ranked."""
         eg = self.eg
         total = len(self._ranked()[1])
-        shuffled = eg.order in ("shuffled", "oracle")
+        shuffled = eg.order in ranking.SHUFFLED_ORDERS
         need = ranking.to_rank(total, share, eg.rank_sample, shuffled)
         held = self._order is not None and epoch - self._ranked_at < eg.rank_every
         if keep:
