@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from edgetrain.errors import EdgetrainError
-from edgetrain.experiment.beds import Bed, BedSpec
+from edgetrain.experiment.beds import Bed, BedSpec, facts_of
 from edgetrain.experiment.kept import kept
 from edgetrain.experiment.profiling import profile_argv, profile_in_host
 from edgetrain.runtime.setting_build import TestbedFacts
@@ -80,23 +80,6 @@ def settings_of(p: Plan) -> list[Setting]:
 def bed_spec(s: Setting) -> BedSpec:
     """The testbed a setting runs on."""
     return compute_bed(s.period_ms) if s.bed == "compute" else BEDS[s.bed]
-
-
-def facts_of(spec: BedSpec, local: bool) -> TestbedFacts:
-    """The testbed's facts as ``emulate up`` would write them (no quota for local processes).
-    Pure but for reading a spec file."""
-    from edgetrain.emulate.spec import load_spec, parse_spec
-    from edgetrain.emulate.topology import build
-
-    if isinstance(spec.spec, Path):
-        parsed = load_spec(spec.spec)
-    else:
-        parsed = parse_spec(dict(spec.spec or {}), spec.name)
-    facts = build(parsed, "10.231.0.0/24").facts()
-    if local:
-        hosts = tuple(replace(h, quota_period_s=None) for h in facts.hosts)
-        facts = replace(facts, hosts=hosts)
-    return facts
 
 
 def profile_workload(

@@ -60,6 +60,7 @@ from reproductions.edgegossip_plan import (
     recipe,
 )
 from reproductions.edgegossip_probes import aggregation_costs, profile_hosts
+from reproductions.edgegossip_regime import phase_regime
 from reproductions.edgegossip_runs import Batches, measure
 from reproductions.edgegossip_text import sections
 
@@ -95,6 +96,7 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
             res["r_eg_5"] = profile_hosts(p, b, out, cli.say)
             history = str(out / "profiles" / "{host}.history.jsonl")
         runs = Batches(p, runner, recipes.data(p.dataset, root), history)
+        res["regime"] = phase_regime(p, b, out, runs.data, cli.say)  # before any run
         _pilot(runs, b, res)
         res["r_eg_1"] = runs.batch(p.arms, b, p.epochs, "R-EG-1")
         res["compare"] = seed_by_seed(res["r_eg_1"], runs.targets["b"])

@@ -11,12 +11,12 @@ from edgetrain.experiment.claims import (
     claim,
     every,
     median,
-    not_measured,
     paired,
     ratio,
 )
 from edgetrain.experiment.report import Claim, Stat
 from reproductions.edgegossip_plan import BALANCES, PAPER, SPEEDUP_BOUND, Plan
+from reproductions.edgegossip_regime_claims import r_eg_6, regime_claims
 
 
 def speedups(rows: Sequence[Row], arm: str, key: str) -> list[float | None]:
@@ -140,20 +140,9 @@ def build_claims(res: dict[str, Any], p: Plan) -> list[Claim]:
     for scenario, cid in (("load", "R-EG-7"), ("quota", "R-EG-7b")):
         if res.get("r_eg_7", {}).get(scenario):
             claims.append(_contention_claim(cid, scenario, res["r_eg_7"][scenario], seeds))
-    claims.append(R_EG_6)
+    claims.extend(regime_claims(res))
+    claims.append(r_eg_6(res))
     return claims
-
-
-# Listed, never left out: the scale and model-cost experiment is not built yet.
-R_EG_6 = not_measured(
-    "R-EG-6",
-    "scale and model cost: 2, 3, 4 and 6 platforms (fastest/slowest 4x), LeNet-5 and cnn2",
-    "a larger speed-up for cnn2 than for LeNet-5 (Fig. 6)",
-    "x",
-    "not built yet: 4 testbeds x 2 models x 2 arms would double this reproduction's two hours "
-    "on a 2-core machine, and 6 hosts of 0.125-0.5 core are as many processes as the "
-    "machine's cores can time honestly only with short epochs; R-EG-2 covers heterogeneity",
-)
 
 
 def _imbalance_claim(r2: dict[str, list[Row]], seeds: list[int]) -> Claim:

@@ -5,7 +5,7 @@ of one arm. Pure but for reading the committed testbed spec."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ R_EG_1 = (
 )
 BALANCES = ("eg-predictive", "eg-reactive", "eg-static")  # R-EG-7
 PILOT_ARMS = ("gosgd-sync", "edgegossip")  # T_b: below the lower of their curves
+REGIME_MODELS = ("lenet5", "cnn2")  # R-EG-6's pair: LeNet-5 and the heavier model
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class Plan:
     predictor: bool = True
     contention: bool = True
     pilot_seed: int = PILOT_SEED
+    regime_models: tuple[str, ...] = REGIME_MODELS  # the regime map's models (the plan's first)
 
 
 # the help of --quick and --smoke (and --testbed)
@@ -84,7 +86,8 @@ def plan_for(args: argparse.Namespace) -> Plan:
     seeds = cli.measured_seeds(args)
     off = (False,) * 5  # no imbalance, ratios, aggregation, predictor or contention
     if args.smoke:
-        return Plan((1,), True, "digits", "mlp", 2, 2, ("gosgd-sync", "edgegossip"), *off)
+        smoke = Plan((1,), True, "digits", "mlp", 2, 2, ("gosgd-sync", "edgegossip"), *off)
+        return replace(smoke, regime_models=())
     local = cli.local(args)
     if args.quick:
         return Plan(seeds, local, "digits", "lenet5", 20, 20, R_EG_1, *off)

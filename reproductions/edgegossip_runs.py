@@ -27,6 +27,7 @@ def measure(summary: Summary, arm: str, seed: int, targets: dict[str, float]) ->
         "run": summary.get("run"),
         "status": summary.get("status"),
         "train_s": summary.get("train_s"),
+        "epochs": summary.get("epochs"),
         "aggregate_s": agg,
         "total_s": (summary.get("train_s") or 0.0) + agg,
         "final_accuracy": final_accuracy(summary),

@@ -10,6 +10,7 @@ from edgetrain.experiment.claims import Row
 from edgetrain.experiment.text import arm_rows, fmt, json_block, spread, table
 from reproductions.edgegossip_claims import speedups
 from reproductions.edgegossip_plan import T_A, Plan
+from reproductions.edgegossip_regime_claims import regime_table
 
 ARMS_HEAD = (
     "arm", "time to T_a s", "time to T_b s", "speed-up (T_b)", "final acc.", "averaged model",
@@ -100,6 +101,10 @@ def sections(res: dict[str, Any], p: Plan) -> list[tuple[str, str]]:
         out.append(("R-EG-5: predictor per host", predictor_table(res["r_eg_5"])))
     for scenario, rows in (res.get("r_eg_7") or {}).items():
         out.append((f"R-EG-7: {scenario}", disturbed_table(rows)))
+    if res.get("regime"):
+        out.append(
+            ("Regime first: the cost model's map, predicted before the runs", regime_table(res))
+        )
     for name, text in res.get("testbeds", {}).items():
         out.append((f"Testbed verification: {name}", text))
     out.append(("Pilot (seed 0, not reused)", json_block(res["pilot"])))

@@ -34,8 +34,16 @@ def test_smoke_reproduction_writes_the_report_and_resumes(tmp_path: Path) -> Non
     assert set(results["pilot"]["arms"]) == {"gosgd-sync", "edgegossip"}
     compared = results["compare"]["1"]["runs"]  # edgetrain compare of the seed's arms
     assert [r["technique"] for r in compared] == ["gosgd", "edgegossip"]
+    regime = results["regime"]  # the cost model's map, written before the first run
+    assert regime["before_measured_runs"] is True and regime["models"] == ["mlp"]
+    mine = regime["settings"]["mlp@edgegossip-4"]
+    assert mine["arms"]["edgegossip"]["epoch_s"] > 0 and mine["speedup"] > 0
+    assert {"R-EG-R mlp@edgegossip-4", "R-EG-RE"} <= {c["id"] for c in doc["claims"]}
+    error = next(c for c in doc["claims"] if c["id"] == "R-EG-RE")
+    assert len(error["details"]["runs"]) == 2  # both measured runs, the pilots left out
     md = (out / "paper-vs-edgetrain.md").read_text()
     assert "| R-EG-1 |" in md and "## R-EG-1: arms" in md and "## Pilot" in md
+    assert "## Regime first" in md
     # resumable: a second pass finds every run done and launches nothing
     mtimes = {p: p.stat().st_mtime for p in (out / "runs").glob("*/report/summary.json")}
     assert len(mtimes) == 4  # two pilots, two measured runs
@@ -64,7 +72,7 @@ def test_claims_from_literal_rows() -> None:
     assert loss.ours is not None and loss.ours.median == pytest.approx(0.75)
     assert loss.direction_agrees is True
     six = claims["R-EG-6"]  # listed with its reason, never left out
-    assert six.ours is None and six.deviations.startswith("not measured: not built yet")
+    assert six.ours is None and six.deviations.startswith("not measured: the runs are not built")
     never = [_row("gosgd-sync", 1, 30.0, 0.97), _row("edgegossip", 1, None, 0.9)]
     c = edgegossip.build_claims({"r_eg_1": never, "targets": {}}, plan)[0]
     assert c.ours is None and c.direction_agrees is None  # not measured, not a disagreement
@@ -104,3 +112,53 @@ def test_the_pilots_put_t_b_on_the_rising_curve_below_both_plateaus() -> None:
     summary = {"curve": [{"train_s": 1.5, "test_accuracy": 0.5}, {"train_s": 3.0},
                          {"train_s": 4.5, "test_accuracy": 0.7}]}  # fmt: skip
     assert curve_of(summary) == [[1.5, 0.5], [4.5, 0.7]]
+
+
+def _regime(speedups: dict[str, float]) -> dict:
+    settings = {}
+    for key, up in speedups.items():
+        model, bed = key.split("@")
+        settings[key] = {
+            "model": model, "bed": bed, "heterogeneity": 4.0, "speedup": up,
+            "arms": {"gosgd-sync": {"epoch_s": 1.2 * up}, "edgegossip": {"epoch_s": 1.2}},
+        }  # fmt: skip
+    return {"models": ["lenet5", "cnn2"], "before_measured_runs": True, "settings": settings}
+
+
+def test_regime_map_against_literal_runs() -> None:
+    from reproductions import edgegossip_regime_claims as rc
+
+    regime = _regime({"lenet5@edgegossip-4": 2.5, "lenet5@eg-imb1": 1.0, "cnn2@edgegossip-4": 3.0})
+    res = {
+        "regime": regime,
+        "r_eg_1": [_row("gosgd-sync", 1, 1, 0.9, epochs=10, train_s=30.0),
+                   _row("edgegossip", 1, 1, 0.9, epochs=10, train_s=15.0)],
+        "r_eg_2": {"1": [_row("gosgd-sync", 1, 1, 0.9, epochs=5, train_s=6.0),
+                         _row("edgegossip", 1, 1, 0.9, epochs=5, train_s=6.6)]},
+    }  # fmt: skip
+    claims = {c.id: c for c in rc.regime_claims(res)}
+    het = claims["R-EG-R lenet5@edgegossip-4"]  # predicted 2.5x, measured 2.0x: both a gain
+    assert het.ours is not None and het.ours.median == pytest.approx(2.0)
+    assert het.direction_agrees is True and het.paper_value == ">= 1.1x"
+    flat = claims["R-EG-R lenet5@eg-imb1"]  # predicted 1.0x, measured 0.91x: no gain, as said
+    assert flat.direction_agrees is True and flat.paper_value == "< 1.1x"
+    assert "cnn2" not in " ".join(claims)  # predicted, never run: no measured claim
+    # per epoch: measured 3.0 / 1.5 s against 3.0 / 1.2 s, 1.2 / 1.32 s against 1.2 / 1.2 s
+    errors = {(e["setting"], e["arm"]): e["error"] for e in rc.prediction_errors(res)}
+    assert errors == pytest.approx({
+        ("lenet5@edgegossip-4", "gosgd-sync"): 0.0, ("lenet5@edgegossip-4", "edgegossip"): 0.25,
+        ("lenet5@eg-imb1", "gosgd-sync"): 0.0, ("lenet5@eg-imb1", "edgegossip"): 0.1,
+    })  # fmt: skip
+    err = claims["R-EG-RE"]
+    assert err.ours is not None and err.ours.median == pytest.approx(0.05)
+    assert err.direction_agrees is True and "no run missed by more than 30%" in err.deviations
+    six = rc.r_eg_6(res)  # the heavier model's prediction, beside the reason it is not run
+    assert six.ours is None and "cnn2: 3.00x on edgegossip-4" in six.deviations
+    table = rc.regime_table(res)
+    assert "| lenet5@edgegossip-4 | edgegossip | 1.200 | 1.500 | +25% | 2.50 | 2.00 |" in table
+    assert "| cnn2@edgegossip-4 | gosgd-sync | 3.600 | - | - | - | - |" in table
+    late = {**res, "regime": {**regime, "before_measured_runs": False}}
+    assert (
+        "written after measured runs"
+        in rc.error_claim(rc.prediction_errors(late), rc._AFTER).deviations
+    )

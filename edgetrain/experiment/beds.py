@@ -8,15 +8,18 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgetrain.emulate.spec import load_spec
 from edgetrain.emulate.trace import load_trace
 from edgetrain.experiment.testbed import Testbed, testbed, verify_markdown
 from edgetrain.tomlconfig import dumps, loads
+
+if TYPE_CHECKING:
+    from edgetrain.runtime.setting_build import TestbedFacts
 
 Say = Callable[[str], None]
 
@@ -150,3 +153,20 @@ def write_trace(path: Path, text: str) -> Path:
 def trace_toml(changes: list[dict[str, Any]], loop: bool = False) -> str:
     """A trace: ``loop`` and its ``[[changes]]``."""
     return dumps({"loop": loop, "changes": changes})
+
+
+def facts_of(spec: BedSpec, local: bool) -> TestbedFacts:
+    """The testbed's facts as ``emulate up`` would write them (no quota for local processes).
+    Pure but for reading a spec file."""
+    from edgetrain.emulate.spec import parse_spec
+    from edgetrain.emulate.topology import build
+
+    if isinstance(spec.spec, Path):
+        parsed = load_spec(spec.spec)
+    else:
+        parsed = parse_spec(dict(spec.spec or {}), spec.name)
+    facts = build(parsed, "10.231.0.0/24").facts()
+    if local:
+        hosts = tuple(replace(h, quota_period_s=None) for h in facts.hosts)
+        facts = replace(facts, hosts=hosts)
+    return facts
