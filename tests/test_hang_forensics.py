@@ -119,3 +119,43 @@ def test_a_stopped_process_is_not_asked_for_its_stacks() -> None:
         proc.kill()
         proc.wait(10)
     assert not stopped(proc.pid)  # gone: /proc cannot say
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(x) for x in path.read_text().split()] if path.exists() else []
+
+
+def _pending(pid: int) -> int:
+    """The signals pending for ``pid`` (its own and its group's), as a mask."""
+    rows = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    return int(rows["SigPnd"], 16) | int(rows["ShdPnd"], 16)
+
+
+@pytest.mark.timeout(60)
+def test_the_remote_stacks_command_skips_a_stopped_worker() -> None:
+    """Over ssh the launcher asks the remote shell's children for their stacks with one shell
+    command: a running child gets SIGUSR1, a stopped one nothing (run here by sh, as the
+    remote login shell would)."""
+    from edgetrain.launch.local import stopped
+    from edgetrain.launch.ssh import stacks_script
+
+    shell = subprocess.Popen(["sh", "-c", "sleep 300 & sleep 300 & wait"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while len(_children(shell.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        halted, running = _children(shell.pid)
+        os.kill(halted, signal.SIGSTOP)
+        while not stopped(halted) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stopped(halted)
+        subprocess.run(["sh", "-c", stacks_script(shell.pid)], check=True, timeout=20)
+        while running in _children(shell.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)  # sleep dies of SIGUSR1 (its default action): the signal went
+        assert running not in _children(shell.pid)
+        assert not _pending(halted) & (1 << (signal.SIGUSR1 - 1))  # nothing waits to run
+        assert stopped(halted)
+    finally:
+        os.killpg(shell.pid, signal.SIGKILL)
+        shell.wait(10)

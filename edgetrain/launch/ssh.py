@@ -149,11 +149,12 @@ class SshProcess:
 
     def dump_stacks(self) -> str | None:
         """Ask the remote worker for its Python stacks (SIGUSR1 to the children of the remote
-        shell, i.e. the worker): it writes them to its standard error, which streams into its
-        log here. Returns that log, or None when the remote process is unknown or gone."""
+        shell, i.e. the worker, unless stopped: :func:`stacks_script`): it writes them to its
+        standard error, which streams into its log here. Returns that log, or None when the
+        remote process is unknown or gone."""
         if self.remote_pid is None or not self._remote_may_run() or self._popen.poll() is not None:
             return None
-        started = self._remote(f"pkill -USR1 -P {self.remote_pid} 2>/dev/null; true")
+        started = self._remote(stacks_script(self.remote_pid))
         return str(self.log_path) if started else None
 
     def _remote(self, script: str) -> bool:
@@ -249,3 +250,16 @@ class SshLauncher:
             h.reap_helpers(max(0.0, deadline - time.monotonic()))
         for h in self.handles:
             h.tee.join(max(0.0, deadline - time.monotonic()))
+
+
+def stacks_script(pid: int) -> str:
+    """The shell command that asks the children of remote shell ``pid`` for their stacks:
+    SIGUSR1 to each one that is not stopped (state T or t in ``/proc/N/stat``). A stopped
+    worker cannot answer, and the pending signal would run faulthandler when it resumes,
+    beside its running threads (a local worker resumed that way crashed with SIGSEGV; see
+    ``launch.local.stopped``). Where ``/proc`` cannot say, the signal goes, as before."""
+    state = "$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1)"
+    return (
+        f'for p in $(pgrep -P {int(pid)}); do case "{state}" in T|t) ;; '
+        '*) kill -USR1 "$p" 2>/dev/null;; esac; done; true'
+    )
