@@ -5,13 +5,22 @@ never slower, the balancer never slower than r = 1) and the hooks on recipes. Pu
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgetrain import techniques
 from edgetrain.gossip.config import AkoSection, DLionSection, GaiaSection
-from edgetrain.gossip.cost_gosgd import EdgeShape, GossipShape, gossip_workers, predict_gossip
+from edgetrain.gossip.cost_gosgd import (
+    EdgeShape,
+    GossipShape,
+    expected_overrun,
+    gossip_workers,
+    predict_gossip,
+)
 from edgetrain.gossip.cost_model import Constants, wall_s
 from edgetrain.gossip.exchange.cost_ako import partitions, predict_ako
 from edgetrain.gossip.exchange.cost_dlion import link_choices, plan_of, predict_dlion
@@ -107,7 +116,7 @@ def test_gosgd_unequal_shards_and_no_barrier() -> None:
 
 
 def test_edgegossip_balances_the_shares() -> None:
-    edge = EdgeShape(order="random")  # no ranking
+    edge = EdgeShape(order="random", balance_error=0.0)  # no ranking, an exact predictor
     p = predict_gossip("edgegossip", TWO, GOSSIP, edge, ZERO)
     out = gossip_workers(TWO, GOSSIP, edge, ZERO)
     assert [g.ratio for g in out] == pytest.approx([1.0, 0.5])
@@ -115,10 +124,49 @@ def test_edgegossip_balances_the_shares() -> None:
     assert said(p, "r = 1.00, 0.50: the epoch predicted 50% shorter")
 
 
+def test_the_barrier_waits_for_the_balancers_error() -> None:
+    # one cut worker, planned to end with the epoch, its whole shard two epochs long: it ends
+    # at 1 + 0.18 Z, and the barrier on average sd / sqrt(2 pi) later (the tail past 2 is nil)
+    edge = EdgeShape(order="random")
+    p = predict_gossip("edgegossip", TWO, GOSSIP, edge, ZERO)
+    late = 0.18 / math.sqrt(2 * math.pi)
+    assert p.iteration_s == pytest.approx(0.030 * (1 + late), rel=1e-4)
+    assert p.parts["misprediction"] == pytest.approx(0.030 * late, rel=1e-4)
+    assert said(p, "the barrier waits for the last of the 1 worker(s) the balancer cuts")
+    off = predict_gossip("edgegossip", TWO, GOSSIP, EdgeShape(balance="off", order="random"), ZERO)
+    assert "misprediction" not in off.parts  # no balancer, nothing planned
+
+
+@pytest.mark.parametrize(
+    "workers",
+    [
+        [(1.0, 4.0)],
+        [(1.0, 2.0), (1.0, 3.0), (1.0, 1.33)],  # edgegossip-4's cut workers
+        [(1.0, 1.05)],  # barely cut: never past its whole shard
+        [(0.9, 1.5), (1.0, 1.1)],  # one planned to end early
+    ],
+)
+def test_expected_overrun_against_brute_force(workers: list[tuple[float, float]]) -> None:
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((200_000, len(workers)))
+    ends = np.ones(len(z))
+    for i, (planned, whole) in enumerate(workers):
+        ends = np.maximum(ends, np.minimum(whole, planned * (1 + 0.18 * z[:, i])))
+    assert expected_overrun(workers, 0.18) == pytest.approx(float(ends.mean()) - 1, abs=2e-3)
+
+
+def test_expected_overrun_literal_values() -> None:
+    assert expected_overrun([], 0.18) == 0.0 and expected_overrun([(1.0, 3.0)], 0.0) == 0.0
+    assert expected_overrun([(1.0, 1.0)], 0.18) == 0.0  # its whole shard is the epoch
+    # m workers far from their whole shard: sd E[max(0, Z_1..Z_m)] (0.3989, 0.6810, 0.8881)
+    for m, e in ((1, 0.3989), (2, 0.6810), (3, 0.8881)):
+        assert expected_overrun([(1.0, 9.0)] * m, 0.1) == pytest.approx(0.1 * e, abs=1e-4)
+
+
 def test_edgegossip_ranks_its_whole_shard() -> None:
     # a forward pass over 1/10 of each shard: 10 ms per 32 samples / 10 at speed 1 (0.5)
     # the paper's: a ranking every epoch, minibatches in rank order
-    every = EdgeShape(order="aggregated", ratio=10, rank_every=1)
+    every = EdgeShape(order="aggregated", ratio=10, rank_every=1, balance_error=0.0)
     p = predict_gossip("edgegossip", TWO, GOSSIP, every, ZERO)
     out = gossip_workers(TWO, GOSSIP, every, ZERO)
     assert [g.ratio for g in out] == pytest.approx([1.0, 0.5])
