@@ -13,7 +13,13 @@ import pytest
 from edgetrain.emulate.spec import load_spec
 from edgetrain.emulate.topology import build
 from edgetrain.launch.hosts import parse_hosts, to_toml
-from edgetrain.report.predicted import compare, markdown, measured_iteration, run_setting
+from edgetrain.report.predicted import (
+    compare,
+    markdown,
+    measured_iteration,
+    measured_workers,
+    run_setting,
+)
 from edgetrain.runtime.predict import Prediction
 from tests.helpers.cli import run_cli
 from tests.helpers.launching import Launch
@@ -40,6 +46,31 @@ def test_measured_iteration_drops_the_first_epoch() -> None:
     assert measured_iteration(rows) == pytest.approx(0.03)
     assert measured_iteration([_epoch(1, 10, 0.5)]) == pytest.approx(0.05)
     assert measured_iteration([_epoch(1, 0, 0.5), {"event": "ready"}]) is None
+
+
+def test_measured_workers_count_the_steps_of_the_worker_that_took_the_most() -> None:
+    # EdgeGossip: worker 0 trains its whole shard (10 steps), worker 1 a fifth of it in about
+    # the same time; both are measured per step of the whole shard, the first epoch dropped
+    workers = {
+        0: [_epoch(1, 10, 9.0), _epoch(2, 10, 1.0), _epoch(3, 10, 1.2)],
+        1: [_epoch(1, 2, 9.0), _epoch(2, 2, 1.1), _epoch(3, 2, 1.3), {"event": "final"}],
+    }
+    assert measured_workers(workers) == pytest.approx({0: 0.11, 1: 0.12})
+    # where every worker takes as many steps, each its own epoch over its steps
+    same = {0: [_epoch(1, 10, 1.0), _epoch(2, 10, 0.2)], 1: [_epoch(1, 10, 0.4)]}
+    assert measured_workers(same) == pytest.approx({0: 0.02, 1: 0.04})
+    assert measured_workers({0: [{"event": "ready"}]}) == {}
+
+
+def test_compare_puts_each_workers_prediction_beside_it() -> None:
+    p = Prediction("edgegossip", 0.10, {"compute": 0.1}, 0, (), per_worker={0: 0.10, 1: 0.08})
+    doc = compare(p, {0: 0.11, 1: 0.12, 2: 0.5})  # worker 2 predicted nothing: left out
+    assert doc["measured_s"] == pytest.approx(0.12)  # the slowest of the predicted workers
+    assert doc["error"] == pytest.approx(0.2)
+    assert doc["worker_errors"] == pytest.approx({"0": 0.1, "1": 0.5})
+    text = "\n".join(markdown({**doc, "profile": "ref", "testbed": None}))
+    assert "measured 120.00 ms (the slowest worker): +20%" in text
+    assert "- worker 1: predicted 80.00 ms busy per iteration, measured 120.00 ms (+50%)" in text
 
 
 def test_compare_says_a_miss() -> None:
@@ -126,5 +157,7 @@ def test_a_run_with_a_profile_reports_prediction_beside_measurement(
     assert pred["predicted_s"] > 0 and pred["parts"]["compute"] > 0
     assert set(pred["workers"]) == {"0", "1", "2", "3"}
     assert pred["measured_s"] > 0 and pred["error"] is not None
+    assert set(pred["predicted_workers"]) == set(pred["worker_errors"]) == {"0", "1", "2", "3"}
     md = (run / "report" / "summary.md").read_text()
     assert "## Cost model: predicted beside measured" in md
+    assert "- worker 3: predicted" in md  # each worker's prediction beside its measurement

@@ -261,7 +261,10 @@ def predict_gossip(
         f"{(busy - crit.compute_s) / busy:.0%} of worker {crit.worker}'s step"
     )
     notes.append(f"{scale / iteration:,.0f} samples/s predicted across the cluster")
-    return Prediction(technique, iteration, parts, int(round(sent)), tuple(notes))
+    busy_per_worker = {g.worker: scale * g.epoch_s for g in out}  # no barrier waits
+    return Prediction(
+        technique, iteration, parts, int(round(sent)), tuple(notes), per_worker=busy_per_worker
+    )
 
 
 def _overrun(out: Sequence[GossipWorker], edge: EdgeShape | None) -> float:

@@ -11,10 +11,15 @@ technique's ``predict`` hook for its iteration:
   reference profile's, each pair's bottleneck rate, loopback on one host); otherwise every
   worker on this machine at the profile's speed over its ``slowdown``, over loopback.
 
-Measured: each training worker's median ``epoch_s / epoch_steps`` over its epochs (the first
-left out when there are more, since it holds the warm-up). The run's figure is the median over
-workers; ``error`` is measured / predicted - 1, and a miss by more than 30% gets a line in
-the report saying so. No profile, no prediction: the report says how to get one.
+Measured: each training worker's median ``epoch_s`` over its epochs (the first left out when
+there are more, since it holds the warm-up), per iteration: over the most steps any worker took
+in that epoch (the steps of one, where every worker takes as many; EdgeGossip's workers train a
+share of theirs, and its prediction counts the steps of a whole equal shard). The run's figure
+is the median over workers, or, where the model predicts each worker's own busy time
+(``Prediction.per_worker``: the gossip family, whose fast workers wait at the barrier outside
+their ``epoch_s``), the slowest's, each worker's beside its prediction. ``error`` is measured /
+predicted - 1, and a miss by more than 30% gets a line in the report saying so. No profile, no
+prediction: the report says how to get one.
 """
 
 from __future__ import annotations
@@ -45,9 +50,37 @@ def measured_iteration(rows: list[dict[str, Any]]) -> float | None:
     return statistics.median(per) if per else None
 
 
+def measured_workers(workers: Mapping[int, list[dict[str, Any]]]) -> dict[int, float]:
+    """Each worker's median seconds per iteration over its epochs (the first dropped when there
+    are more): its ``epoch_s`` over the most steps any worker took in that epoch. Pure."""
+    steps: dict[Any, int] = {}
+    for rows in workers.values():
+        for row in rows:
+            n = row.get("epoch_steps")
+            if row.get("event") == "epoch" and isinstance(n, int):
+                steps[row.get("epoch")] = max(steps.get(row.get("epoch"), 0), n)
+    out: dict[int, float] = {}
+    for w, rows in workers.items():
+        per = []
+        for row in rows:
+            seconds, most = row.get("epoch_s"), steps.get(row.get("epoch"), 0)
+            if row.get("event") == "epoch" and most > 0 and isinstance(seconds, (int, float)):
+                per.append(float(seconds) / most)
+        if len(per) > 1:
+            per = per[1:]
+        if per:
+            out[w] = statistics.median(per)
+    return out
+
+
 def compare(prediction: Prediction, measured: Mapping[int, float]) -> dict[str, Any]:
     """Prediction beside measurement (pure): the parts, each worker's figure and the run's."""
-    run = statistics.median(measured.values()) if measured else None
+    mine = prediction.per_worker
+    known = [s for w, s in measured.items() if w in mine]
+    if known:
+        run: float | None = max(known)  # the slowest sets the iteration
+    else:
+        run = statistics.median(measured.values()) if measured else None
     error = run / prediction.iteration_s - 1 if run is not None and prediction.iteration_s else None
     doc: dict[str, Any] = {
         "technique": prediction.technique,
@@ -61,6 +94,11 @@ def compare(prediction: Prediction, measured: Mapping[int, float]) -> dict[str, 
     }
     if prediction.memory_bytes:
         doc["memory_bytes"] = {str(w): b for w, b in prediction.memory_bytes.items()}
+    if mine:
+        doc["predicted_workers"] = {str(w): v for w, v in sorted(mine.items())}
+        doc["worker_errors"] = {
+            str(w): measured[w] / v - 1 for w, v in sorted(mine.items()) if w in measured and v
+        }
     return doc
 
 
@@ -157,7 +195,7 @@ def prediction_report(
         return {"unavailable": f"the cost model cannot predict this run: {exc}", **source}
     if prediction is None:
         return None
-    measured = {w: m for w, rows in workers.items() if (m := measured_iteration(rows)) is not None}
+    measured = measured_workers(workers)
     return {**compare(prediction, measured), **source}
 
 
@@ -178,13 +216,22 @@ def markdown(doc: Mapping[str, Any]) -> list[str]:
     ]
     if doc.get("measured_s") is not None:
         lines.append(
-            f"- measured {doc['measured_s'] * 1e3:.2f} ms (median over workers): "
+            f"- measured {doc['measured_s'] * 1e3:.2f} ms "
+            f"({'the slowest worker' if doc.get('predicted_workers') else 'median over workers'}"
+            "): "
             f"{doc['error']:+.0%} against the prediction"
         )
     if doc.get("miss"):
         lines.append(
             f"- **the cost model missed by more than {MISS:.0%}**: a setting it does not model "
             "(shared cores, a busy machine, a profile from another device) or a fault"
+        )
+    errors = doc.get("worker_errors") or {}
+    for w, v in (doc.get("predicted_workers") or {}).items():
+        got = (doc.get("workers") or {}).get(w)
+        lines.append(
+            f"- worker {w}: predicted {v * 1e3:.2f} ms busy per iteration"
+            + (f", measured {got * 1e3:.2f} ms ({errors[w]:+.0%})" if got and w in errors else "")
         )
     lines += [f"- {note}" for note in doc.get("notes", [])]
     return lines

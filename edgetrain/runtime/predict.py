@@ -110,7 +110,8 @@ class Prediction:
     """A technique's predicted iteration: its time, the parts it adds up from (``compute``,
     ``communication``, ``exposed_communication``, ``overhead``, ...), bytes per iteration
     and one-line notes that say why; ``memory_bytes``: predicted resident bytes per worker
-    index, where the model predicts memory."""
+    index, where the model predicts memory; ``per_worker``: each worker's own busy seconds per
+    iteration, where the model tells workers apart."""
 
     technique: str
     iteration_s: float
@@ -118,3 +119,6 @@ class Prediction:
     bytes_per_iteration: int = 0
     notes: tuple[str, ...] = ()
     memory_bytes: Mapping[int, int] = field(default_factory=dict)
+    # each worker's own busy seconds per iteration (its steps and its own work, no waiting),
+    # where the model tells them apart (the gossip family): beside each worker's measurement
+    per_worker: Mapping[int, float] = field(default_factory=dict)
