@@ -4,9 +4,9 @@ included), the gossip family's cost model (GoSGD's and EdgeGossip's ``predict`` 
 setting of a map: LeNet-5 and the heavier cnn2 (R-EG-6's pair) on ``edgegossip-4`` (4:3:2:1)
 and on the 1x, 3x and 5x imbalance testbeds of R-EG-2. The layers come from each model's
 profile measured inside the fastest host of ``edgegossip-4`` (``edgetrain profile``, one torch
-thread as a worker has; for local processes, here). The prediction is written to
-``OUT/regime.json`` once and never rewritten (a resumed reproduction reads it back); it says
-whether any measured run existed when it was written.
+thread as a worker has, the fastest of three tries; for local processes, here). The prediction
+is written to ``OUT/regime.json`` once and never rewritten (a resumed reproduction reads it
+back); it says whether any measured run existed when it was written.
 
 The reference device is the profiled host at its sustained pace: the profile's layers scaled
 by its sustained step under the host's CPU quota (``sustained_scale``), at the host's cores

