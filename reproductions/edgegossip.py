@@ -22,6 +22,9 @@ shares, one LAN), LeNet-5 on the MNIST test set (8,000 train / 2,000 test, 2,000
 - R-EG-3: aggregation ratios 5 and 20 beside R-EG-1's 10: overheads and accuracy.
 - R-EG-4: generation time of the aggregates (three combinations and per-sample SVD against the
   whole-dataset one) at ratios 5/10/20 on 2,000 and 8,000 samples, against one LeNet-5 epoch.
+- R-EG-8: GoSGD, EdgeGossip and EdgeGossip with a random kept share on non-IID shards
+  (Dirichlet(0.5) per class, the issue's regime where the choice of kept samples can matter;
+  the paper ran IID only): the aggregates against a random share at the same epochs.
 - R-EG-7: contention that changes mid-run, predictive against reactive against static balance:
   (i) a co-running load inside gpu-a's cgroup, (ii) gpu-a's CPU quota cut (invisible to /proc).
 
@@ -48,8 +51,10 @@ from reproductions.edgegossip_claims import build_claims
 from reproductions.edgegossip_contention import contention
 from reproductions.edgegossip_plan import (
     IMBALANCE,
+    NONIID,
     PILOT_ARMS,
     QUICK_HELP,
+    R_EG_8,
     SHARES,
     SMOKE_HELP,
     T_A,
@@ -102,6 +107,9 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
         res["compare"] = seed_by_seed(res["r_eg_1"], runs.targets["b"])
         if p.ratios:
             res["r_eg_3"] = runs.batch(("eg-ratio5", "eg-ratio20"), b, p.epochs, "R-EG-3")
+        if p.noniid:  # where the choice of kept samples can matter: the same arms, skewed shards
+            skewed = replace(runs, data=runs.data | NONIID)
+            res["r_eg_8"] = skewed.batch(R_EG_8, b, p.epochs, "R-EG-8", "-niid")
         if p.contention and b.tb is not None:
             res["r_eg_7"] = contention(runs, b)
     if p.imbalance:

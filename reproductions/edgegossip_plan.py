@@ -54,6 +54,8 @@ R_EG_1 = (
 BALANCES = ("eg-predictive", "eg-reactive", "eg-static")  # R-EG-7
 PILOT_ARMS = ("gosgd-sync", "edgegossip")  # T_b: below the lower of their curves
 REGIME_MODELS = ("lenet5", "cnn2")  # R-EG-6's pair: LeNet-5 and the heavier model
+R_EG_8 = ("gosgd-sync", "edgegossip", "eg-random")  # on non-IID shards (tagged -niid)
+NONIID = {"partition": "dirichlet", "alpha": 0.5}  # R-EG-8's shards: Dirichlet(0.5) per class
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class Plan:
     contention: bool = True
     pilot_seed: int = PILOT_SEED
     regime_models: tuple[str, ...] = REGIME_MODELS  # the regime map's models (the plan's first)
+    noniid: bool = True  # R-EG-8: GoSGD, EdgeGossip and a random kept share on non-IID shards
 
 
 # the help of --quick and --smoke (and --testbed)
@@ -87,10 +90,10 @@ def plan_for(args: argparse.Namespace) -> Plan:
     off = (False,) * 5  # no imbalance, ratios, aggregation, predictor or contention
     if args.smoke:
         smoke = Plan((1,), True, "digits", "mlp", 2, 2, ("gosgd-sync", "edgegossip"), *off)
-        return replace(smoke, regime_models=())
+        return replace(smoke, regime_models=(), noniid=False)
     local = cli.local(args)
     if args.quick:
-        return Plan(seeds, local, "digits", "lenet5", 20, 20, R_EG_1, *off)
+        return Plan(seeds, local, "digits", "lenet5", 20, 20, R_EG_1, *off, noniid=False)
     return Plan(seeds, local, "mnist", "lenet5", 40, 20, contention=not local)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from edgetrain.experiment.claims import Row
 from edgetrain.experiment.text import arm_rows, fmt, json_block, spread, table
 from reproductions.edgegossip_claims import speedups
-from reproductions.edgegossip_plan import T_A, Plan
+from reproductions.edgegossip_plan import R_EG_8, T_A, Plan
 from reproductions.edgegossip_regime_claims import regime_table
 
 ARMS_HEAD = (
@@ -89,6 +89,8 @@ def sections(res: dict[str, Any], p: Plan) -> list[tuple[str, str]]:
         ("Setup", setup_text(p, res)),
         ("R-EG-1: arms (interleaved, same seeds)", arms_table(res["r_eg_1"], p.arms)),
     ]
+    if res.get("r_eg_8"):
+        out.append(("R-EG-8: non-IID shards", arms_table(res["r_eg_8"], R_EG_8)))
     for k, rows in (res.get("r_eg_2") or {}).items():
         out.append((f"R-EG-2: imbalance {k}x", arms_table(rows, ("gosgd-sync", "edgegossip"))))
     if res.get("r_eg_3"):
@@ -125,7 +127,8 @@ def setup_text(p: Plan, res: dict[str, Any]) -> str:
     where = "local processes with slowdowns in the testbed's ratios" if p.local else EMULATED
     data = DATA[p.dataset]
     return (
-        f"{p.model} on {data}, IID shards, on {where}; SGD lr 0.01 (digits 0.05), momentum 0.9, "
+        f"{p.model} on {data}, IID shards (R-EG-8: Dirichlet(0.5) per class), on {where}; "
+        "SGD lr 0.01 (digits 0.05), momentum 0.9, "
         f"batch 64 (digits 32); GoSGD p = 0.25 in every arm; {p.epochs} epochs (R-EG-2/7: "
         f"{p.side_epochs}); measured seeds {', '.join(map(str, p.seeds))}, pilot seed "
         f"{p.pilot_seed}. EdgeGossip: svd-sample + k-means at ratio 10 on each worker's shard "

@@ -162,3 +162,31 @@ def test_regime_map_against_literal_runs() -> None:
         "written after measured runs"
         in rc.error_claim(rc.prediction_errors(late), rc._AFTER).deviations
     )
+
+
+def test_noniid_claims_from_literal_rows() -> None:
+    from reproductions.edgegossip_claims import noniid_claims
+
+    rows = [
+        _row("gosgd-sync", 1, None, 0.95, train_s=60.0),
+        _row("edgegossip", 1, None, 0.93, train_s=20.0),
+        _row("eg-random", 1, None, 0.90, train_s=19.0),
+        _row("gosgd-sync", 2, None, 0.96, train_s=66.0),
+        _row("edgegossip", 2, None, 0.96, train_s=22.0),
+        _row("eg-random", 2, None, 0.97, train_s=21.0),
+    ]  # fmt: skip
+    got = {c.id: c for c in noniid_claims(rows, [1, 2])}
+    gained = got["R-EG-8"]  # aggregates - random: +3 and -1 points
+    assert gained.ours is not None and (gained.ours.min, gained.ours.max) == pytest.approx((-1, 3))
+    assert gained.direction_agrees is None and gained.paper_value is None  # not in the paper
+    lost = got["R-EG-8b"]  # GoSGD - EdgeGossip: 2 and 0 points
+    assert lost.ours is not None and lost.ours.median == pytest.approx(1.0)
+    assert got["R-EG-8c"].ours is not None and got["R-EG-8c"].ours.median == pytest.approx(3.0)
+
+
+def test_the_full_plan_runs_noniid_shards_and_smoke_and_quick_do_not() -> None:
+    def plan(**kw: object) -> edgegossip.Plan:
+        args = {"seeds": 3, "smoke": False, "quick": False, "testbed": "local"} | kw
+        return edgegossip.plan_for(type("A", (), args)())
+
+    assert plan().noniid and not plan(quick=True).noniid and not plan(smoke=True).noniid
