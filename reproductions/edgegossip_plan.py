@@ -105,6 +105,16 @@ def bed_spec(name: str, shares: tuple[float, ...]) -> BedSpec:
     return BedSpec(name, shares, spec=doc)
 
 
+def batch_of(p: Plan) -> int:
+    """The batch every arm trains with."""
+    return 64 if p.dataset == "mnist" else 32
+
+
+def models_of(p: Plan) -> list[str]:
+    """The regime map's models: the plan's, then R-EG-6's other."""
+    return [p.model, *(m for m in p.regime_models if m != p.model)]
+
+
 def recipe(
     p: Plan, arm: str, bed: Bed, epochs: int, data: str | dict[str, Any], history: str | None
 ) -> str:
@@ -120,5 +130,5 @@ def recipe(
         sections["edgegossip"] = eg
     mnist = p.dataset == "mnist"
     train = {"family": "gossip", "technique": spec["technique"], "epochs": epochs}
-    train |= {"batch_size": 64 if mnist else 32, "lr": 0.01 if mnist else 0.05, "momentum": 0.9}
+    train |= {"batch_size": batch_of(p), "lr": 0.01 if mnist else 0.05, "momentum": 0.9}
     return recipes.recipe(arm, recipes.table(data), p.model, train, bed.workers(), sections)

@@ -14,7 +14,7 @@ from typing import Any
 from edgetrain.errors import EdgetrainError
 from edgetrain.experiment.beds import Bed
 from edgetrain.experiment.kept import kept
-from reproductions.edgegossip_plan import HOSTS, LEVELS, Plan
+from reproductions.edgegossip_plan import HOSTS, LEVELS, Plan, batch_of
 
 Say = Callable[[str], None]
 
@@ -89,7 +89,7 @@ def _aggregation(p: Plan, root: Path | None, say: Say) -> dict[str, Any]:
     for n in sizes:
         x, y = ds.x_train[:n], ds.y_train[:n]
         model = build_model(p.model, ds.input_shape, ds.classes)
-        batch = 64 if p.dataset == "mnist" else 32
+        batch = batch_of(p)
         tr = LocalTrainer(
             model, x, y, ds.x_test[:1], ds.y_test[:1], TrainSection(batch_size=batch, lr=0.01), 0, 0
         )

@@ -37,7 +37,17 @@ from edgetrain.experiment.beds import Bed, facts_of
 from edgetrain.experiment.kept import kept
 from edgetrain.experiment.profiling import profile_argv, profile_in_host
 from edgetrain.runtime.setting_build import TestbedFacts
-from reproductions.edgegossip_plan import ARMS, BALANCES, IMBALANCE, SHARES, Plan, bed_spec, recipe
+from reproductions.edgegossip_plan import (
+    ARMS,
+    BALANCES,
+    IMBALANCE,
+    SHARES,
+    Plan,
+    batch_of,
+    bed_spec,
+    models_of,
+    recipe,
+)
 
 Say = Callable[[str], None]
 PREDICTED_ARMS = tuple(a for a in ARMS if a not in BALANCES)  # R-EG-7's runs are disturbed
@@ -74,8 +84,7 @@ def beds_of(p: Plan) -> list[tuple[str, tuple[float, ...]]]:
 def settings_of(p: Plan) -> list[Setting]:
     """The map: the plan's model first, then R-EG-6's other model, on every testbed the plan
     runs."""
-    models = (p.model, *(m for m in p.regime_models if m != p.model))
-    return [Setting(m, name, shares) for m in models for name, shares in beds_of(p)]
+    return [Setting(m, name, shares) for m in models_of(p) for name, shares in beds_of(p)]
 
 
 def profile_model(model: str, p: Plan, b: Bed, out: Path, say: Say) -> dict[str, Any]:
@@ -86,11 +95,6 @@ def profile_model(model: str, p: Plan, b: Bed, out: Path, say: Say) -> dict[str,
     argv = profile_argv(model, p.dataset, batch_of(p), host, threads=1)
     path = out / "profiles" / f"layers-{model}.json"
     return profile_in_host(b, host, argv, path, say, model)
-
-
-def batch_of(p: Plan) -> int:
-    """The batch every arm trains with (the recipe's)."""
-    return 64 if p.dataset == "mnist" else 32
 
 
 def predict_arm(
@@ -186,7 +190,7 @@ def regime_document(
         "commit": commit.get("commit"),
         "commit_dirty": commit.get("dirty"),
         "before_measured_runs": before,
-        "models": [p.model, *(m for m in p.regime_models if m != p.model)],
+        "models": models_of(p),
         "training_samples": samples,
         "rule": RULE,
         "reference": f"each model's profile measured on {PROFILE_HOST} of edgegossip-4 (here, "
@@ -208,8 +212,7 @@ def phase_regime(p: Plan, b: Bed, out: Path, data: Mapping[str, Any], say: Say) 
 
     def make() -> dict[str, Any]:
         before = not measured_before(out)
-        models = [p.model, *(m for m in p.regime_models if m != p.model)]
-        profiles = {m: profile_model(m, p, b, out, say) for m in models}
+        profiles = {m: profile_model(m, p, b, out, say) for m in models_of(p)}
         samples = training_samples(data)
         predicted = {
             s.key: predict_setting(p, s, profiles[s.model], data, samples) for s in settings_of(p)

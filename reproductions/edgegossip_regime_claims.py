@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from edgetrain.experiment.claims import Row, number
+from edgetrain.experiment.claims import prediction_errors as errors_of
 from edgetrain.experiment.report import Claim, Stat
 from edgetrain.experiment.text import fmt
 
@@ -67,18 +68,7 @@ def prediction_errors(res: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every measured run whose arm the map predicted: measured / predicted - 1 of its time per
     epoch."""
     settings = (res.get("regime") or {}).get("settings") or {}
-    out = []
-    for key, rows in setting_rows(res).items():
-        arms = settings[key].get("arms") or {}
-        for r in rows:
-            pred = number((arms.get(r["arm"]) or {}).get("epoch_s"))
-            mine = epoch_s(r)
-            if pred and mine:
-                out.append(
-                    {"setting": key, "arm": r["arm"], "seed": r["seed"], "run": r.get("run"),
-                     "predicted_s": pred, "measured_s": mine, "error": mine / pred - 1}
-                )  # fmt: skip
-    return out
+    return errors_of(settings, setting_rows(res), "epoch_s", epoch_s)
 
 
 def regime_claims(res: Mapping[str, Any]) -> list[Claim]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from edgetrain.experiment.report import Claim, Stat, missing_values
@@ -102,3 +102,25 @@ def claim(
 def not_measured(cid: str, text: str, paper: Any, unit: str, why: str) -> Claim:
     """A claim this mode did not measure, listed with the reason (never left out)."""
     return Claim(cid, text, paper, None, unit, [], None, f"not measured: {why}")
+
+
+def prediction_errors(
+    settings: Mapping[str, Mapping[str, Any]],
+    rows_by_setting: Mapping[str, Sequence[Row]],
+    predicted: str,
+    measured: Callable[[Row], float | None],
+) -> list[dict[str, Any]]:
+    """Every measured run of a regime map whose arm the map predicted: measured / predicted - 1
+    of the figure each arm's ``predicted`` key holds (``measured`` reads it off a row). Pure."""
+    out = []
+    for key, rows in rows_by_setting.items():
+        arms = settings[key].get("arms") or {}
+        for r in rows:
+            pred = number((arms.get(r["arm"]) or {}).get(predicted))
+            mine = measured(r)
+            if pred and mine:
+                out.append(
+                    {"setting": key, "arm": r["arm"], "seed": r["seed"], "run": r.get("run"),
+                     "predicted_s": pred, "measured_s": mine, "error": mine / pred - 1}
+                )  # fmt: skip
+    return out
