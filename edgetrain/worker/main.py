@@ -22,7 +22,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
+from types import FrameType, TracebackType
 from typing import Any
 
 import zmq
@@ -76,10 +76,23 @@ def install_stop_handlers() -> None:
     handlers already ignore further signals. The unraisable hook installed here catches that
     one case and delivers the same signal again, so that it is raised outside the destructor
     (should it land in a destructor again, the same happens again); every other unraisable
-    exception goes to Python's own hook."""
+    exception goes to Python's own hook.
+
+    Cython prints a full traceback through ``sys.excepthook`` before it hands such an
+    exception to the unraisable hook (pyzmq's ``_check_rc`` polls for signals where it cannot
+    propagate one): the except hook installed here stays silent for a stop and passes every
+    other exception to Python's own."""
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     sys.unraisablehook = _redeliver_lost_stop
+    sys.excepthook = _quiet_stop
+
+
+def _quiet_stop(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    if isinstance(exc, Terminated):
+        log.debug("a stop (%s) reached the except hook; no traceback printed", exc)
+        return
+    sys.__excepthook__(kind, exc, tb)
 
 
 def _redeliver_lost_stop(unraisable: Any) -> None:
