@@ -68,6 +68,10 @@ class RunSection(_Section):
     # A worker process that dies is started again up to this many times (back-off 1, 2, 4 s
     # ...) and rejoins the running run with live state (0: lost workers stay lost).
     restart: int = Field(0, ge=0, le=MAX_RESTARTS)
+    # The recipe's last N trainers start as open slots: nobody runs them until a new worker
+    # joins one with ``edgetrain join RUN --worker ID`` (GoSGD and the scheduled
+    # parameter-server techniques; :mod:`edgetrain.launch.slots`).
+    join_slots: int = Field(0, ge=0, le=MAX_WORKERS)
     # Transport security: "curve" encrypts and authenticates with the keys in ``keys``
     # (a directory written by ``edgetrain keys generate``; relative to the current directory).
     security: Literal["none", "curve"] = "none"

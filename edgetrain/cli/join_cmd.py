@@ -45,6 +45,11 @@ def join(
     launcher); this command asks it and prints its answer. The worker re-enters at the next
     epoch boundary: watch it with edgetrain status RUN.
 
+    A new worker joins the same way: with join_slots = N in the recipe's run
+    section, the recipe's last N trainers start as open slots, and
+    edgetrain join RUN --worker ID fills one (GoSGD and the scheduled
+    parameter-server techniques).
+
     With restart = N in the recipe's run section, the launcher does this
     by itself; join works with or without it, for the techniques that
     take workers back (GoSGD, EdgeGossip and the scheduled parameter-server
@@ -53,6 +58,7 @@ def join(
     Examples:
     edgetrain join runs/gossip-20261127-101500 --worker 2
     edgetrain join runs/gossip-20261127-101500 --worker 2 -H jetson-b
+    edgetrain join runs/gossip-20261128-061500 --worker 3 -H jetson-d   (an open slot)
     """
     from edgetrain.launch import join as joining
     from edgetrain.report.runs import launcher_alive, run_status
@@ -128,8 +134,11 @@ def _check_technique(manifest: dict[str, Any], path: str) -> None:
 
 
 def _render(answer: dict[str, Any], path: str) -> None:
+    w, host = answer["worker"], escape(str(answer["host"]))
+    if answer.get("new"):
+        what = f"a new worker started in open slot {w} on {host} (pid {answer['pid']}): it joins"
+    else:
+        what = f"worker {w} started again on {host} (pid {answer['pid']}): it rejoins"
     console.print(
-        f"worker {answer['worker']} started again on {escape(str(answer['host']))} "
-        f"(pid {answer['pid']}): it rejoins at the next epoch boundary; watch it with: "
-        f"edgetrain status {escape(path)}"
+        f"{what} at the next epoch boundary; watch it with: edgetrain status {escape(path)}"
     )

@@ -120,6 +120,8 @@ class LiveProgress:
 
 def _membership_line(worker: int, kind: str, data: Mapping[str, Any]) -> str:
     """The line above the rows when a lost worker comes back (or cannot)."""
+    if kind == "restarted" and data.get("new"):
+        return f"a new worker started in open slot {worker} by edgetrain join on {data.get('host')}"
     if kind == "restarted" and data.get("by") == "join":
         return f"worker {worker} started again by edgetrain join on {data.get('host')}"
     if kind == "restarted":

@@ -44,6 +44,7 @@ PHASE_TEXT = {
     "draining": "handing in",
     "scoring": "scoring snapshots",
     "done": "done",
+    "vacant": "open slot: edgetrain join RUN --worker ID fills it",
 }
 SLOWDOWN_LEGEND = (
     "slow xN: an emulated slower device, the worker sleeps N-1 times its compute time after "
@@ -183,6 +184,8 @@ def apply(row: Row, kind: str, data: Mapping[str, Any], t: float) -> None:
     elif kind == "final":
         _on_final(row, data)
         _enter(row, "done", t)
+    elif kind == "vacant":  # [run] join_slots: nobody runs it until a new worker joins
+        row.phase, row.since = "vacant", t
     elif kind in ("restarted", "rejoining", "joined"):  # [run] restart: it comes back
         row.error = None
         phase = {"restarted": "launching", "rejoining": "loading"}.get(kind)
@@ -198,7 +201,8 @@ def apply_run(rows: Mapping[int, Row], kind: str, data: Mapping[str, Any], t: fl
     """Fold a run-level event (the coordinator's own) into every row it concerns."""
     if kind == "started":
         for row in rows.values():
-            _enter(row, running_phase(row.role), t)
+            if row.phase != "vacant":
+                _enter(row, running_phase(row.role), t)
     elif kind == "draining":
         for row in rows.values():
             if not row.has_epochs and row.phase in ("serving", "collecting", "running"):

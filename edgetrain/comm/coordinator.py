@@ -15,7 +15,7 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -35,7 +35,7 @@ from edgetrain.comm.control import (
     Role,
     Sent,
 )
-from edgetrain.comm.rejoin import entry_epoch, register_verdict
+from edgetrain.comm.rejoin import VACANT, entry_epoch, register_verdict
 from edgetrain.comm.rewind import can_rewind, gen_of, rewind_epoch
 from edgetrain.comm.security import CurveKeys
 from edgetrain.comm.wire import DEFAULT_LIMITS, Limits, Message
@@ -123,11 +123,14 @@ class Coordinator:
         secret: str | None = None,
         limits: Limits = DEFAULT_LIMITS,
         rejoin: bool = False,
+        vacant: Collection[int] = (),
     ) -> None:
         """With ``secret`` (the launcher always gives one), a message counts only if it carries
         its worker's token (:func:`protocol.auth_token`); ``limits`` bound what is taken in.
         With ``rejoin`` (``[run] restart > 0``), a lost worker that registers again while the
-        run trains is taken back (:mod:`edgetrain.comm.rejoin`)."""
+        run trains is taken back (:mod:`edgetrain.comm.rejoin`). Workers in ``vacant`` are
+        open slots (``[run] join_slots``): counted as left from the start (kind ``vacant``, in
+        no failure budget) until a new worker joins one, as a lost worker comes back."""
         self.run_id = run_id
         self.recipe = recipe
         self.num_workers = len(roles)
@@ -140,6 +143,10 @@ class Coordinator:
         self.traffic = Traffic()
         self.limits = limits
         self.workers = {i: WorkerInfo(i, role) for i, role in enumerate(roles)}
+        for i in vacant:
+            slot = self.workers[i]
+            slot.status, slot.error_kind = "failed", VACANT
+            slot.error = "an open slot: nobody has joined it (edgetrain join)"
         self._tokens: dict[int, bytes] | None = None
         if secret is not None:
             self._tokens = {
@@ -241,7 +248,11 @@ class Coordinator:
     @property
     def failed_fraction(self) -> float:
         """The failed share of the workers the run may lose (those of non-fatal roles)."""
-        losable = [w for w in self.workers.values() if w.role.name not in self.policy.fatal_roles]
+        losable = [
+            w
+            for w in self.workers.values()
+            if w.role.name not in self.policy.fatal_roles and w.error_kind != VACANT
+        ]
         if not losable:
             return 0.0
         return sum(w.status == "failed" for w in losable) / len(losable)
@@ -627,12 +638,21 @@ class Coordinator:
             "roster": self.roster(),
             "barriers": self.policy.barriers,
             "checkpoints": self.policy.checkpoints(info.role.name),
-            "directive": dict(self.start_directives.get(worker_id, {})),
+            "directive": self._directive_of(worker_id),
             "rejoin": {"epoch": first, **({"gen": self.gen} if self._rewinds else {})},
             "rewinds": self._rewinds,
         }
         self._send(worker_id, protocol.START, meta)
         return [Event(worker_id, "joined", {"epoch": first, "host": info.host})]
+
+    def _directive_of(self, worker_id: int) -> dict[str, Any]:
+        """The start directive a (re)joining worker gets: its own from the start, else (a new
+        worker in an open slot) that of the first worker of its role that had one."""
+        if worker_id in self.start_directives:
+            return dict(self.start_directives[worker_id])
+        role = self.workers[worker_id].role.name
+        mates = [i for i in sorted(self.start_directives) if self.workers[i].role.name == role]
+        return dict(self.start_directives[mates[0]]) if mates else {}
 
     def _turn_away(self, worker_id: int, why: str) -> list[Event]:
         """A rejoining worker came too late: it is told to stop and stays lost (kind ``late``:

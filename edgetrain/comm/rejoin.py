@@ -20,6 +20,10 @@ from typing import Literal
 
 Verdict = Literal["register", "rejoin", "stop", "refuse"]
 
+# The error kind of an open slot (``[run] join_slots``) nobody has joined yet: a worker that
+# has left from the start, which a new worker may take (:mod:`edgetrain.launch.slots`).
+VACANT = "vacant"
+
 # Failures a restart does not mend: the run stops on them anyway.
 FINAL_KINDS = frozenset({"input", "diverged"})
 

@@ -49,6 +49,7 @@ class GoSGD(NodeHolder):
 
     # A restarted process of it can rejoin a running run (``[run] restart``, gossip.rejoin).
     rejoins = True
+    joins_new = True  # a new worker takes half a peer's alpha, as a rejoining one does
 
     def __init__(self, ctx: WorkerContext) -> None:
         self.ctx = ctx
@@ -117,6 +118,8 @@ class GoSGD(NodeHolder):
     def run(self, session: Session) -> Final:
         node = self._node
         node.connect(session.roster.endpoints("trainer", "gossip"))
+        roles = self.ctx.recipe.role_names()
+        node.expect(i for i, r in enumerate(roles) if r == "trainer")  # open slots' new workers
         session.on_failed(self.excluded.update)
         session.on_joined(self._peer_joined)
         recipe = self.ctx.recipe

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 import zmq
@@ -72,6 +72,15 @@ class GossipNode:
             self.outboxes[peer_id] = self.transport.connect(zmq.PUSH, endpoint, opts)
             self.peer_names.add(protocol.worker_name(peer_id))
             self.peer_ids[protocol.worker_name(peer_id)] = peer_id
+
+    def expect(self, peer_ids: Iterable[int]) -> None:
+        """Take messages from ``peer_ids`` too, before any outbox to them exists: new workers
+        that may join the run in open slots (their ask for the model can come before the
+        coordinator's word that they joined)."""
+        for peer_id in peer_ids:
+            if peer_id != self.worker_id:
+                self.peer_names.add(protocol.worker_name(peer_id))
+                self.peer_ids[protocol.worker_name(peer_id)] = peer_id
 
     def reconnect(self, peer_id: int, endpoint: str) -> None:
         """Point the outbox for ``peer_id`` at ``endpoint`` (it rejoined with a new process):

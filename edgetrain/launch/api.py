@@ -29,6 +29,7 @@ from edgetrain.errors import EdgetrainError, RecipeError
 from edgetrain.launch.driver import LaunchOptions, Observer, RunOutcome, RunSetup, preflight, run
 from edgetrain.launch.placement import Need, place
 from edgetrain.launch.restart import check_restart
+from edgetrain.launch.slots import check_join_slots
 from edgetrain.launch.tensorboard_sink import check_tensorboard, with_tensorboard
 from edgetrain.recipe import Recipe, load_recipe, read_recipe, recipe_model
 from edgetrain.rundir import MANIFEST, RunDir
@@ -333,6 +334,7 @@ def _checks(req: LaunchRequest, problems: list[EdgetrainError] | None) -> Checke
     fam: Family = family
     attempt(lambda: fam.check(recipe))
     attempt(lambda: check_restart(recipe))  # [run] restart: the technique can rejoin
+    attempt(lambda: check_join_slots(recipe))  # [run] join_slots: it takes new workers
     attempt(lambda: check_tensorboard(recipe))  # [report] tensorboard: the package
     placed = (
         _FAILED

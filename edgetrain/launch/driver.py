@@ -43,6 +43,7 @@ from edgetrain.launch.restart import (
     technique_rejoins,
 )
 from edgetrain.launch.run_inputs import RunInputs
+from edgetrain.launch.slots import VACANT, vacant_workers
 from edgetrain.launch.supervisor import Supervisor
 from edgetrain.launch.watchdog import Watchdog
 from edgetrain.recipe import Recipe
@@ -482,7 +483,7 @@ def _note_membership(manifest: dict[str, Any], event: Event, t: float) -> bool:
         return False
     row: dict[str, Any] = {"worker": event.worker, "event": what, "t": round(t, 3)}
     row["at"] = now_iso()
-    for key in ("reason", "epoch", "attempt", "host", "by"):
+    for key in ("reason", "epoch", "attempt", "host", "by", "new"):
         if key in event.data:
             row[key] = event.data[key]
     manifest.setdefault("membership", []).append(row)
@@ -530,7 +531,7 @@ def _apply_policy(
         raise RunError(
             f"lost {details(ids)}; the run cannot go on without {'it' if len(ids) == 1 else 'them'}"
         )
-    failed = coord.failed
+    failed = [i for i in coord.failed if coord.workers[i].error_kind != VACANT]  # slots: no loss
     limit = recipe.run.max_failed_fraction
     counted = [i for i in failed if i not in mending and coord.workers[i].error_kind != "late"]
     fraction = coord.failed_fraction * len(counted) / len(failed) if failed else 0.0
@@ -574,9 +575,11 @@ def _describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
-def _worker_status(info_status: str, run_status: str) -> str:
+def _worker_status(info_status: str, run_status: str, kind: str | None = None) -> str:
     if info_status == "final":
         return "completed"
+    if kind == VACANT:  # an open slot nobody joined
+        return VACANT
     if info_status == "failed":
         return "failed"
     return "interrupted" if run_status == "interrupted" else "incomplete"
@@ -609,6 +612,7 @@ def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
         data_bytes = int(setup.data.x_train.nbytes + setup.data.y_train.nbytes)
         limits = run_limits(recipe, setup.data, setup.family.wire_load(recipe, data_bytes))
         rejoins = technique_rejoins(recipe)
+        vacant = vacant_workers([r.name for r in setup.roles], recipe.run.join_slots)
         coord = Coordinator(
             run_id,
             recipe.to_dict(),
@@ -625,6 +629,7 @@ def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
             secret=secret,
             limits=limits,
             rejoin=rejoins,
+            vacant=vacant,
         )
         coord.on_silent = lambda wid: _dump_stacks(sup, wid)
         # a technique that takes workers back restarts them ([run] restart) or lets them join
@@ -633,8 +638,11 @@ def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
         restartable = restarted_roles(recipe, coord.policy.fatal_roles)
         if restarts is not None:
             coord.rejoin_state = _RejoinStates(setup)
-        if recipe.run.restart > 0:
+        if recipe.run.restart > 0 or vacant:
             manifest["membership"] = []
+        for i in sorted(vacant):  # an open slot: started by edgetrain join, not now
+            manifest["workers"][i]["status"] = VACANT
+            rec.record(Event(i, "vacant", {"role": setup.roles[i].name}))
         log.info(
             "run %s: %s/%s, %d workers, coordinator at %s",
             run_id,
@@ -665,6 +673,8 @@ def run(setup: RunSetup, observer: Observer | None = None) -> RunOutcome:
             return specs[worker]  # its later restarts start it there too
 
         for spec in specs.values():
+            if spec.worker_id in vacant:
+                continue
             handle = sup.start(spec)
             manifest["workers"][spec.worker_id]["pid"] = handle.pid
         manifest.update(status="running", coordinator=coord.endpoint)
@@ -760,7 +770,9 @@ def _finish(
     rec.close()
     for w in manifest["workers"]:
         info = coord.workers[w["id"]] if coord is not None else None
-        w["status"] = _worker_status(info.status if info else "pending", status)
+        w["status"] = _worker_status(
+            info.status if info else "pending", status, info.error_kind if info else None
+        )
         w["exit_code"] = sup.exit_codes.get(w["id"])
         w["error"] = info.error if info else None
     manifest.update(

@@ -12,6 +12,7 @@ from typing import Any
 
 from edgetrain.comm.control import Event
 from edgetrain.comm.coordinator import Coordinator
+from edgetrain.comm.rejoin import VACANT
 from edgetrain.launch.base import WorkerSpec
 from edgetrain.launch.join import take_requests, verdict, write_answer
 from edgetrain.launch.restart import RestartBook
@@ -67,10 +68,15 @@ def serve_joins(
             continue
         sup.exit_codes.pop(w, None)
         joins = book.joined(w)
-        manifest["workers"][w].update(pid=handle.pid, host=spec.host, joins=joins)
-        log.info("worker %d started again by edgetrain join on %s", w, spec.host)
+        new = info.error_kind == VACANT  # a new worker in an open slot ([run] join_slots)
+        row = manifest["workers"][w]
+        row.update(pid=handle.pid, host=spec.host, joins=joins)
+        if new:
+            row["status"] = "joining"
+        what = "a new worker started" if new else "started again"
+        log.info("worker %d: %s by edgetrain join on %s", w, what, spec.host)
         data = {"by": "join", "pid": handle.pid, "host": spec.host, "spawned_at": time.time()}
-        out.append(Event(w, "restarted", data))
-        answer = {"accepted": True, "worker": w, "host": spec.host, "pid": handle.pid}
+        out.append(Event(w, "restarted", {**data, "new": True} if new else data))
+        answer = {"accepted": True, "worker": w, "host": spec.host, "pid": handle.pid, "new": new}
         write_answer(run, req, answer)
     return out

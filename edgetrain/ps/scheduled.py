@@ -62,6 +62,7 @@ class Runners:
     # are the shards' current ones, pulled as every iteration pulls. A restarted shard is
     # rebuilt from the trainers' copies of its tensors (.recovery).
     rejoins = True
+    joins_new = True  # a new trainer pulls the shards' parameters, as a rejoining one does
     restarts_roles = frozenset({"trainer", "server"})
 
     def __call__(self, ctx: WorkerContext) -> Runner:

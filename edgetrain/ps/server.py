@@ -139,6 +139,10 @@ class ShardServer:
         self.clock = {n: StaleClock(trainers, first) for n in self.names}
         self.trainers = set(trainers)
         self.all_trainers = frozenset(trainers)
+        # open slots ([run] join_slots): trainers of the run not started with it, which a new
+        # worker may join; one that does counts among the run's trainers from then on
+        roles = self.ctx.recipe.role_names()
+        self.slots = frozenset(i for i, r in enumerate(roles) if r == "trainer") - self.all_trainers
         self._checkpointed = first
         session.on_failed(self._dropped)
         session.on_joined(self._rejoined)
@@ -174,7 +178,7 @@ class ShardServer:
                 continue
             identity, msg = got
             trainer = protocol.worker_id(msg.sender)
-            if trainer not in self.trainers and trainer in self.all_trainers:
+            if trainer not in self.trainers and trainer in self.all_trainers | self.slots:
                 # a rejoined trainer's first request can overtake the coordinator's word
                 self.session.poll(force=True)
             if trainer not in self.trainers or identity != msg.sender.encode():
@@ -308,7 +312,10 @@ class ShardServer:
         """Trainers that rejoined the run: wait for their pushes again, each tensor from the
         next iteration it applies (their pushes of earlier ones are stale: acknowledged, not
         applied, counted as ``stale_push``)."""
-        for t in sorted(set(joined) & self.all_trainers - self.trainers):
+        for t in sorted(set(joined) & (self.all_trainers | self.slots) - self.trainers):
+            if t in self.slots:  # a new worker took an open slot: one of the run's from now
+                self.slots -= {t}
+                self.all_trainers |= {t}
             self.trainers.add(t)
             bsp = [agg.add(t) for agg in self.agg.values()]
             ssp = [clock.add(t) for clock in self.clock.values()]

@@ -238,7 +238,8 @@ def membership_text(m: dict[str, Any]) -> str:
     if m.get("attempt") is not None:
         line += f" (restart {m['attempt']})"
     if m.get("by") == "join":
-        line += f" by edgetrain join on {m.get('host')}"
+        new = " (a new worker, in an open slot)" if m.get("new") else ""
+        line += f" by edgetrain join on {m.get('host')}{new}"
     if m.get("epoch") is not None:
         line += f" (epoch {m['epoch']})"
     if m.get("reason"):
@@ -282,6 +283,9 @@ def _worker_state(
     if failed is not None:
         state = f"failed: {failed.get('message') or failed.get('reason') or 'no reason given'}"
     state = _rejoined_state(mine, state)
+    if all(r.get("event") == "vacant" for r in mine) and (mine or worker.get("status") == "vacant"):
+        # [run] join_slots: an open slot nobody has joined
+        state = "open slot"
     if not live:
         state = str(worker.get("status") or state)
     epoch_row = _last(rows, "epoch")

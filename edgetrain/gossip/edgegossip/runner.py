@@ -88,6 +88,9 @@ class EdgeGossip(GoSGD):
     # its first process's start ratio, and from its next barrier report on it is balanced
     # again like every other worker.
     rejoins = True
+    # No new workers ([run] join_slots): the balancer plans each epoch's shares from every
+    # worker's measured pace and start ratio, which a worker that never ran does not have.
+    joins_new = False
 
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
