@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,13 @@ from edgetrain.launch.restart import RestartBook
 from tests.helpers.cli import last_error, run_cli
 from tests.helpers.launching import Launch
 from tests.helpers.procs import edgetrain_processes, kill_all
-from tests.helpers.rejoining import gated_env, rejoined_epoch, ssh_launch, worker_pid
+from tests.helpers.rejoining import (
+    gated_env,
+    rejoined_epoch,
+    run_command,
+    ssh_launch,
+    worker_pid,
+)
 from tests.helpers.sshd import Sshd, sshd  # noqa: F401 - the fixture
 
 REPO = Path(__file__).resolve().parents[1]
@@ -221,14 +226,7 @@ count = 3
 
 
 def _join(run: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "edgetrain", "join", str(run), *argv, "--format", "json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        check=False,
-    )
+    return run_command("join", run, *argv)
 
 
 @pytest.mark.timeout(300)

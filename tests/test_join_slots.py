@@ -11,9 +11,6 @@ run as ``vacant``, and no failure budget counts it."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +27,7 @@ from edgetrain.recipe import parse_recipe
 from edgetrain.report.runs import membership_text
 from tests.helpers.launching import Launch
 from tests.helpers.procs import edgetrain_processes, kill_all
-from tests.helpers.rejoining import gated_env, metric_rows, rejoined_epoch
+from tests.helpers.rejoining import gated_env, metric_rows, rejoined_epoch, run_command
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -170,17 +167,6 @@ count = 3
 """
 
 
-def _join(run: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "edgetrain", *argv[:1], str(run), *argv[1:], "--format", "json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        check=False,
-    )
-
-
 def _fill_slot(
     tmp_path: Path, text: str, slot: int, trainers: list[int]
 ) -> tuple[Launch, dict[str, Any]]:
@@ -199,10 +185,10 @@ def _fill_slot(
             )  # fmt: skip
         run, run_id = launch.run_dir, launch.manifest()["run_id"]
         assert launch.manifest()["workers"][slot]["status"] == "vacant"
-        status = _join(run, "status")
+        status = run_command("status", run)
         assert status.returncode == 0, status.stderr
         assert json.loads(status.stdout)["workers"][slot]["state"] == "open slot"
-        done = _join(run, "join", "--worker", str(slot))
+        done = run_command("join", run, "--worker", str(slot))
         assert done.returncode == 0, done.stderr
         answer = json.loads(done.stdout)
         assert answer["accepted"] is True and answer["new"] is True and answer["pid"] > 0

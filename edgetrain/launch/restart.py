@@ -124,16 +124,22 @@ def restarted_roles(recipe: Recipe, fatal_roles: frozenset[str]) -> frozenset[st
     return frozenset(r for r in recipe.role_names() if r not in fatal_roles)
 
 
-def rejoining_techniques() -> list[str]:
-    """``family/technique`` of every technique whose workers rejoin a running run."""
+def techniques_whose_runner(attribute: str) -> list[str]:
+    """``family/technique`` of every technique whose runner has a true ``attribute``
+    (``rejoins``, ``joins_new``)."""
     from edgetrain import techniques
 
     return [
         f"{fam.name}/{name}"
         for fam in techniques.families().values()
         for name in fam.techniques
-        if getattr(techniques.runner_factory(fam.name, name), "rejoins", False)
+        if getattr(techniques.runner_factory(fam.name, name), attribute, False)
     ]
+
+
+def rejoining_techniques() -> list[str]:
+    """``family/technique`` of every technique whose workers rejoin a running run."""
+    return techniques_whose_runner("rejoins")
 
 
 def check_restart(recipe: Recipe) -> None:

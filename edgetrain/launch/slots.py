@@ -36,14 +36,9 @@ def vacant_workers(roles: Sequence[str], slots: int) -> frozenset[int]:
 
 def joining_techniques() -> list[str]:
     """``family/technique`` of every technique that takes new workers."""
-    from edgetrain import techniques
+    from edgetrain.launch.restart import techniques_whose_runner
 
-    return [
-        f"{fam.name}/{name}"
-        for fam in techniques.families().values()
-        for name in fam.techniques
-        if getattr(techniques.runner_factory(fam.name, name), "joins_new", False)
-    ]
+    return techniques_whose_runner("joins_new")
 
 
 def check_join_slots(recipe: Recipe) -> None:

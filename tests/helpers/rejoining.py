@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,18 @@ probability = 0.3
 [[workers]]
 count = 3
 """
+
+
+def run_command(command: str, run: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``edgetrain COMMAND RUN ARGV --format json`` in a new process (this checkout's code)."""
+    return subprocess.run(
+        [sys.executable, "-m", "edgetrain", command, str(run), *argv, "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
+    )
 
 
 def gated_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
