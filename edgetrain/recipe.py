@@ -294,6 +294,10 @@ class Recipe(_Section):
         default = self.family_spec.default_role
         return [g.role or default for g in self.expanded_workers()]
 
+    def ids_of(self, role: str) -> list[int]:
+        """The ids of the workers of ``role``, in order."""
+        return [i for i, r in enumerate(self.role_names()) if r == role]
+
     @property
     def num_data_workers(self) -> int:
         """Workers whose role trains on a shard of the data (the partition's shard count)."""

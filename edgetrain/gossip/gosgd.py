@@ -118,8 +118,7 @@ class GoSGD(NodeHolder):
     def run(self, session: Session) -> Final:
         node = self._node
         node.connect(session.roster.endpoints("trainer", "gossip"))
-        roles = self.ctx.recipe.role_names()
-        node.expect(i for i, r in enumerate(roles) if r == "trainer")  # open slots' new workers
+        node.expect(self.ctx.recipe.ids_of("trainer"))  # open slots' new workers too
         session.on_failed(self.excluded.update)
         session.on_joined(self._peer_joined)
         recipe = self.ctx.recipe

@@ -70,8 +70,7 @@ class GossipNode:
                 continue
             opts = replace(OUTBOX, send_hwm=self.send_hwm)
             self.outboxes[peer_id] = self.transport.connect(zmq.PUSH, endpoint, opts)
-            self.peer_names.add(protocol.worker_name(peer_id))
-            self.peer_ids[protocol.worker_name(peer_id)] = peer_id
+            self._know(peer_id)
 
     def expect(self, peer_ids: Iterable[int]) -> None:
         """Take messages from ``peer_ids`` too, before any outbox to them exists: new workers
@@ -79,8 +78,13 @@ class GossipNode:
         coordinator's word that they joined)."""
         for peer_id in peer_ids:
             if peer_id != self.worker_id:
-                self.peer_names.add(protocol.worker_name(peer_id))
-                self.peer_ids[protocol.worker_name(peer_id)] = peer_id
+                self._know(peer_id)
+
+    def _know(self, peer_id: int) -> None:
+        """Accept messages from ``peer_id`` (the inbox drops those of unknown senders)."""
+        name = protocol.worker_name(peer_id)
+        self.peer_names.add(name)
+        self.peer_ids[name] = peer_id
 
     def reconnect(self, peer_id: int, endpoint: str) -> None:
         """Point the outbox for ``peer_id`` at ``endpoint`` (it rejoined with a new process):

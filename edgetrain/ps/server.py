@@ -141,8 +141,7 @@ class ShardServer:
         self.all_trainers = frozenset(trainers)
         # open slots ([run] join_slots): trainers of the run not started with it, which a new
         # worker may join; one that does counts among the run's trainers from then on
-        roles = self.ctx.recipe.role_names()
-        self.slots = frozenset(i for i, r in enumerate(roles) if r == "trainer") - self.all_trainers
+        self.slots = frozenset(self.ctx.recipe.ids_of("trainer")) - self.all_trainers
         self._checkpointed = first
         session.on_failed(self._dropped)
         session.on_joined(self._rejoined)

@@ -283,9 +283,9 @@ def _worker_state(
     if failed is not None:
         state = f"failed: {failed.get('message') or failed.get('reason') or 'no reason given'}"
     state = _rejoined_state(mine, state)
-    if all(r.get("event") == "vacant" for r in mine) and (mine or worker.get("status") == "vacant"):
-        # [run] join_slots: an open slot nobody has joined
-        state = "open slot"
+    events = {r.get("event") for r in mine}
+    if events == {"vacant"} or (not events and worker.get("status") == "vacant"):
+        state = "open slot"  # [run] join_slots: nobody has joined it
     if not live:
         state = str(worker.get("status") or state)
     epoch_row = _last(rows, "epoch")
