@@ -40,9 +40,17 @@ def test_defaults_resolve_to_the_specifications() -> None:
         "adam",
     )
     assert (s.reshard_fraction, s.reshard_budget, s.chunk_bytes) == (0.5, "bandwidth", 65536)
-    assert s.importance and s.threads
+    assert s.importance and s.threads and not s.batch_refresh  # the paper's BACC
+    assert settings(MercurySection(batch_refresh=True), "mercury", 32).batch_refresh
     seq = settings(MercurySection(scheduler="sequential"), "mercury", 32)
     assert seq.group_size == "fixed" and not seq.threads
+    # the batch's losses count only where an anytime refresh counts what it got
+    for off in (
+        {"scheduler": "sequential"},
+        {"group_size": "fixed"},
+        {"sampling": "all", "resharding": "none"},
+    ):
+        assert not settings(MercurySection(batch_refresh=True, **off), "mercury", 32).batch_refresh
     fed = settings(MercurySection(federated=True), "mercury", 32)
     # the paper's federated runs turned off resharding and BACC [MC §6.6]
     assert (fed.resharding, fed.scheduler, fed.group_size) == ("none", "sequential", "fixed")
@@ -50,7 +58,7 @@ def test_defaults_resolve_to_the_specifications() -> None:
     assert (fed_bacc.resharding, fed_bacc.scheduler) == ("none", "bacc")  # an explicit choice
     base = settings(MercurySection(), "multips-sgd", 32)
     assert (base.sampling, base.scheduler, base.resharding) == ("uniform", "sequential", "none")
-    assert not base.importance
+    assert not base.importance and not base.batch_refresh
     with pytest.raises(RecipeError, match="slots = 4 is more than"):
         settings(MercurySection(slots=4), "mercury", 2)
 

@@ -1,6 +1,7 @@
 """Mercury's iteration-time model against literal tables: the uniform baseline is compute plus
 aggregation, the sequential scheduler adds the refresh and the resharding piece, BACC hides the
-refresh behind the aggregation except what outlasts it (and its first chunk on one core)."""
+refresh behind the aggregation except what outlasts it (and, without ``batch_refresh``, its
+first chunk on one core)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,10 @@ def test_bacc_hides_the_refresh_but_not_on_one_core() -> None:
     assert p.parts["importance"] == pytest.approx(640 * PER_SAMPLE - T_CM)
     small = predict_mercury(s, SETTING, Shape(DEVICES, 32, samples_per_device=320))
     assert small.parts["importance"] == 0.0  # hidden whole
-    one_core = predict_mercury(s, SETTING, Shape(DEVICES, 32, samples_per_device=320, cores=0.5))
+    half = Shape(DEVICES, 32, samples_per_device=320, cores=0.5)
+    one_core = predict_mercury(s, SETTING, half)
     assert one_core.parts["importance"] == pytest.approx(32 * PER_SAMPLE)  # the first chunk
     assert "adds" in one_core.notes[0]
+    # the batch's own losses are the first chunk: every refresh is paced, nothing shows
+    batch = settings(MercurySection(batch_refresh=True), "mercury", 32)
+    assert predict_mercury(batch, SETTING, half).parts["importance"] == 0.0

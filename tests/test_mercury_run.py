@@ -109,3 +109,18 @@ def test_the_baseline_and_the_sequential_pipeline_on_non_iid_shards(tmp_path: Pa
     report = summary["technique_report"]
     assert report["per_iteration"]["refresh_t1_s"] > 0  # the fixed group, on the training thread
     assert report["reshard_samples_placed"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_the_batch_refreshes_its_samples_and_the_replicas_stay_identical(tmp_path: Path) -> None:
+    """``batch_refresh``: the training losses refresh the drawn samples, every refresh of T2
+    is paced (here to half the cores), and the replicas still end bit for bit the same."""
+    launch = _launch(tmp_path, "mercury", "batch_refresh = true\npace_utilisation = 0.5")
+    summary = _finish(launch)
+    assert len(_final_hashes(launch.run_dir)) == 1
+    report = summary["technique_report"]
+    assert report["settings"]["batch_refresh"] is True
+    assert report["settings"]["pace_utilisation"] == 0.5
+    assert report["cohort_mean"] >= 1  # the batch's own samples at least, every iteration
+    assert summary["test_accuracy"] > 0.3 and summary["iterations"] == 4 * 16

@@ -149,3 +149,17 @@ def test_uniform_batches_cover_each_local_epoch_once() -> None:
     again = uniform_batch(10, 3, 1, [1, 2])[0]
     assert again.tolist() == seen[3:6].tolist()  # stateless: the same iteration, same batch
     assert uniform_batch(10, 3, 0, [1, 2])[1].tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_draw_scores_only_the_groups_it_picks_and_draws_as_if_it_scored_all() -> None:
+    importance, stamp, _ = _cache([(30, s) for s in range(40)])
+    sampler = Sampler.of(importance, stamp, 40, 0.05, 0.5)
+    idx, w = sampler.draw(32, 2, np.random.default_rng(7))
+    assert 1 <= len(sampler._q) <= 2  # of 40 groups
+    # the same draw with every group's q computed first (the eager sampler it replaces)
+    eager = Sampler.of(importance, stamp, 40, 0.05, 0.5)
+    for g, members in enumerate(eager.groups.members):
+        np.testing.assert_array_equal(eager.q(g), within_probs(importance[members], 0.5))
+    idx2, w2 = eager.draw(32, 2, np.random.default_rng(7))
+    assert idx.tolist() == idx2.tolist()
+    np.testing.assert_array_equal(w, w2)

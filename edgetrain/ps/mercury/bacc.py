@@ -114,13 +114,14 @@ class Protocol:
 
     # ------------------------------------------------------------------ T1
 
-    def begin_aggregation(self, t: int, now: float, target: int = 0) -> None:
+    def begin_aggregation(self, t: int, now: float, target: int = 0, done: int = 0) -> None:
         """T1 sends its first gradient slice of iteration ``t``; ``target``: the samples T2
-        must refresh this iteration (count mode)."""
+        must refresh this iteration (count mode); ``done``: samples already refreshed for it
+        (the batch's own losses), so an anytime refresh has its first chunk."""
         self.agg = t
         self.iteration = t
         self.target = target
-        self.done_samples = 0
+        self.done_samples = done
         self._agg_started = now
         self._end_at = None
         self.slot_left = self.slot_s
@@ -239,9 +240,9 @@ class Handoff:
         with self.cond:
             self._window = (self.clock(), self.cpu_clock())
 
-    def begin(self, t: int, target: int = 0) -> None:
+    def begin(self, t: int, target: int = 0, done: int = 0) -> None:
         with self.cond:
-            self.p.begin_aggregation(t, self.clock(), target)
+            self.p.begin_aggregation(t, self.clock(), target, done)
             self.cond.notify_all()
 
     def _pace(self) -> float:

@@ -52,6 +52,12 @@ class MercurySection(Section):
     group_size: GroupSize | None = None
     groups: int = Field(10, ge=1)  # D, for a fixed group size
     refresh_chunk: int = Field(32, ge=1)  # c: samples scored per forward pass
+    # anytime BACC: the training forward pass's per-sample losses refresh the drawn samples
+    # (same weights, same loss mode: free), and count as the iteration's first chunk, so every
+    # refresh of T2 is optional (paced by pace_refresh). false (the default, the paper's BACC):
+    # T2 scores a first chunk every iteration whatever CPU it takes. Ignored with loss_mode
+    # "eval" on a model with BatchNorm or Dropout (the training losses are not the scorer's).
+    batch_refresh: bool = False
     # bacc: two threads (refresh during aggregation, resharding during compute, paused at
     # aggregation); sequential: one thread, reshard piece -> refresh -> sample -> compute ->
     # aggregate; agnostic: two threads with a fixed G and a fixed resharding slot.
@@ -59,6 +65,10 @@ class MercurySection(Section):
     # bacc, anytime: refresh beyond the first chunk only with CPU the device's other work
     # leaves (its cores, or its cgroup's quota); false: refresh all through the aggregation.
     pace_refresh: bool = True
+    # the part of the device's cores a paced refresh may bring the process to: below 1 leaves
+    # the training thread headroom in its CPU quota (a quota spent by a refresh stalls the
+    # next compute or aggregation until the quota period ends)
+    pace_utilisation: float = Field(1.0, gt=0, le=1)
     reshard_slot_ms: float = Field(50.0, gt=0)  # agnostic: resharding time per iteration
     # aware: N_o samples by importance, cohort by cohort; agnostic: N_p at random; random:
     # N_o at random (the control the paper lacks); none. None: aware (mercury, not
@@ -121,8 +131,10 @@ class Settings:
     group_size: str
     groups: int
     refresh_chunk: int
+    batch_refresh: bool
     scheduler: str
     pace_refresh: bool
+    pace_utilisation: float
     reshard_slot_ms: float
     resharding: str
     federated: bool
@@ -194,6 +206,8 @@ def settings(section: MercurySection, technique: str, batch_size: int) -> Settin
         values["group_size"] = "fixed"
     elif values["group_size"] is None:
         values["group_size"] = "anytime"
+    if values["sampling"] != "groupwise" or values["group_size"] != "anytime":
+        values["batch_refresh"] = False  # only an anytime refresh counts what it got
     if values["sampling"] != "uniform" and values["slots"] > batch_size:
         raise RecipeError(
             f"[mercury] slots = {values['slots']} is more than [train] batch_size = {batch_size}: "

@@ -349,6 +349,7 @@ class MercuryDevice:
         if cfg.pace_refresh and proto.anytime and refresh:
             scope = resolve_scope("auto")
             share = (scope.share() if scope else None) or float(os.cpu_count() or 1)
+            share *= cfg.pace_utilisation
         self.handoff = Handoff(proto, share=share)
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         self.t2 = threading.Thread(target=self._t2_loop, daemon=True, name="mercury-t2")
@@ -583,13 +584,14 @@ class MercuryDevice:
         after_refresh = time.perf_counter()
         idx, w = self._draw(t)
         after_draw = time.perf_counter()
-        loss, grad = self._gradient(idx, w)
+        loss, grad, per = self._gradient(idx, w)
+        fresh = self._batch_refresh(idx, per, t)
         computed = time.perf_counter()
         weights_hash = self.weights_hash() if t % cfg.hash_every == 0 else None
         sent_before = net.stats.grad_bytes
         net.push(t, grad, weights_hash)
         if handoff is not None:
-            handoff.begin(t, self._refresh_target())
+            handoff.begin(t, self._refresh_target(), fresh)
         avg = net.wait_average(t, self.session.poll)  # a lost peer rewinds
         averaged = time.perf_counter()
         if handoff is not None:
@@ -629,7 +631,17 @@ class MercuryDevice:
             return int(min(self.cache.size, max(cfg.refresh_chunk, want)))
         return 0
 
-    def _gradient(self, idx: np.ndarray, w: np.ndarray) -> tuple[float, np.ndarray]:
+    def _batch_refresh(self, idx: np.ndarray, losses: np.ndarray, t: int) -> int:
+        """The batch's own losses (weights of iteration ``t``, the scorer's mode) as the
+        drawn samples' fresh importance, stamped ``t``: a refresh that costs nothing. The
+        number of samples it refreshed (0 when ``batch_refresh`` is off)."""
+        if not self.cfg.batch_refresh or not self.scorer.as_training:
+            return 0
+        with self._lock:  # swaps read the importance of the samples they send
+            self.cache.store(idx, losses, t)  # a sample drawn twice has one loss
+        return len(np.unique(idx))
+
+    def _gradient(self, idx: np.ndarray, w: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         model = self.model
         model.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -643,7 +655,8 @@ class MercuryDevice:
             for p in self.params
         ]
         flat = torch.cat(grads).detach().cpu().numpy().astype(np.float32, copy=False)
-        return float(per.detach().mean()), np.ascontiguousarray(flat)
+        losses = per.detach().cpu().numpy().astype(np.float64)
+        return float(per.detach().mean()), np.ascontiguousarray(flat), losses
 
     def _batch(self, sel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Samples ``sel`` of the local dataset on the model's device (no copy on the CPU)."""

@@ -23,7 +23,7 @@ minibatches at once (the unbiasedness test draws 200 000); :func:`draw` is one o
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -160,20 +160,30 @@ class Draw:
 
 @dataclass(frozen=True)
 class Sampler:
-    """The groups, group probabilities and within-group probabilities of one cache state."""
+    """The groups and group probabilities of one cache state; a group's within-group
+    probabilities are computed when a draw first picks it (a draw picks ``d`` of dozens of
+    cohorts, and computing every group's took milliseconds on a fractional core)."""
 
     groups: Groups
     r: np.ndarray
-    q: tuple[np.ndarray, ...]
+    importance: np.ndarray
+    smoothing: float
     n: int
+    _q: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(
         cls, importance: np.ndarray, stamp: np.ndarray, t: int, beta: float, smoothing: float
     ) -> Sampler:
         g = groups(stamp, t)
-        q = tuple(within_probs(importance[m], smoothing) for m in g.members)
-        return cls(g, group_probs(g.ages, beta, g.sizes), q, len(importance))
+        return cls(g, group_probs(g.ages, beta, g.sizes), importance, smoothing, len(importance))
+
+    def q(self, g: int) -> np.ndarray:
+        """``q_j`` over group ``g``'s members (:func:`within_probs`)."""
+        got = self._q.get(g)
+        if got is None:
+            got = self._q[g] = within_probs(self.importance[self.groups.members[g]], self.smoothing)
+        return got
 
     def draw_many(
         self, batch: int, slots: int, rng: np.random.Generator, count: int, weights: str = "exact"
@@ -188,9 +198,10 @@ class Sampler:
         qv = np.empty(count * batch, dtype=np.float64)
         for g in np.unique(flat_groups):
             mask = flat_groups == g
-            local = rng.choice(len(self.q[g]), size=int(mask.sum()), p=self.q[g])
+            q = self.q(int(g))
+            local = rng.choice(len(q), size=int(mask.sum()), p=q)
             idx[mask] = self.groups.members[g][local]
-            qv[mask] = self.q[g][local]
+            qv[mask] = q[local]
         if weights == "paper":  # p/q with p = 1/M_i
             w = 1.0 / (self.groups.sizes[flat_groups] * qv)
         else:

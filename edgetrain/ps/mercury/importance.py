@@ -30,6 +30,12 @@ class Scorer:
             mode = "train" if sensitive else "as-is"
         self.mode = mode if sensitive else "as-is"
 
+    @property
+    def as_training(self) -> bool:
+        """Whether a score is the loss the training forward pass computes (train mode, or a
+        model without BatchNorm and Dropout): the batch's own losses are then fresh scores."""
+        return self.mode != "eval"
+
     @torch.no_grad()
     def losses(self, x: torch.Tensor, y: torch.Tensor) -> np.ndarray:
         model = self.model

@@ -11,8 +11,10 @@ one round trip, over the slowest link between devices. Importance sampling adds 
 - BACC: the refresh runs while the aggregation is on the network, so only what outlasts
   ``T_cm`` shows, and never less than its first chunk when the device has one core or less
   (the refresh then takes the core the aggregation's own work needs; the inflation the
-  reproduction measured). Resharding fills the link while the device computes, sized by the
-  link budget to fit there, so it adds nothing.
+  reproduction measured) unless the batch's own losses are that chunk (``batch_refresh``:
+  every refresh is then optional, paced by the CPU the training leaves). Resharding fills
+  the link while the device computes, sized by the link budget to fit there, so it adds
+  nothing.
 
 Not modelled: the optimiser step (Adam over the whole model on every device), drawing the
 minibatch from the cache, the hash checks.
@@ -79,7 +81,8 @@ def predict_mercury(s: Settings, setting: Setting, shape: Shape) -> Prediction:
     notes: list[str] = []
     if s.threads:
         hidden = max(0.0, refresh - t_cm)
-        t_is = max(hidden, chunk) if (shape.cores or 2.0) <= 1.0 else hidden
+        first = 0.0 if s.batch_refresh else chunk  # the chunk every iteration must score
+        t_is = max(hidden, first) if (shape.cores or 2.0) <= 1.0 else hidden
         if t_is > 0:
             notes.append(
                 f"the refresh shows {t_is * 1e3:.1f} ms beside {t_cm * 1e3:.1f} ms of aggregation"
