@@ -191,21 +191,24 @@ def test_an_anytime_refresh_scores_each_sample_at_most_once_per_iteration() -> N
     assert Protocol().room() > 1 << 40  # no limit given
 
 
-def test_a_batch_that_refreshed_its_samples_makes_every_refresh_optional() -> None:
-    """``batch_refresh``: the batch's own losses are the iteration's first chunk (``done``),
-    so T1 may step at once and a paced T2 refreshes only with the CPU T1 leaves."""
+def test_a_batch_that_rescored_its_samples_makes_every_refresh_optional() -> None:
+    """``batch_refresh``: the batch's own losses rescored its samples (``scored``), so T1 may
+    step at once and a paced T2 refreshes only with the CPU T1 leaves; the cohorts count
+    what T2 refreshed (the batch's samples keep their stamps)."""
     wall, cpu = FakeClock(), FakeClock()
     h = Handoff(Protocol(), wall, share=0.5, cpu_clock=cpu)
     h.mark()
     wall.now, cpu.now = 0.02, 0.02  # the compute took the whole share
-    h.begin(0, done=30)
+    h.begin(0, scored=True)
     assert h.p.optional_refresh() and h.p.refresh_satisfied()
     assert h.next(timeout=0) == Action(WAIT)  # (0.02 + 0) / 0.5 = 0.04 > 0.02 s: no chunk
     wall.now = 0.05
     assert h.next(timeout=0) == Action(REFRESH, 0)  # the aggregation left CPU idle: one chunk
     h.finished(Action(REFRESH, 0), 32, cpu_s=0.005)
     h.end(0)
-    assert h.wait_step(timeout=0) and h.p.stats.cohorts == [62]  # the batch's 30 and T2's 32
-    h.begin(1, done=30)
+    assert h.wait_step(timeout=0) and h.p.stats.cohorts == [32]
+    h.begin(1, scored=True)
     h.end(1)
-    assert h.wait_step(timeout=0) and h.p.stats.cohorts == [62, 30]  # nothing waited for T2
+    assert h.wait_step(timeout=0) and h.p.stats.cohorts == [32, 0]  # nothing waited for T2
+    h.begin(2)  # not rescored: the first chunk is due again, and T1 waits for it
+    assert not h.p.refresh_satisfied() and h.next(timeout=0) == Action(REFRESH, 2)

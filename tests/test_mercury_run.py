@@ -113,8 +113,8 @@ def test_the_baseline_and_the_sequential_pipeline_on_non_iid_shards(tmp_path: Pa
 
 @pytest.mark.slow
 @pytest.mark.timeout(200)
-def test_the_batch_refreshes_its_samples_and_the_replicas_stay_identical(tmp_path: Path) -> None:
-    """``batch_refresh``: the training losses refresh the drawn samples, every refresh of T2
+def test_the_batch_rescores_its_samples_and_the_replicas_stay_identical(tmp_path: Path) -> None:
+    """``batch_refresh``: the training losses rescore the drawn samples, every refresh of T2
     is paced (here to half the cores), and the replicas still end bit for bit the same."""
     launch = _launch(tmp_path, "mercury", "batch_refresh = true\npace_utilisation = 0.5")
     summary = _finish(launch)
@@ -122,5 +122,4 @@ def test_the_batch_refreshes_its_samples_and_the_replicas_stay_identical(tmp_pat
     report = summary["technique_report"]
     assert report["settings"]["batch_refresh"] is True
     assert report["settings"]["pace_utilisation"] == 0.5
-    assert report["cohort_mean"] >= 1  # the batch's own samples at least, every iteration
     assert summary["test_accuracy"] > 0.3 and summary["iterations"] == 4 * 16

@@ -163,3 +163,11 @@ def test_a_draw_scores_only_the_groups_it_picks_and_draws_as_if_it_scored_all() 
     idx2, w2 = eager.draw(32, 2, np.random.default_rng(7))
     assert idx.tolist() == idx2.tolist()
     np.testing.assert_array_equal(w, w2)
+
+
+def test_a_rescore_keeps_the_stamps() -> None:
+    cache = ImportanceCache.fresh(6, 1.0, np.random.default_rng(0))
+    cache.store(np.array([0, 1, 2]), np.array([0.5, 0.6, 0.7]), 4)
+    cache.rescore(np.array([1, 1, 5]), np.array([2.0, 2.0, -1.0]))
+    assert cache.importance.tolist() == [0.5, 2.0, 0.7, 1.0, 1.0, 0.0]  # losses floored at 0
+    assert cache.stamp.tolist() == [4, 4, 4, NEVER, NEVER, NEVER]

@@ -100,6 +100,7 @@ class Protocol:
         self.iteration = -1  # the iteration T2 refreshes for
         self.target = 0  # samples to refresh this iteration (count mode)
         self.done_samples = 0  # refreshed so far this iteration
+        self.scored = False  # the batch rescored its samples this iteration (anytime)
         self.refreshing = False
         self.swapping = False
         self.swap_work = False  # the device has swap chunks to send
@@ -114,14 +115,16 @@ class Protocol:
 
     # ------------------------------------------------------------------ T1
 
-    def begin_aggregation(self, t: int, now: float, target: int = 0, done: int = 0) -> None:
+    def begin_aggregation(self, t: int, now: float, target: int = 0, scored: bool = False) -> None:
         """T1 sends its first gradient slice of iteration ``t``; ``target``: the samples T2
-        must refresh this iteration (count mode); ``done``: samples already refreshed for it
-        (the batch's own losses), so an anytime refresh has its first chunk."""
+        must refresh this iteration (count mode); ``scored``: the batch's own losses already
+        rescored its samples, so an anytime refresh needs no first chunk (every chunk is
+        optional)."""
         self.agg = t
         self.iteration = t
         self.target = target
-        self.done_samples = done
+        self.done_samples = 0
+        self.scored = scored
         self._agg_started = now
         self._end_at = None
         self.slot_left = self.slot_s
@@ -141,13 +144,13 @@ class Protocol:
 
     def optional_refresh(self) -> bool:
         """T2's next action would be an anytime refresh beyond the iteration's first chunk."""
-        return self.anytime and self.done_samples > 0
+        return self.anytime and (self.done_samples > 0 or self.scored)
 
     def refresh_satisfied(self) -> bool:
         if not self.refresh or self.iteration < 0:
             return True
         if self.anytime:
-            return self.done_samples > 0
+            return self.done_samples > 0 or self.scored
         return self.done_samples >= self.target
 
     def may_step(self) -> bool:
@@ -174,7 +177,8 @@ class Protocol:
             return Action(WAIT)
         if self.refresh and self.iteration >= 0:
             if self.anytime and (
-                self.done_samples == 0 or (self.agg is not None and self.room() > 0)
+                (self.done_samples == 0 and not self.scored)
+                or (self.agg is not None and self.room() > 0)
             ):
                 return Action(REFRESH, self.iteration)
             if not self.anytime and self.done_samples < self.target:
@@ -240,9 +244,9 @@ class Handoff:
         with self.cond:
             self._window = (self.clock(), self.cpu_clock())
 
-    def begin(self, t: int, target: int = 0, done: int = 0) -> None:
+    def begin(self, t: int, target: int = 0, scored: bool = False) -> None:
         with self.cond:
-            self.p.begin_aggregation(t, self.clock(), target, done)
+            self.p.begin_aggregation(t, self.clock(), target, scored)
             self.cond.notify_all()
 
     def _pace(self) -> float:

@@ -585,13 +585,13 @@ class MercuryDevice:
         idx, w = self._draw(t)
         after_draw = time.perf_counter()
         loss, grad, per = self._gradient(idx, w)
-        fresh = self._batch_refresh(idx, per, t)
+        scored = self._batch_refresh(idx, per)
         computed = time.perf_counter()
         weights_hash = self.weights_hash() if t % cfg.hash_every == 0 else None
         sent_before = net.stats.grad_bytes
         net.push(t, grad, weights_hash)
         if handoff is not None:
-            handoff.begin(t, self._refresh_target(), fresh)
+            handoff.begin(t, self._refresh_target(), scored)
         avg = net.wait_average(t, self.session.poll)  # a lost peer rewinds
         averaged = time.perf_counter()
         if handoff is not None:
@@ -631,15 +631,17 @@ class MercuryDevice:
             return int(min(self.cache.size, max(cfg.refresh_chunk, want)))
         return 0
 
-    def _batch_refresh(self, idx: np.ndarray, losses: np.ndarray, t: int) -> int:
-        """The batch's own losses (weights of iteration ``t``, the scorer's mode) as the
-        drawn samples' fresh importance, stamped ``t``: a refresh that costs nothing. The
-        number of samples it refreshed (0 when ``batch_refresh`` is off)."""
+    def _batch_refresh(self, idx: np.ndarray, losses: np.ndarray) -> bool:
+        """The batch's own losses (the iteration's weights, the scorer's mode) as the drawn
+        samples' importance: a rescoring that costs nothing. The samples keep their stamps, so
+        the cohorts stay whole (stamping them would split the cohorts into the batch's few
+        samples, which the freshness weight then draws again and again). Whether it rescored
+        (False when ``batch_refresh`` is off)."""
         if not self.cfg.batch_refresh or not self.scorer.as_training:
-            return 0
+            return False
         with self._lock:  # swaps read the importance of the samples they send
-            self.cache.store(idx, losses, t)  # a sample drawn twice has one loss
-        return len(np.unique(idx))
+            self.cache.rescore(idx, losses)  # a sample drawn twice has one loss
+        return True
 
     def _gradient(self, idx: np.ndarray, w: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         model = self.model

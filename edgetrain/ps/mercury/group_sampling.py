@@ -61,6 +61,10 @@ class ImportanceCache:
         self.importance[idx] = np.maximum(np.asarray(losses, dtype=np.float64), 0.0)
         self.stamp[idx] = t
 
+    def rescore(self, idx: np.ndarray, losses: np.ndarray) -> None:
+        """New importances of ``idx`` that keep their stamps (their cohorts stay whole)."""
+        self.importance[idx] = np.maximum(np.asarray(losses, dtype=np.float64), 0.0)
+
     def refreshed(self) -> int:
         """Samples refreshed at least once."""
         return int((self.stamp != NEVER).sum())
