@@ -53,11 +53,12 @@ class MercurySection(Section):
     groups: int = Field(10, ge=1)  # D, for a fixed group size
     refresh_chunk: int = Field(32, ge=1)  # c: samples scored per forward pass
     # anytime BACC: the training forward pass's per-sample losses rescore the drawn samples
-    # (same weights, same loss mode: free; they keep their stamps, so cohorts stay whole) and
-    # stand for the iteration's first chunk, so every refresh of T2 is optional (paced by
-    # pace_refresh). false (the default, the paper's BACC): T2 scores a first chunk every
-    # iteration whatever CPU it takes. Ignored with loss_mode "eval" on a model with BatchNorm
-    # or Dropout (the training losses are not the scorer's).
+    # (same weights, same loss mode: free) and stand for the iteration's first chunk, so every
+    # refresh of T2 is optional (paced by pace_refresh); no score is stamped, so the cache is
+    # one group (importance sampling by each sample's last score). false (the default, the
+    # paper's BACC): T2 scores and stamps a first chunk every iteration whatever CPU it takes.
+    # Ignored with loss_mode "eval" on a model with BatchNorm or Dropout (the training losses
+    # are not the scorer's).
     batch_refresh: bool = False
     # bacc: two threads (refresh during aggregation, resharding during compute, paused at
     # aggregation); sequential: one thread, reshard piece -> refresh -> sample -> compute ->

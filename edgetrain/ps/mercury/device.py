@@ -393,7 +393,11 @@ class MercuryDevice:
         """Score the next ``size`` samples of the refresh order; stamp them ``t``."""
         idx = self.cache.next_chunk(size)
         sel = torch.from_numpy(idx)
-        self.cache.store(idx, self.scorer.losses(*self._batch(sel)), t)
+        losses = self.scorer.losses(*self._batch(sel))
+        if self.cfg.batch_refresh:  # one group: every score is kept without a stamp
+            self.cache.rescore(idx, losses)
+        else:
+            self.cache.store(idx, losses, t)
         return len(idx)
 
     def _refresh_t1(self, count: int, t: int) -> int:
@@ -633,10 +637,12 @@ class MercuryDevice:
 
     def _batch_refresh(self, idx: np.ndarray, losses: np.ndarray) -> bool:
         """The batch's own losses (the iteration's weights, the scorer's mode) as the drawn
-        samples' importance: a rescoring that costs nothing. The samples keep their stamps, so
-        the cohorts stay whole (stamping them would split the cohorts into the batch's few
-        samples, which the freshness weight then draws again and again). Whether it rescored
-        (False when ``batch_refresh`` is off)."""
+        samples' importance: a rescoring that costs nothing. With ``batch_refresh`` no score
+        is stamped (T2's neither), so the cache is one group and a draw is importance sampling
+        over the whole local dataset by each sample's last score: the paper's cohorts need a
+        refresh that keeps up, and a device without spare CPU leaves only slivers of a few
+        samples, whose draws carry weights of about 10. Whether it rescored (False when
+        ``batch_refresh`` is off)."""
         if not self.cfg.batch_refresh or not self.scorer.as_training:
             return False
         with self._lock:  # swaps read the importance of the samples they send
