@@ -171,3 +171,24 @@ def test_a_rescore_keeps_the_stamps() -> None:
     cache.rescore(np.array([1, 1, 5]), np.array([2.0, 2.0, -1.0]))
     assert cache.importance.tolist() == [0.5, 2.0, 0.7, 1.0, 1.0, 0.0]  # losses floored at 0
     assert cache.stamp.tolist() == [4, 4, 4, NEVER, NEVER, NEVER]
+
+
+def test_with_batch_refresh_a_refresh_keeps_the_cache_one_group() -> None:
+    """T2's refresh (``MercuryDevice._refresh``) stamps its chunk in the paper's BACC, and
+    only rescores it with ``batch_refresh``: the cache stays one group."""
+    from types import SimpleNamespace
+
+    from edgetrain.ps.mercury.device import MercuryDevice
+
+    for batch_refresh, stamps in ((False, {7}), (True, {NEVER})):
+        device = SimpleNamespace(
+            cache=ImportanceCache.fresh(8, 1.0, np.random.default_rng(0)),
+            cfg=SimpleNamespace(batch_refresh=batch_refresh),
+            scorer=SimpleNamespace(losses=lambda x, y: np.full(len(x), 0.25)),
+            _batch=lambda sel: (sel, sel),
+        )
+        assert MercuryDevice._refresh(device, 3, 7) == 3  # type: ignore[arg-type]
+        idx = device.cache.order[:3]
+        assert device.cache.importance[idx].tolist() == [0.25] * 3
+        assert set(device.cache.stamp[idx].tolist()) == stamps
+        assert len(groups(device.cache.stamp, 8).members) == (1 if batch_refresh else 2)
