@@ -390,7 +390,8 @@ class MercuryDevice:
     # ------------------------------------------------------------------ importance
 
     def _refresh(self, size: int, t: int) -> int:
-        """Score the next ``size`` samples of the refresh order; stamp them ``t``."""
+        """Score the next ``size`` samples of the refresh order; stamp them ``t`` (with
+        ``batch_refresh``, no stamp: the cache stays one group)."""
         idx = self.cache.next_chunk(size)
         sel = torch.from_numpy(idx)
         losses = self.scorer.losses(*self._batch(sel))

@@ -166,7 +166,7 @@ class Draw:
 class Sampler:
     """The groups and group probabilities of one cache state; a group's within-group
     probabilities are computed when a draw first picks it (a draw picks ``d`` of dozens of
-    cohorts, and computing every group's took milliseconds on a fractional core)."""
+    cohorts; the draws are the same as with every group's computed first)."""
 
     groups: Groups
     r: np.ndarray
