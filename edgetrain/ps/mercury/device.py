@@ -636,7 +636,7 @@ class MercuryDevice:
             return int(min(self.cache.size, max(cfg.refresh_chunk, want)))
         return 0
 
-    def _batch_refresh(self, idx: np.ndarray, losses: np.ndarray) -> bool:
+    def _batch_refresh(self, idx: np.ndarray, losses: torch.Tensor) -> bool:
         """The batch's own losses (the iteration's weights, the scorer's mode) as the drawn
         samples' importance: a rescoring that costs nothing. With ``batch_refresh`` no score
         is stamped (T2's neither), so the cache is one group and a draw is importance sampling
@@ -647,10 +647,10 @@ class MercuryDevice:
         if not self.cfg.batch_refresh or not self.scorer.as_training:
             return False
         with self._lock:  # swaps read the importance of the samples they send
-            self.cache.rescore(idx, losses)  # a sample drawn twice has one loss
+            self.cache.rescore(idx, losses.cpu().numpy())  # a sample drawn twice: one loss
         return True
 
-    def _gradient(self, idx: np.ndarray, w: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    def _gradient(self, idx: np.ndarray, w: np.ndarray) -> tuple[float, np.ndarray, torch.Tensor]:
         model = self.model
         model.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -664,8 +664,7 @@ class MercuryDevice:
             for p in self.params
         ]
         flat = torch.cat(grads).detach().cpu().numpy().astype(np.float32, copy=False)
-        losses = per.detach().cpu().numpy().astype(np.float64)
-        return float(per.detach().mean()), np.ascontiguousarray(flat), losses
+        return float(per.detach().mean()), np.ascontiguousarray(flat), per.detach()
 
     def _batch(self, sel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Samples ``sel`` of the local dataset on the model's device (no copy on the CPU)."""
