@@ -66,7 +66,7 @@ from reproductions.mercury_plan import (
     targets_of,
 )
 from reproductions.mercury_plan import recipe as make_recipe
-from reproductions.mercury_regime import against_measured, phase_regime
+from reproductions.mercury_regime import against_measured, merged, phase_calibrated, phase_regime
 from reproductions.mercury_text import CALIBRATION, sections
 
 # the paper's plan, arms and claims, as its tests and readers use them
@@ -104,7 +104,7 @@ def measure(
         "beta": own.get("beta"),
         "hashes_agree": len(set(hashes.values())) == 1 if hashes else None,
         "premises": own.get("premises") or [],
-        **{k: terms.get(k) for k in ("t_cp_s", "t_cm_s", "t_is_s", "t_it_s")},
+        **{k: terms.get(k) for k in ("t_cp_s", "t_cm_s", "t_is_s", "t_it_s", "cpu_s", "cpu_use")},
     }
     for name, target in targets.items():
         got = run_row(summary, target)
@@ -218,6 +218,8 @@ def _pilot_run(run: Batches, arm: Arm, bed: Bed, lr: float) -> dict[str, Any]:
         "final_accuracy": row["final_accuracy"],
         "train_s": row["train_s"],
         "curve": _points(summary, run.p.every),
+        # the terms a calibrated cost model reads (Eq. 5 with the measured T_cp, T_cm)
+        **{k: row.get(k) for k in ("t_cp_s", "t_cm_s", "t_it_s", "cpu_use")},
     }
 
 
@@ -228,6 +230,18 @@ def _points(summary: Summary, every: int) -> list[list[float]]:
         for pt in summary.get("curve", [])
         if isinstance(pt.get("test_accuracy"), (int, float))
     ]
+
+
+def _calibrate(
+    res: dict[str, Any], p: Plan, model: str, b: Bed, out: Path, where: str | None, bw: int,
+    key: str = "pilot",
+) -> None:  # fmt: skip
+    """After ``model``'s pilot, before its measured runs: its cells predicted again with the
+    uniform pilot's measured terms (:func:`~reproductions.mercury_regime.phase_calibrated`)."""
+    pilot = ((res.get(key) or {}).get("pilots") or {}).get("uniform") or {}
+    got = phase_calibrated(p, model, b, out, where, pilot, bw, cli.say)
+    if got is not None:
+        res.setdefault("regime_calibrated", {})[model] = got
 
 
 def _compare(rows: Sequence[Row], target: float | None) -> dict[str, Any]:
@@ -264,6 +278,7 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
             if bw == p.home:
                 res["pilot"] = _pilot(run, b)
                 res["targets_by_model"][p.model] = run.targets
+                _calibrate(res, p, p.model, b, out, where, bw)
             tag = f"{bw}mbit" if not p.local else "local"
             rows = run.batch(f"R-M1 {bw}", ("uniform", "mercury"), tag, b)
             res["r_m1"][str(bw)] = rows
@@ -280,6 +295,7 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
                 if "headline_pilot" not in res:
                     res["headline_pilot"] = _pilot(head, b, f"{name}-")
                     res["targets_by_model"][name] = head.targets
+                    _calibrate(res, p, name, b, out, where, bw, "headline_pilot")
                 tag = f"{name}-{bw}mbit" if not p.local else f"{name}-local-{bw}"
                 rows = head.batch(f"R-M1 {name} {bw}", ("uniform", "mercury"), tag, b)
                 res["r_m1"][f"{name}-{bw}"] = rows
@@ -287,6 +303,9 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
     res["targets"] = run.targets
     res["lr"] = run.lr
     res["predicted_against_measured"] = against_measured(res.get("regime") or {}, res["r_m1"])
+    res["calibrated_against_measured"] = against_measured(
+        merged(res.get("regime_calibrated") or {}), res["r_m1"]
+    )
     found = claims.build(res, p)
     return report.write(
         out,

@@ -17,13 +17,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgetrain.experiment.beds import Bed
 from edgetrain.experiment.claims import Row, median, number
 from edgetrain.experiment.kept import kept
 from edgetrain.experiment.profiling import INPUTS, profile_argv, profile_in_host
 from reproductions.mercury_plan import Cell, Plan, data_table, recipe
+
+if TYPE_CHECKING:
+    from edgetrain.ps.mercury.predict import Calibration
 
 ARMS = ("uniform", "mercury")
 HOST = "dev-1"  # the device the profiles are measured on
@@ -40,10 +43,16 @@ def profile_model(model: str, p: Plan, b: Bed, out: Path, say: Say) -> dict[str,
 
 
 def predict_arm(
-    p: Plan, arm: str, cell: Cell, profile: Mapping[str, Any], root: str | None
+    p: Plan,
+    arm: str,
+    cell: Cell,
+    profile: Mapping[str, Any],
+    root: str | None,
+    calibration: Calibration | None = None,
 ) -> dict[str, Any]:
     """One arm's predicted iteration in ``cell``: four devices of :data:`CORES` on their own
-    links at the cell's rate (the profile measured on one of them), with the parts and notes."""
+    links at the cell's rate (the profile measured on one of them), with the parts and notes;
+    ``calibration``: a uniform pilot's measured terms (:class:`~.predict.Calibration`)."""
     from edgetrain.ps.mercury.predict import Shape, predict_mercury
     from edgetrain.ps.mercury.side import run_settings
     from edgetrain.recipe import parse_recipe
@@ -83,6 +92,7 @@ def predict_arm(
         samples_per_device=TRAIN_SAMPLES[p.dataset] // p.devices,
         sample_bytes=pixels + 8,  # one byte a pixel and the label
         cores=None if p.local else CORES,
+        calibration=calibration,
     )
     pred = predict_mercury(run_settings(rec), setting, shape)
     budget = mine.budget
@@ -96,13 +106,18 @@ def predict_arm(
 
 
 def predict_cells(
-    p: Plan, cells: Sequence[Cell], profiles: Mapping[str, Mapping[str, Any]], root: str | None
+    p: Plan,
+    cells: Sequence[Cell],
+    profiles: Mapping[str, Mapping[str, Any]],
+    root: str | None,
+    calibration: Calibration | None = None,
 ) -> dict[str, Any]:
     """Every cell's arms predicted, with Mercury's iteration over uniform's. Pure but for the
     cost model's own code."""
     out: dict[str, Any] = {}
     for cell in cells:
-        arms = {a: predict_arm(p, a, cell, profiles[cell.model], root) for a in ARMS}
+        profile = profiles[cell.model]
+        arms = {a: predict_arm(p, a, cell, profile, root, calibration) for a in ARMS}
         u, m = arms["uniform"]["iteration_s"], arms["mercury"]["iteration_s"]
         out[cell.key] = {
             "model": cell.model,
@@ -149,6 +164,62 @@ def phase_regime(p: Plan, b: Bed, out: Path, root: str | None, say: Say) -> dict
         return regime_document(predicted, code_commit(), p.local)
 
     return dict(kept(out / "regime.json", make))
+
+
+def calibration_of(pilot: Mapping[str, Any], bandwidth_mbit: int) -> Calibration | None:
+    """The uniform pilot's measured ``T_cp`` and ``T_cm`` per iteration at its rate, as the
+    cost model's calibration (None: the pilot measured no terms, or ran without link limits).
+    Pure."""
+    from edgetrain.ps.mercury.predict import Calibration
+
+    t_cp, t_cm = number(pilot.get("t_cp_s")), number(pilot.get("t_cm_s"))
+    if not t_cp or not t_cm or t_cp <= 0 or t_cm <= 0 or bandwidth_mbit <= 0:
+        return None
+    return Calibration(t_cp, t_cm, bandwidth_mbit * 1e6 / 8)
+
+
+def phase_calibrated(
+    p: Plan, model: str, b: Bed, out: Path, root: str | None, pilot: Mapping[str, Any],
+    bandwidth_mbit: int, say: Say,
+) -> dict[str, Any] | None:  # fmt: skip
+    """Eq. 5 with the measured terms: ``model``'s cells predicted again from its uniform pilot
+    (seed 0, never reused) at ``bandwidth_mbit``, written to ``OUT/regime-calibrated-MODEL.json``
+    once, after the pilot and before the model's first measured run. None where the pilot
+    measured no terms (local processes: no link to calibrate against)."""
+    from edgetrain.experiment.report import code_commit
+
+    cal = None if p.local else calibration_of(pilot, bandwidth_mbit)
+    if cal is None:
+        return None
+
+    def make() -> dict[str, Any]:
+        cells = [c for c in p.cells if c.model == model]
+        predicted = predict_cells(
+            p, cells, {model: profile_model(model, p, b, out, say)}, root, cal
+        )
+        for key, got in predicted.items():
+            say(
+                f"regime (calibrated): {key}: uniform {got['arms']['uniform']['iteration_s']:.3f}"
+                f" s, mercury {got['arms']['mercury']['iteration_s']:.3f} s an iteration"
+            )
+        doc = regime_document(predicted, code_commit(), p.local)
+        doc["calibrated_on"] = {
+            "run": pilot.get("run"),
+            "bandwidth_mbit": bandwidth_mbit,
+            "t_cp_s": cal.t_cp_s,
+            "t_cm_s": cal.t_cm_s,
+        }
+        return doc
+
+    return dict(kept(out / f"regime-calibrated-{model}.json", make))
+
+
+def merged(docs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The cells of several models' calibrated predictions as one regime. Pure."""
+    cells: dict[str, Any] = {}
+    for doc in docs.values():
+        cells.update(doc.get("cells") or {})
+    return {"cells": cells}
 
 
 def measured_iteration(row: Mapping[str, Any]) -> float | None:

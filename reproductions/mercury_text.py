@@ -28,8 +28,8 @@ def side_by_side(res: dict[str, Any], p: Plan) -> str:
     to the paper's 3.74x, final accuracy."""
     lines = [
         "| Mbit/s | method | iterations to target | time to target s | speed-up | of paper's "
-        "3.74x | final acc. | T_cp / T_cm / T_is s | reshard MB |",
-        "|---:|---|---:|---:|---:|---:|---:|---|---:|",
+        "3.74x | final acc. | T_cp / T_cm / T_is s | CPU of the cores | reshard MB |",
+        "|---:|---|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
     for key, rows in res["r_m1"].items():
         bw = key.replace("-", " at ") if "-" in key else key
@@ -46,7 +46,8 @@ def side_by_side(res: dict[str, Any], p: Plan) -> str:
                 f"{spread([r.get('iterations_to_primary') for r in mine], '.0f')} | "
                 f"{spread([r.get('time_to_primary') for r in mine], '.1f')} | {spread(sp)} | "
                 f"{spread(rel, '.2f')} | {spread([r.get('final_accuracy') for r in mine], '.4f')} "
-                f"| {terms} | {spread(mb, '.2f')} |"
+                f"| {terms} | {spread([r.get('cpu_use') for r in mine], '.2f')} "
+                f"| {spread(mb, '.2f')} |"
             )
     lines += [
         "",
@@ -59,7 +60,9 @@ def side_by_side(res: dict[str, Any], p: Plan) -> str:
             or f"{pct(res, 'primary')} (secondary {pct(res, 'secondary')})"
         )
         + "; median [min, max] over seeds; times are training seconds (evaluation excluded), "
-        "from `edgetrain compare`'s clock. Runs stop at the target.",
+        "from `edgetrain compare`'s clock. Runs stop at the target. CPU of the cores: a "
+        "device's CPU time per iteration (every thread's) over its cores times the iteration; "
+        "near 1, BACC's premise of a CPU idle during aggregation does not hold.",
     ]
     return "\n".join(lines)
 
@@ -69,9 +72,18 @@ def regime_table(regime: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
     one and the error, median [min, max] over seeds; Mercury's predicted iteration over
     uniform's."""
     dirty = " (uncommitted changes)" if regime.get("commit_dirty") else ""
+    cal = regime.get("calibrated_on")
+    source = (
+        f"the uniform pilot `{cal.get('run')}` at {cal.get('bandwidth_mbit')} Mbit/s (T_cp "
+        f"{fmt(cal.get('t_cp_s'), '.4f')} s, T_cm {fmt(cal.get('t_cm_s'), '.4f')} s an "
+        "iteration; seed 0, not reused), after it"
+        if isinstance(cal, dict)
+        else "before any run, the pilots included"
+    )
     lines = [
         f"Predicted at {regime.get('written_at')} by commit `{regime.get('commit')}`{dirty}, "
-        f"from profiles measured on {regime.get('profiled_on')}, before the first measured run.",
+        f"from profiles measured on {regime.get('profiled_on')} and {source}, before the first "
+        "measured run.",
         "",
         "| cell | arm | predicted s | measured s | error | Mercury / uniform predicted |",
         "|---|---|---:|---:|---:|---:|",
@@ -153,6 +165,13 @@ def sections(res: dict[str, Any], p: Plan) -> list[tuple[str, str]]:
             (
                 "Regime: predicted before any run (regime.json) against measured",
                 regime_table(res["regime"], res.get("predicted_against_measured") or []),
+            )
+        )
+    for model, doc in (res.get("regime_calibrated") or {}).items():
+        out.append(
+            (
+                f"Regime, calibrated on the {model} pilot (Eq. 5 with the measured T_cp, T_cm)",
+                regime_table(doc, res.get("calibrated_against_measured") or []),
             )
         )
     if "r_m2" in res:

@@ -49,15 +49,77 @@ def test_sequential_adds_refresh_and_resharding() -> None:
 
 def test_bacc_hides_the_refresh_but_not_on_one_core() -> None:
     s = settings(MercurySection(), "mercury", 32)
-    # the anytime refresh (640 samples, 0.32 s) outlasts the aggregation by 18 ms
+    chunk = 32 * PER_SAMPLE  # 16 ms, inside the 302 ms aggregation
+    # anytime: the refresh stops with the aggregation (640 samples would take 0.32 s); T1
+    # waits for the chunk in flight then, half a chunk on average
     p = predict_mercury(s, SETTING, Shape(DEVICES, 32, samples_per_device=640, sample_bytes=64))
-    assert p.parts["importance"] == pytest.approx(640 * PER_SAMPLE - T_CM)
-    small = predict_mercury(s, SETTING, Shape(DEVICES, 32, samples_per_device=320))
-    assert small.parts["importance"] == 0.0  # hidden whole
+    assert p.parts["importance"] == pytest.approx(chunk / 2)
+    assert p.iteration_s == pytest.approx(T_CP + T_CM + chunk / 2)
+    # a dataset of one chunk: refreshed whole inside the aggregation, nothing in flight
+    one = predict_mercury(s, SETTING, Shape(DEVICES, 32, samples_per_device=32))
+    assert one.parts["importance"] == 0.0
+    # the side's own hook (the local dataset not known): taken as larger than a chunk
+    assert predict_mercury(s, SETTING, Shape(DEVICES, 32)).parts["importance"] == pytest.approx(
+        chunk / 2
+    )
     half = Shape(DEVICES, 32, samples_per_device=320, cores=0.5)
     one_core = predict_mercury(s, SETTING, half)
-    assert one_core.parts["importance"] == pytest.approx(32 * PER_SAMPLE)  # the first chunk
+    # on half a core the first chunk shows whole, then the chunk in flight
+    assert one_core.parts["importance"] == pytest.approx(chunk + chunk / 2)
     assert "adds" in one_core.notes[0]
-    # the batch's own losses are the first chunk: every refresh is paced, nothing shows
+    # the batch's own losses are the first chunk: every refresh is paced, only the chunk in
+    # flight at the aggregation's end shows
     batch = settings(MercurySection(batch_refresh=True), "mercury", 32)
-    assert predict_mercury(batch, SETTING, half).parts["importance"] == 0.0
+    assert predict_mercury(batch, SETTING, half).parts["importance"] == pytest.approx(chunk / 2)
+
+
+def test_bacc_fixed_group_shows_what_outlasts_the_aggregation() -> None:
+    s = settings(MercurySection(group_size="fixed", groups=1), "mercury", 32)
+    # a fixed group of the whole 640 samples (0.32 s) outlasts the 302 ms aggregation
+    p = predict_mercury(s, SETTING, Shape(DEVICES, 32, samples_per_device=640))
+    assert p.parts["importance"] == pytest.approx(640 * PER_SAMPLE - T_CM)
+    small = settings(MercurySection(group_size="fixed", groups=10), "mercury", 32)
+    assert (
+        predict_mercury(small, SETTING, Shape(DEVICES, 32, samples_per_device=640)).parts[
+            "importance"
+        ]
+        == 0.0
+    )  # 64 samples (32 ms): hidden whole
+    half = Shape(DEVICES, 32, samples_per_device=640, cores=0.5)
+    assert predict_mercury(small, SETTING, half).parts["importance"] == pytest.approx(
+        32 * PER_SAMPLE
+    )  # on half a core, never less than the first chunk
+
+
+def test_cpu_use_is_cpu_over_the_cores_times_the_iteration() -> None:
+    from edgetrain.ps.mercury.mercury_report import cpu_use
+
+    # 19.6 ms of CPU in a 53 ms iteration on 0.45 core: 82% of the share
+    assert cpu_use({"cpu_s": 0.0196, "t_it_s": 0.053}, 0.45) == pytest.approx(0.0196 / 0.02385)
+    assert cpu_use({"cpu_s": None, "t_it_s": 0.053}, 0.45) is None  # a run from before cpu_s
+    assert cpu_use({"cpu_s": 0.01, "t_it_s": 0.053}, None) is None
+
+
+def test_a_calibration_takes_the_measured_compute_and_the_aggregations_own_work() -> None:
+    from edgetrain.ps.mercury.predict import Calibration
+
+    # a uniform run at 10 MB/s measured T_cp 60 ms and T_cm 0.302 + 0.040 s: 40 ms beyond
+    # the link model, which the model then adds at every rate
+    cal = Calibration(t_cp_s=0.060, t_cm_s=T_CM + 0.040, bandwidth_Bps=10e6)
+    s = settings(MercurySection(), "multips-sgd", 32)
+    shape = Shape(DEVICES, 32, samples_per_device=640, calibration=cal)
+    same = predict_mercury(s, SETTING, shape)
+    assert same.parts["compute"] == pytest.approx(0.060)
+    assert same.parts["aggregation_overhead"] == pytest.approx(0.040)
+    assert same.iteration_s == pytest.approx(0.060 + T_CM + 0.040)  # its own run back
+    faster = Setting(SETTING.devices, (Link(20e6, 0.001),), LAYERS)
+    fast = predict_mercury(s, faster, shape)
+    link = 2 * 3 / 4 * 2_000_000 / 20e6 + 0.002
+    assert fast.parts["communication"] == pytest.approx(link + 0.040)
+    assert "calibrated" in fast.notes[-1]
+    # a run faster than the link model (a burst above the rate) adds nothing
+    quick = Calibration(t_cp_s=0.060, t_cm_s=0.2, bandwidth_Bps=10e6)
+    got = predict_mercury(s, SETTING, Shape(DEVICES, 32, calibration=quick))
+    assert got.parts["aggregation_overhead"] == 0.0
+    with pytest.raises(ValueError, match="t_cm_s"):
+        Calibration(t_cp_s=0.06, t_cm_s=0.0, bandwidth_Bps=10e6)

@@ -81,6 +81,9 @@ def test_four_devices_end_with_identical_replicas_and_reshard(tmp_path: Path) ->
     assert report["reshard_bytes"] > 0
     terms = report["per_iteration"]
     assert terms["t_cp_s"] > 0 and terms["t_cm_s"] > 0 and terms["t_is_s"] >= 0
+    # the CPU the iterations used, against the cores the device may use (every thread's: a
+    # share of the machine's cores, since no quota binds these local processes)
+    assert terms["cpu_s"] > 0 and 0 < terms["cpu_use"] <= 1.0
     assert (
         report["settings"]["resharding"] == "aware"
         and report["settings"]["group_size"] == "anytime"

@@ -333,3 +333,26 @@ def test_the_prediction_stands_beside_each_run_and_the_goal_is_per_seed() -> Non
     (head,) = [c for c in mercury_claims.build(res, plan) if c.details.get("cell") == "cnn2-10"
                and c.id == "R-M1"]  # fmt: skip
     assert head.details["per_seed"] == pytest.approx({"1": 1.3, "2": 1.4})
+
+
+def test_the_calibrated_model_reads_the_uniform_pilots_terms() -> None:
+    from reproductions import mercury_regime
+
+    cal = mercury_regime.calibration_of({"t_cp_s": 0.014, "t_cm_s": 0.039}, 100)
+    assert cal is not None and cal.bandwidth_Bps == pytest.approx(12.5e6)
+    assert (cal.t_cp_s, cal.t_cm_s) == (0.014, 0.039)
+    assert mercury_regime.calibration_of({"t_cp_s": 0.014}, 100) is None  # an older pilot
+    # two models' calibrated cells as one regime; the claim beside R-M8b
+    docs = {
+        "lenet5": {"cells": {"100": {"arms": {"uniform": {"iteration_s": 0.05}}}}},
+        "cnn2": {"cells": {"cnn2-10": {"arms": {"uniform": {"iteration_s": 2.0}}}}},
+    }
+    regime = mercury_regime.merged(docs)
+    assert set(regime["cells"]) == {"100", "cnn2-10"}
+    r_m1 = {"100": [_row("uniform", 1, 10.0, 200, t_it_s=0.055)],
+            "cnn2-10": [_row("uniform", 1, 1300.0, 600, t_it_s=2.0)]}  # fmt: skip
+    rows = mercury_regime.against_measured(regime, r_m1)
+    res = {"r_m1": r_m1, "calibrated_against_measured": rows}
+    (c,) = [c for c in mercury_claims.build(res, PLAN) if c.id == "R-M8c"]
+    assert c.ours is not None and c.ours.median == pytest.approx(0.05)  # 0.1 and 0 on seed 1
+    assert c.direction_agrees is True and "calibrated" in c.claim

@@ -117,6 +117,7 @@ class Times:
     draw: float = 0.0
     step_wait: float = 0.0  # waiting for T2 to stand still before the step
     boundary: float = 0.0  # placing received samples, planning a round
+    cpu: float = 0.0  # the process's CPU time over the iterations (every thread's)
     beta: list[float] = field(default_factory=list)
     bandwidth: list[float] = field(default_factory=list)  # bytes out / T_cm
 
@@ -157,6 +158,10 @@ class MercuryDevice:
         self._ema_agg: float | None = None
         self.steps = 0  # training steps so far (a checkpoint keeps them)
         self.rewind = RewindWatch(f"device {self.me}")  # a run that rewinds: lost peers halt it
+        # the cores this process may use: its CPU quota's, else the machine's (paces the
+        # refresh; the report sets the CPU it used against them)
+        scope = resolve_scope("auto")
+        self.cores = (scope.share() if scope else None) or float(os.cpu_count() or 1)
 
     # ------------------------------------------------------------------ runner
 
@@ -347,9 +352,7 @@ class MercuryDevice:
         )
         share = None
         if cfg.pace_refresh and proto.anytime and refresh:
-            scope = resolve_scope("auto")
-            share = (scope.share() if scope else None) or float(os.cpu_count() or 1)
-            share *= cfg.pace_utilisation
+            share = self.cores * cfg.pace_utilisation
         self.handoff = Handoff(proto, share=share)
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         self.t2 = threading.Thread(target=self._t2_loop, daemon=True, name="mercury-t2")
@@ -574,6 +577,7 @@ class MercuryDevice:
             handoff.hold(False)
             handoff.mark()
         start = time.perf_counter()
+        cpu0 = time.process_time()
         self._boundary(t)
         after_boundary = time.perf_counter()
         if cfg.scheduler == "sequential" and self._chunks_per_iteration:
@@ -614,6 +618,7 @@ class MercuryDevice:
         times.compute += (computed - after_draw) + (end - stepping)
         times.comm += comm
         times.total += end - start
+        times.cpu += time.process_time() - cpu0
         times.boundary += after_boundary - start
         times.reshard_t1 += after_reshard - after_boundary
         times.refresh_t1 += after_refresh - after_reshard
@@ -754,6 +759,8 @@ class MercuryDevice:
             "draw_s": t.draw,
             "step_wait_s": t.step_wait,
             "boundary_s": t.boundary,
+            "cpu_s": t.cpu,
+            "cores": self.cores,
             "beta": float(np.mean(t.beta)) if t.beta else self.cfg.beta,
             "bandwidth_Bps": float(np.median(t.bandwidth)) if t.bandwidth else None,
             "cohort_mean": float(np.mean(cohorts)) if cohorts else None,

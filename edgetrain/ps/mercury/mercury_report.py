@@ -11,7 +11,7 @@ from edgetrain.errors import EdgetrainError
 from edgetrain.ps.mercury.config import MercurySection, Settings, settings
 
 TERMS = ("t_cp_s", "t_cm_s", "t_is_s", "t_it_s")
-SUMS = ("refresh_t1_s", "reshard_t1_s", "draw_s", "step_wait_s", "boundary_s", *TERMS)
+SUMS = ("refresh_t1_s", "reshard_t1_s", "draw_s", "step_wait_s", "boundary_s", "cpu_s", *TERMS)
 
 
 def _f(x: Any, fmt: str) -> str:
@@ -43,9 +43,23 @@ def per_iteration(rows: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
     return {k: sum(float(r.get(k) or 0.0) for r in rows) / iterations for k in SUMS}
 
 
+def cpu_use(means: Mapping[str, float | None], cores: Any) -> float | None:
+    """The part of its cores a device's iterations kept busy: CPU per iteration over the cores
+    times the iteration (1.0: the share used whole, so work the scheduler means to hide
+    lengthens the iteration instead). None where a term is missing (a run from before
+    ``cpu_s``)."""
+    cpu, it = means.get("cpu_s"), means.get("t_it_s")
+    if not isinstance(cores, (int, float)) or cores <= 0 or not cpu or not it:
+        return None
+    return float(cpu) / (float(cores) * float(it))
+
+
 def mercury_report(
     manifest: Mapping[str, Any], workers: Mapping[int, list[dict[str, Any]]]
 ) -> dict[str, Any] | None:
+    """The run's Mercury figures (None when no device reported any): the resolved settings,
+    the per-iteration terms (median over devices; ``cpu_use``: :func:`cpu_use`), resharding,
+    cohorts, hashes and the first device's curve."""
     roles = {w["id"]: w.get("role") for w in manifest.get("workers", [])}
     devices: dict[int, list[dict[str, Any]]] = {}
     for wid, events in sorted(workers.items()):
@@ -58,6 +72,8 @@ def mercury_report(
         return None
     means = {wid: per_iteration(rows) for wid, rows in devices.items()}
     terms = {k: _median([m[k] for m in means.values()]) for k in SUMS}
+    cores = {wid: rows[-1].get("cores") for wid, rows in devices.items()}
+    terms["cpu_use"] = _median([cpu_use(means[w], cores[w]) for w in devices])
     last = {wid: rows[-1] for wid, rows in devices.items()}
     reshard_bytes = sum(int(r.get("reshard_bytes_sent") or 0) for r in last.values())
     placed = sum(int(r.get("reshard_placed") or 0) for r in last.values())
@@ -106,11 +122,12 @@ def _markdown(s: Mapping[str, Any]) -> str:
         "speed-up model:",
         "",
         "| T_cp s | T_cm s | T_is s | iteration s | refresh on T1 s | reshard on T1 s | "
-        "wait for T2 s |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "wait for T2 s | CPU s | of the cores |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         f"| {_f(t['t_cp_s'], '.4f')} | {_f(t['t_cm_s'], '.4f')} | {_f(t['t_is_s'], '.4f')} | "
         f"{_f(t['t_it_s'], '.4f')} | {_f(t['refresh_t1_s'], '.4f')} | "
-        f"{_f(t['reshard_t1_s'], '.4f')} | {_f(t['step_wait_s'], '.4f')} |",
+        f"{_f(t['reshard_t1_s'], '.4f')} | {_f(t['step_wait_s'], '.4f')} | "
+        f"{_f(t['cpu_s'], '.4f')} | {_f(t.get('cpu_use'), '.0%')} |",
         "",
         f"Refresh cohorts: {_f(s.get('cohort_mean'), '.1f')} samples per iteration (median of "
         f"epoch means); beta {_f(s.get('beta'), '.4f')}. Resharding: {s['reshard_rounds']} "

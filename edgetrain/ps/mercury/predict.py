@@ -8,16 +8,20 @@ one round trip, over the slowest link between devices. Importance sampling adds 
 
 - sequential scheduler: the refresh of a group of ``G`` samples (one forward each) and the
   round's resharding piece both sit in the iteration;
-- BACC: the refresh runs while the aggregation is on the network, so only what outlasts
-  ``T_cm`` shows, and never less than its first chunk when the device has one core or less
-  (the refresh then takes the core the aggregation's own work needs; the inflation the
-  reproduction measured) unless the batch's own losses are that chunk (``batch_refresh``:
-  every refresh is then optional, paced by the CPU the training leaves). Resharding fills
-  the link while the device computes, sized by the link budget to fit there, so it adds
-  nothing.
+- BACC: the refresh runs while the aggregation is on the network. A fixed group shows only
+  what outlasts ``T_cm``; an anytime refresh stops when the aggregation ends, so it shows the
+  wait for the chunk in flight then (half a chunk on average), and its first chunk where that
+  outlasts ``T_cm`` or the device has one core or less (the refresh then takes the core the
+  aggregation's own work needs; the inflation the reproduction measured) unless the batch's
+  own losses are that chunk (``batch_refresh``: every refresh is then optional, paced by the
+  CPU the training leaves). Resharding fills the link while the device computes, sized by
+  the link budget to fit there, so it adds nothing.
 
-Not modelled: the optimiser step (Adam over the whole model on every device), drawing the
-minibatch from the cache, the hash checks.
+A priori (from the profile alone) it leaves out the optimiser step (Adam over the whole model
+on every device), the aggregation's own work on the device's CPU (handling ``4 (K - 1)``
+messages on a fractional core, the CPU quota's stalls), drawing the minibatch from the cache
+and the hash checks. A :class:`Calibration` (a uniform run's measured ``T_cp`` and ``T_cm`` at
+one rate, the paper's "measured" terms of Eq. 5) brings the first two in at every rate.
 """
 
 from __future__ import annotations
@@ -41,6 +45,27 @@ class Shape:
     samples_per_device: int | None = None
     sample_bytes: int = 0
     cores: float | None = None  # the slowest device's cores (None: more than one)
+    calibration: Calibration | None = None  # a uniform run's measured terms (None: a priori)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A uniform (``multips-sgd``) run's measured terms per iteration on these devices, at a
+    link rate: Eq. 5 with the measured ``T_cp`` and ``T_cm`` ([MC §3.2]). The model then takes
+    the measured compute (the optimiser step and the gradient's flattening included, which the
+    profile leaves out), and the aggregation's own work beyond the link (what ``T_cm``
+    measured over the link model at that rate: messages handled on a fractional core, the
+    CPU quota's stalls) at every rate."""
+
+    t_cp_s: float
+    t_cm_s: float
+    bandwidth_Bps: float
+
+    def __post_init__(self) -> None:
+        for name in ("t_cp_s", "t_cm_s", "bandwidth_Bps"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"a calibration's {name} must be a positive number")
 
 
 def _refresh_samples(s: Settings, shape: Shape) -> int:
@@ -49,6 +74,28 @@ def _refresh_samples(s: Settings, shape: Shape) -> int:
     if s.group_size == "fixed":
         return math.ceil(shape.samples_per_device / s.groups)
     return shape.samples_per_device  # anytime/predict: at most the local dataset
+
+
+def _bacc_exposed(s: Settings, shape: Shape, refresh: float, chunk: float, t_cm: float) -> float:
+    """What BACC's refresh adds to an iteration beside ``t_cm`` of aggregation.
+
+    A count (``fixed`` G) is refreshed whole, so what outlasts the aggregation shows, and on
+    one core or less never less than its first chunk. An ``anytime`` refresh (and
+    ``predict``'s, sized from the measured rate to fill the aggregation) stops when the
+    aggregation ends: its first chunk, then, while there is more to score (a local dataset
+    not known is taken as larger than a chunk), T1 waits for the chunk in flight when the
+    aggregation ends, half a chunk on average. On one core or less the first chunk shows whole
+    (it takes the core the aggregation's own work needs; the inflation the reproduction
+    measured); with ``batch_refresh`` the batch's losses are that chunk and every refresh is
+    paced, so only the wait for the chunk in flight is left."""
+    one_core = (shape.cores or 2.0) <= 1.0
+    first = 0.0 if s.batch_refresh else min(chunk, refresh)  # what every iteration must score
+    shown_first = first if one_core else max(0.0, first - t_cm)
+    if s.group_size == "fixed":
+        return max(max(0.0, refresh - t_cm), shown_first)
+    more = shape.samples_per_device is None or refresh > first
+    in_flight = chunk / 2 if more and t_cm > first else 0.0
+    return shown_first + in_flight
 
 
 def predict_mercury(s: Settings, setting: Setting, shape: Shape) -> Prediction:
@@ -64,11 +111,21 @@ def predict_mercury(s: Settings, setting: Setting, shape: Shape) -> Prediction:
     params = sum(u.param_bytes for u in setting.layers)
     t_cm = 0.0
     bandwidth = math.inf
+    latency = 0.0
     if k > 1:
         links = [setting.link(a, b) for a in shape.devices for b in shape.devices if a != b]
         bandwidth = min(link.bandwidth_Bps for link in links)
         latency = max(link.latency_s for link in links)
         t_cm = 2 * (k - 1) / k * params / bandwidth + 2 * latency
+    host = 0.0  # the aggregation's own work beyond the link (measured; 0: a priori)
+    cal = shape.calibration
+    if cal is not None:
+        t_cp = cal.t_cp_s
+        if k > 1:
+            host = max(
+                0.0, cal.t_cm_s - (2 * (k - 1) / k * params / cal.bandwidth_Bps + 2 * latency)
+            )
+            t_cm += host
     per_sample = forward / max(1, shape.batch)
     scored = _refresh_samples(s, shape) if s.importance else 0  # samples a refresh scores
     refresh = scored * per_sample
@@ -80,9 +137,7 @@ def predict_mercury(s: Settings, setting: Setting, shape: Shape) -> Prediction:
         reshard = moved / rounds / bandwidth
     notes: list[str] = []
     if s.threads:
-        hidden = max(0.0, refresh - t_cm)
-        first = 0.0 if s.batch_refresh else chunk  # the chunk every iteration must score
-        t_is = max(hidden, first) if (shape.cores or 2.0) <= 1.0 else hidden
+        t_is = _bacc_exposed(s, shape, refresh, chunk, t_cm)
         if t_is > 0:
             notes.append(
                 f"the refresh shows {t_is * 1e3:.1f} ms beside {t_cm * 1e3:.1f} ms of aggregation"
@@ -96,6 +151,7 @@ def predict_mercury(s: Settings, setting: Setting, shape: Shape) -> Prediction:
         "exposed_communication": t_cm,
         "importance": t_is,
         "overhead": t_is,
+        "aggregation_overhead": host,
     }
     ratio = t_is / (t_cp + t_cm) if t_cp + t_cm > 0 else 0.0
     notes.insert(
@@ -105,5 +161,10 @@ def predict_mercury(s: Settings, setting: Setting, shape: Shape) -> Prediction:
         if s.importance
         else f"{s.technique}: uniform sampling, no importance work",
     )
+    if cal is not None:
+        notes.append(
+            f"calibrated on a uniform run at {cal.bandwidth_Bps * 8 / 1e6:.0f} Mbit/s: T_cp "
+            f"{cal.t_cp_s * 1e3:.1f} ms, {host * 1e3:.1f} ms of aggregation beyond the link"
+        )
     nbytes = int(2 * (k - 1) * params)  # every device's slices out and averages back
     return Prediction(s.technique, iteration, parts, nbytes, tuple(notes))
