@@ -40,12 +40,10 @@ def test_defaults_resolve_to_the_specifications() -> None:
         "adam",
     )
     assert (s.reshard_fraction, s.reshard_budget, s.chunk_bytes) == (0.5, "bandwidth", 65536)
-    assert s.chunk_window == 0.5  # BACC's swap chunks fit half the compute window
     assert s.importance and s.threads and not s.batch_refresh  # the paper's BACC
     assert settings(MercurySection(batch_refresh=True), "mercury", 32).batch_refresh
     seq = settings(MercurySection(scheduler="sequential"), "mercury", 32)
     assert seq.group_size == "fixed" and not seq.threads
-    assert seq.chunk_window == 0.0  # swaps inside the iteration: chunk_bytes each
     # the batch's losses count only where an anytime refresh counts what it got
     for off in (
         {"scheduler": "sequential"},

@@ -26,22 +26,6 @@ def test_budget_and_offer_literals() -> None:
     assert reshard.initiator(3, 1) == 1
 
 
-def test_a_swap_chunk_fits_its_part_of_the_compute_window() -> None:
-    # 64 KiB of 792-byte MNIST samples: 82 at most
-    most = 65536 // 792
-    # 12.5 MB/s x 14 ms x 0.5, there and back: 43,750 B, 55 samples
-    assert reshard.fitted_chunk(most, 12.5e6, 0.014, 0.5, 792) == 55
-    # 1.25 MB/s (10 Mbit/s): 5 samples; a fast link: chunk_bytes caps it
-    assert reshard.fitted_chunk(most, 1.25e6, 0.014, 0.5, 792) == 5
-    assert reshard.fitted_chunk(most, 1.25e9, 0.014, 0.5, 792) == most
-    # never below one sample; chunk_bytes while the rate or the window is not measured, or
-    # with the window off
-    assert reshard.fitted_chunk(most, 1e3, 0.001, 0.5, 792) == 1
-    assert reshard.fitted_chunk(most, 0.0, 0.014, 0.5, 792) == most
-    assert reshard.fitted_chunk(most, 12.5e6, 0.0, 0.5, 792) == most
-    assert reshard.fitted_chunk(most, 12.5e6, 0.014, 0.0, 792) == most
-
-
 def test_quotas_spread_by_cohort_size() -> None:
     assert reshard.quotas(np.array([10, 30, 60]), 10).tolist() == [1, 3, 6]
     assert reshard.quotas(np.array([1, 1, 1]), 2).tolist() == [1, 1, 0]  # ties: lower first

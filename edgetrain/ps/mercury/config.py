@@ -85,10 +85,6 @@ class MercurySection(Section):
     reshard_budget: float | Literal["bandwidth"] = "bandwidth"
     reshard_every: int | None = Field(None, ge=1)  # iterations per round; None: a local epoch
     chunk_bytes: int = Field(65536, ge=1024, le=16 * 2**20)  # one mc.swap at most
-    # bacc: a swap chunk and its answer also fit this part of the compute window at the
-    # measured link rate (the chunk in flight when the aggregation starts delays it by at most
-    # that); 0: chunk_bytes always
-    chunk_window: float = Field(0.5, ge=0, le=1)
     optimizer: Literal["adam", "sgd"] = "adam"  # every device steps it on the averaged gradient
     epoch_iterations: int | None = Field(None, ge=1)  # None: a local epoch (min N_k / batch)
     stop_accuracy: float | None = Field(None, gt=0, le=1)  # stop once device 0 reaches it
@@ -148,7 +144,6 @@ class Settings:
     reshard_budget: float | str
     reshard_every: int | None
     chunk_bytes: int
-    chunk_window: float
     optimizer: str
     epoch_iterations: int | None
     stop_accuracy: float | None
@@ -211,7 +206,6 @@ def settings(section: MercurySection, technique: str, batch_size: int) -> Settin
         values["resharding"] = "aware" if aware and values["sampling"] == "groupwise" else "none"
     if values["scheduler"] != "bacc":
         values["group_size"] = "fixed"
-        values["chunk_window"] = 0.0  # swaps inside the iteration, or a slot: chunk_bytes
     elif values["group_size"] is None:
         values["group_size"] = "anytime"
     if values["sampling"] != "groupwise" or values["group_size"] != "anytime":

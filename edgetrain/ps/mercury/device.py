@@ -156,7 +156,6 @@ class MercuryDevice:
         self._probe: dict[int, np.ndarray] = {}
         self._probe_rows: list[dict[str, Any]] = []
         self._ema_agg: float | None = None
-        self._ema_cp: float | None = None  # the compute window resharding fills
         self.steps = 0  # training steps so far (a checkpoint keeps them)
         self.rewind = RewindWatch(f"device {self.me}")  # a run that rewinds: lost peers halt it
         # the cores this process may use: its CPU quota's, else the machine's (paces the
@@ -317,7 +316,7 @@ class MercuryDevice:
         self.stopped = False
         self._last_eval = None
         self.times = Times()
-        self._ema_agg = self._ema_cp = None
+        self._ema_agg = None
         self._probe, self._probe_rows = {}, []
 
     def close(self) -> None:
@@ -509,7 +508,7 @@ class MercuryDevice:
             if plan is None or peer is None:
                 self._no_swap_work(plan)
                 return False
-            slots = plan.take(peer, self._chunk_samples())
+            slots = plan.take(peer, self.codec.per_chunk(self.cfg.chunk_bytes))
             self._busy.update(int(s) for s in slots)
             seq = self._seq
             self._seq += 1
@@ -529,17 +528,6 @@ class MercuryDevice:
             if not left:
                 self._no_swap_work(plan)
         return left
-
-    def _chunk_samples(self) -> int:
-        """Samples in the next swap chunk (:func:`.reshard.fitted_chunk`): ``chunk_bytes`` at
-        most, and under BACC what fits ``chunk_window`` of the compute window there and back
-        at the aggregation's measured rate."""
-        cfg = self.cfg
-        most = self.codec.per_chunk(cfg.chunk_bytes)
-        bw = self.times.bandwidth
-        rate = float(np.median(bw[-20:])) if bw else 0.0
-        window = self._ema_cp or 0.0
-        return reshard.fitted_chunk(most, rate, window, cfg.chunk_window, self.codec.sample_bytes)
 
     def _no_swap_work(self, plan: reshard.RoundPlan | None) -> None:
         """(Under the lock.) The round ``plan`` has nothing left to send: T2 waits, unless a
@@ -639,8 +627,6 @@ class MercuryDevice:
         if comm > 0:
             times.bandwidth.append((net.stats.grad_bytes - sent_before) / comm)
         self._ema_agg = comm if self._ema_agg is None else EMA * comm + (1 - EMA) * self._ema_agg
-        cp = computed - after_draw
-        self._ema_cp = cp if self._ema_cp is None else EMA * cp + (1 - EMA) * self._ema_cp
         self.iteration += 1
         return loss
 

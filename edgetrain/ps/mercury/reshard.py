@@ -43,20 +43,6 @@ def bandwidth_budget(
     return max(0, min(n_p, fits))
 
 
-def fitted_chunk(
-    most: int, bandwidth_Bps: float, compute_s: float, window: float, sample_bytes: int
-) -> int:
-    """Samples in one swap chunk (ours): at most ``most`` (``chunk_bytes``), and, with a
-    ``window`` > 0, no more than the link carries there and back (the answer is as large) in
-    ``window`` of the compute window at the measured rate: a chunk still in flight when the
-    aggregation starts delays its gradients by at most that. At least one sample; ``most``
-    while the rate or the compute time is not yet measured."""
-    if window <= 0 or bandwidth_Bps <= 0 or compute_s <= 0 or sample_bytes <= 0:
-        return max(1, most)
-    fits = int(bandwidth_Bps * compute_s * window / (2 * sample_bytes))
-    return max(1, min(most, fits))
-
-
 def outgoing(mode: str, n_local: int, rho: float, budget: int) -> int:
     """Samples a device offers in a round: N_p for agnostic, N_o for aware and random."""
     n_p = int(rho * n_local)
