@@ -74,16 +74,16 @@ def regime_table(regime: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
     dirty = " (uncommitted changes)" if regime.get("commit_dirty") else ""
     cal = regime.get("calibrated_on")
     source = (
-        f"the uniform pilot `{cal.get('run')}` at {cal.get('bandwidth_mbit')} Mbit/s (T_cp "
-        f"{fmt(cal.get('t_cp_s'), '.4f')} s, T_cm {fmt(cal.get('t_cm_s'), '.4f')} s an "
-        "iteration; seed 0, not reused), after it"
+        f" and the uniform pilot `{PurePath(str(cal.get('run'))).name}` at "
+        f"{cal.get('bandwidth_mbit')} Mbit/s (T_cp {fmt(cal.get('t_cp_s'), '.4f')} s, T_cm "
+        f"{fmt(cal.get('t_cm_s'), '.4f')} s an iteration; seed 0, not reused), after that pilot "
+        "and before the first measured run"
         if isinstance(cal, dict)
-        else "before any run, the pilots included"
+        else ", before any run (the pilots included)"
     )
     lines = [
         f"Predicted at {regime.get('written_at')} by commit `{regime.get('commit')}`{dirty}, "
-        f"from profiles measured on {regime.get('profiled_on')} and {source}, before the first "
-        "measured run.",
+        f"from profiles measured on {regime.get('profiled_on')}{source}.",
         "",
         "| cell | arm | predicted s | measured s | error | Mercury / uniform predicted |",
         "|---|---|---:|---:|---:|---:|",
