@@ -173,7 +173,7 @@ def calibration_of(pilot: Mapping[str, Any], bandwidth_mbit: int) -> Calibration
     from edgetrain.ps.mercury.predict import Calibration
 
     t_cp, t_cm = number(pilot.get("t_cp_s")), number(pilot.get("t_cm_s"))
-    if not t_cp or not t_cm or t_cp <= 0 or t_cm <= 0 or bandwidth_mbit <= 0:
+    if t_cp is None or t_cm is None or min(t_cp, t_cm, bandwidth_mbit) <= 0:
         return None
     return Calibration(t_cp, t_cm, bandwidth_mbit * 1e6 / 8)
 

@@ -72,9 +72,8 @@ def mercury_report(
         return None
     means = {wid: per_iteration(rows) for wid, rows in devices.items()}
     terms = {k: _median([m[k] for m in means.values()]) for k in SUMS}
-    cores = {wid: rows[-1].get("cores") for wid, rows in devices.items()}
-    terms["cpu_use"] = _median([cpu_use(means[w], cores[w]) for w in devices])
     last = {wid: rows[-1] for wid, rows in devices.items()}
+    terms["cpu_use"] = _median([cpu_use(means[w], last[w].get("cores")) for w in devices])
     reshard_bytes = sum(int(r.get("reshard_bytes_sent") or 0) for r in last.values())
     placed = sum(int(r.get("reshard_placed") or 0) for r in last.values())
     rounds = max(int(r.get("reshard_rounds") or 0) for r in last.values())

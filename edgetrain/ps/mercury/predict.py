@@ -112,19 +112,21 @@ def predict_mercury(s: Settings, setting: Setting, shape: Shape) -> Prediction:
     t_cm = 0.0
     bandwidth = math.inf
     latency = 0.0
+
+    def on_link(rate: float) -> float:  # the aggregation's link time at ``rate``
+        return 2 * (k - 1) / k * params / rate + 2 * latency
+
     if k > 1:
         links = [setting.link(a, b) for a in shape.devices for b in shape.devices if a != b]
         bandwidth = min(link.bandwidth_Bps for link in links)
         latency = max(link.latency_s for link in links)
-        t_cm = 2 * (k - 1) / k * params / bandwidth + 2 * latency
+        t_cm = on_link(bandwidth)
     host = 0.0  # the aggregation's own work beyond the link (measured; 0: a priori)
     cal = shape.calibration
     if cal is not None:
         t_cp = cal.t_cp_s
         if k > 1:
-            host = max(
-                0.0, cal.t_cm_s - (2 * (k - 1) / k * params / cal.bandwidth_Bps + 2 * latency)
-            )
+            host = max(0.0, cal.t_cm_s - on_link(cal.bandwidth_Bps))
             t_cm += host
     per_sample = forward / max(1, shape.batch)
     scored = _refresh_samples(s, shape) if s.importance else 0  # samples a refresh scores
