@@ -64,6 +64,7 @@ from edgetrain.experiment.beds import Bed, BedSpec, bring_up
 from edgetrain.experiment.claims import arm_values, median
 from edgetrain.experiment.curves import accuracy_at, time_to
 from edgetrain.experiment.runner import Runner
+from edgetrain.gossip.exchange.batching import default_t_bs
 from reproductions.dlion_claims import (
     build_claims,
     claim_r1,
@@ -264,7 +265,8 @@ def _compute(runs: Batches, bed: Bed, res: dict[str, Any], claims: set[str]) -> 
         floor = len(BEDS["compute"].shares) * p.b0  # T_bs below the starting total: none
         runs.t_bs = max(floor, min(int(0.1 * n_train), k1)) if k1 else None
         res["r_dl_5"].update(n_train=n_train, t_bs=runs.t_bs)
-    res["t_bs"] = runs.t_bs or int(0.1 * n_train)
+    start_total = len(BEDS["compute"].shares) * p.b0
+    res["t_bs"] = runs.t_bs or default_t_bs(n_train, None, start_total)  # as the runs default it
     pilot_arms: tuple[str, ...] = ("dlion", "dlion-nobatch", "gaia", "ako")
     if claims == {"R-DL-1"}:
         pilot_arms = ("dlion", "dlion-nobatch")

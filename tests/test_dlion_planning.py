@@ -106,6 +106,9 @@ def test_t_bs_is_ten_percent_or_the_knee() -> None:
     assert default_t_bs(8000) == 800
     assert default_t_bs(8000, knee=640) == 640
     assert default_t_bs(1437) == 143
+    # never below the starting total k b0 (digits at b0 = 64 on four workers: 256, not 143)
+    assert default_t_bs(1437, start_total=256) == 256
+    assert default_t_bs(8000, knee=640, start_total=256) == 640
 
 
 # ------------------------------------------------------------------ schedules
@@ -183,6 +186,18 @@ def test_the_controller_plan_for_dlion_gaia_and_ako() -> None:
         assert plan["batches"] == {"0": 48, "1": 48, "2": 48, "3": 48} and plan["t_bs"] is None
     capped = make_plan("dlion", DLionSection(t_bs=100), 48, curves, 8000)
     assert sum(capped["batches"].values()) == 100
+
+
+def test_the_default_cap_keeps_the_starting_total_on_a_small_training_set() -> None:
+    """Digits (1,437 samples) at b0 = 64 on four workers: 10% of N is 143, under the starting
+    total of 256. The batching arm keeps 256, as its no-batching baseline does, and T_bs is
+    256, so SpeedUpBS may raise neither arm's total above the other's."""
+    curves = {0: [(64, 300.0)], 1: [(64, 100.0)], 2: [(64, 100.0)], 3: [(64, 100.0)]}
+    dl = make_plan("dlion", DLionSection(), 64, curves, 1437)
+    assert dl["batches"] == {"0": 128, "1": 43, "2": 43, "3": 42}
+    assert dl["t_bs"] == 256 and not dl["capped"]
+    off = make_plan("dlion", DLionSection(batching=False), 64, curves, 1437)
+    assert sum(off["batches"].values()) == 256 and off["t_bs"] == 256
 
 
 @pytest.mark.parametrize(

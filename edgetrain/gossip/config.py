@@ -154,7 +154,7 @@ class DLionSection(ExchangeSection):
     batching: bool = True
     t_unit: Literal["equal-total", "slowest"] = "equal-total"
     epsilon: float = Field(0.10, gt=0, le=1)  # allowed step-time spread, share of T_unit
-    t_bs: int | None = Field(None, ge=1)  # total batch cap; unset: 10% of the training set
+    t_bs: int | None = Field(None, ge=1)  # total batch cap; unset: 10% of N, at least k b0
     # Ours: no worker's batch below this (a one-sample gradient is noise); unset: b0 / 4.
     min_batch: int | None = Field(None, ge=1)
     # Adaptive learning rate and batch size (Table 1).

@@ -133,10 +133,14 @@ def apportion(total: int, weights: Sequence[float], minimum: int = 1) -> tuple[i
     return tuple(out)
 
 
-def default_t_bs(n_train: int, knee: int | None = None) -> int:
-    """T_bs = min(10% of the training set, the sweep's knee) (gossip.md B.3, ours)."""
+def default_t_bs(n_train: int, knee: int | None = None, start_total: int = 0) -> int:
+    """T_bs = min(10% of the training set, the sweep's knee) (gossip.md B.3, ours), never below
+    ``start_total``, the run's starting total batch (k b0): a cap under it would cut DLion's
+    total below the no-batching baseline's from the first iteration, and stop SpeedUpBS from
+    ever raising it, where the two are meant to compare at the same total (ours)."""
     ten = max(1, math.floor(T_BS_FRACTION * n_train))
-    return min(ten, knee) if knee is not None else ten
+    cap = min(ten, knee) if knee is not None else ten
+    return max(cap, start_total)
 
 
 def _evaluate(

@@ -62,7 +62,7 @@ def make_plan(
     t_bs: int | None = None
     plan: BatchPlan
     if dlion is not None:
-        t_bs = dlion.t_bs if dlion.t_bs is not None else default_t_bs(n_train)
+        t_bs = dlion.t_bs if dlion.t_bs is not None else default_t_bs(n_train, None, len(ids) * b0)
         if dlion.batching:
             floor = dlion.min_batch if dlion.min_batch is not None else max(1, b0 // 4)
             plan = plan_batches(ordered, b0, t_bs, dlion.epsilon, dlion.t_unit, floor)

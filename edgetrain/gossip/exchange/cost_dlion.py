@@ -102,7 +102,7 @@ def plan_of(
     curves = [[(b0, cap), (2 * b0, cap)] for cap in caps]
     t_bs = cfg.t_bs
     if t_bs is None and shape.n_train is not None:
-        t_bs = default_t_bs(shape.n_train)
+        t_bs = default_t_bs(shape.n_train, None, len(ws) * b0)
     if cfg.batching:
         floor = cfg.min_batch if cfg.min_batch is not None else max(1, b0 // 4)
         plan = plan_batches(curves, b0, t_bs, cfg.epsilon, cfg.t_unit, floor)
