@@ -259,14 +259,13 @@ def _compute(runs: Batches, bed: Bed, res: dict[str, Any], claims: set[str]) -> 
     _tune(runs, bed, res, "compute", families)
     res["lr"] = runs.lrs.get("dlion", runs.lr)
     n_train = N_TRAIN[p.dataset]
+    start_total = len(BEDS["compute"].shares) * p.b0  # T_bs below it: none (the runs' rule)
     if "R-DL-5" in claims:
         res["r_dl_5"] = _knee_sweep(runs, bed, p.side_seeds)
         k1 = res["r_dl_5"]["knee_1"]
-        floor = len(BEDS["compute"].shares) * p.b0  # T_bs below the starting total: none
-        runs.t_bs = max(floor, min(int(0.1 * n_train), k1)) if k1 else None
+        runs.t_bs = default_t_bs(n_train, k1, start_total) if k1 else None
         res["r_dl_5"].update(n_train=n_train, t_bs=runs.t_bs)
-    start_total = len(BEDS["compute"].shares) * p.b0
-    res["t_bs"] = runs.t_bs or default_t_bs(n_train, None, start_total)  # as the runs default it
+    res["t_bs"] = runs.t_bs or default_t_bs(n_train, None, start_total)
     pilot_arms: tuple[str, ...] = ("dlion", "dlion-nobatch", "gaia", "ako")
     if claims == {"R-DL-1"}:
         pilot_arms = ("dlion", "dlion-nobatch")
