@@ -147,6 +147,10 @@ class TrainSection(_Section):
     weight_decay: float = Field(0.0, ge=0)
     optimizer: Literal["sgd", "adam"] = "sgd"
     eval_every: int = Field(1, ge=1)
+    # Keep a copy of the model at each evaluation epoch and score the copies after training
+    # (edgetrain.runtime.snapshots): a host with a CPU quota then spends none of it evaluating
+    # while the training clock runs. The run's accuracy curve is complete when the run ends.
+    eval_deferred: bool = False
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     # Deterministic kernels in every process of the run (torch.use_deterministic_algorithms,
     # cuDNN deterministic without benchmarking, CUBLAS_WORKSPACE_CONFIG): on CUDA, the same
@@ -200,6 +204,12 @@ class TrainSection(_Section):
             raise ValueError(
                 f"technique '{self.technique}' is not a {self.family} technique; known "
                 f"families and techniques: {techniques.known()}"
+            )
+        if self.eval_deferred and not fam.deferred_eval:
+            able = ", ".join(n for n, f in techniques.families().items() if f.deferred_eval)
+            raise ValueError(
+                f"eval_deferred: the {self.family} family evaluates as it trains; only the "
+                f"{able} family defers evaluation (remove eval_deferred)"
             )
         return self
 

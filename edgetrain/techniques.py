@@ -54,6 +54,9 @@ class FamilySpec:
     summary: str
     # Host label a role prefers in a hosts file (PS servers on hosts labelled "ps").
     placement: Mapping[str, str] = field(default_factory=dict)
+    # Its workers can keep epoch-end snapshots and score them after training
+    # ([train] eval_deferred, edgetrain.runtime.snapshots).
+    deferred_eval: bool = False
 
     @property
     def default_technique(self) -> str:
@@ -64,6 +67,7 @@ FAMILIES: dict[str, FamilySpec] = {
     "gossip": FamilySpec(
         name="gossip",
         family="edgetrain.gossip.family:FAMILY",
+        deferred_eval=True,
         roles=("trainer",),
         default_role="trainer",
         data_roles=("trainer",),

@@ -47,7 +47,9 @@ on digits (LeNet-5 at b0 = 32 or 64 and the period the regime chooses, 30 epochs
 no control. ``--smoke`` (the test suite): R-DL-1's two arms for two epochs on digits, local
 processes, the regime over LeNet-5 at b0 = 16. ``--testbed local`` runs on local
 processes with slowdowns in the testbeds' ratios (no link limits; sites from the recipe; no
-CPU quota, so the regime predicts one period). Resumable: a completed run is kept.
+CPU quota, so the regime predicts one period). Every run defers its evaluation (``[train]
+eval_deferred``: epoch-end snapshots scored after training), so no quota'd host spends CPU on
+it while the clock runs. Resumable: a completed run is kept.
 """
 
 from __future__ import annotations

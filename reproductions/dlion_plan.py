@@ -217,6 +217,9 @@ def recipe(
         section.setdefault("t_bs", t_bs)
     train = {"family": "gossip", "technique": technique, "epochs": epochs or p.epochs}
     train |= {"batch_size": b0 if b0 is not None else p.b0, "lr": lr, "momentum": 0.9}
+    # epoch-end snapshots scored after training: a quota'd host spends no CPU evaluating while
+    # the clock runs (docs/launch.md, "Training time")
+    train["eval_deferred"] = True
     sections = {"gossip": {"sync_epochs": True}, technique: section}
     text = recipes.table(data)
     return recipes.recipe(arm, text, model or p.model, train, bed.workers(), sections)

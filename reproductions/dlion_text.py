@@ -39,8 +39,10 @@ ARMS_HEAD = (
 )  # fmt: skip
 ARMS_NOTE = (
     "Median [min, max] over seeds. Times are training seconds (evaluation and the capacity "
-    "pilot excluded) from the common start; idle is the largest worker's share of training "
-    "time spent waiting for peers; batches are the first measured seed's."
+    "pilot excluded; evaluation deferred: epoch-end snapshots scored after training, so no "
+    "host spends CPU quota on it while the clock runs) from the common start; idle is the "
+    "largest worker's share of training time spent waiting for peers; batches are the first "
+    "measured seed's."
 )
 
 

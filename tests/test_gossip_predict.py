@@ -52,6 +52,8 @@ ZERO = Constants(
     select_s_per_chosen=0.0,
     significance_s_per_entry=0.0,
     scatter_s_per_entry=0.0,
+    receive_s_per_message=0.0,
+    update_s_per_layer=0.0,
 )
 WIRE_CPU = Constants(**{**ZERO.__dict__, "wire_s_per_byte": 1e-9})  # 4 ms a model's bytes
 GOSSIP = GossipShape(workers=(0, 1), batch=32, probability=0.25)
@@ -320,6 +322,26 @@ def test_ako_one_slice_a_peer() -> None:
     assert p.parts["receive"] == pytest.approx(0.002)
     assert p.iteration_s == pytest.approx(0.062 + 0.011 + 0.001)
     assert p.parts["exposed_communication"] == pytest.approx(0.074 - 0.064)
+
+
+def test_the_fixed_work_of_a_message_and_of_an_update() -> None:
+    # 1 ms to take in a message, 2 ms a layer with parameters (LAYERS: two) at the update;
+    # worker 1 (speed 0.5) takes in one message from worker 0: 2 ms, and updates: 8 ms
+    fixed = Constants(
+        **{**ZERO.__dict__, "receive_s_per_message": 1e-3, "update_s_per_layer": 2e-3}
+    )
+    p = predict_ako(TWO, EXCHANGE, AkoSection(partitions=4), fixed)
+    assert p.parts["receive"] == pytest.approx(0.002)
+    assert p.parts["update"] == pytest.approx(0.008)
+    # worker 0 waits for the slower's slice (60 ms of compute, 10 on the wire, 1 ms), then
+    # takes it in (1 ms at speed 1) and updates (4 ms): the last to finish
+    assert p.iteration_s == pytest.approx(0.071 + 0.001 + 0.004)
+    d = predict_dlion(TWO, EXCHANGE, DLionSection(we_when="none"), fixed)
+    base = predict_dlion(TWO, EXCHANGE, DLionSection(we_when="none"), ZERO)
+    assert d.parts["receive"] - base.parts["receive"] == pytest.approx(0.002)
+    assert d.parts["update"] - base.parts["update"] == pytest.approx(0.008)
+    g = predict_gaia(TWO, EXCHANGE, GaiaSection(), fixed)
+    assert g.parts["update"] == pytest.approx(0.008)
 
 
 def test_ako_partitions_from_the_recipes_rate() -> None:

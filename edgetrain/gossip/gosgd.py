@@ -38,6 +38,7 @@ from edgetrain.runtime.base import Final, Ready, WorkerContext, meta_float
 from edgetrain.runtime.epochs import run_epochs
 from edgetrain.runtime.session import Session
 from edgetrain.runtime.setup import build_run_model, load_run_data, worker_indices
+from edgetrain.runtime.snapshots import Snapshots
 from edgetrain.runtime.trainer import LocalTrainer, resolve_device
 from edgetrain.runtime.weights import float_state, load_arrays, state_arrays
 
@@ -131,6 +132,7 @@ class GoSGD(NodeHolder):
             start_epoch=session.rejoin_epoch or self.ctx.start_epoch,
             eval_every=recipe.train.eval_every,
             worker_id=self.ctx.worker_id,
+            snapshots=self._snapshots(),
         )
         sent = {str(k): v for k, v in node.sent.items()}
         drain = session.done({"sent": sent}, recipe.train.epochs, steps, self.serve())
@@ -275,6 +277,12 @@ class GoSGD(NodeHolder):
 
     def evaluate(self) -> tuple[float, float]:
         return self.trainer.evaluate()
+
+    def _snapshots(self) -> Snapshots | None:
+        """Epoch-end copies scored after training (``[train] eval_deferred``), or None."""
+        if not self.ctx.recipe.train.eval_deferred:
+            return None
+        return Snapshots(self.trainer.model, self.evaluate)
 
     def metrics(self) -> dict[str, Any]:
         t = self.trainer

@@ -143,6 +143,35 @@ def kept_reports(reports: list[Report], rewinds: list[tuple[float, int]]) -> lis
     return [r for r in reports if not any(r.t < t and r.epoch > e for t, e in rewinds)]
 
 
+# an epoch report's snapshots scored after training (edgetrain.runtime.snapshots.DEFERRED; this
+# module stays free of torch)
+DEFERRED = "deferred_eval"
+
+
+def deferred_scores(
+    reports: list[Report],
+    worker_parts: Mapping[int, Mapping[str, list[dict[str, Any]]]],
+    run_id: str,
+) -> list[Report]:
+    """The reports with each worker's epoch-end snapshots, scored after training
+    (``[train] eval_deferred``: a later report's ``deferred_eval``, ``[[epoch, accuracy,
+    loss], ...]``), filled in where the epoch's own report has no accuracy. Pure."""
+    scored: dict[tuple[int, int], tuple[float | None, float | None]] = {}
+    for w, parts in worker_parts.items():
+        for e in parts.get(run_id, []):
+            rows = e.get(DEFERRED) if e.get("event") == "epoch" else None
+            for row in rows if isinstance(rows, list) else []:
+                if isinstance(row, list) and len(row) == 3 and isinstance(row[0], int):
+                    scored[(w, row[0])] = (_number(row[1]), _number(row[2]))
+    out = []
+    for r in reports:
+        acc, loss = scored.get((r.worker, r.epoch), (None, None))
+        if r.accuracy is None and acc is not None:
+            r = replace(r, accuracy=acc, test_loss=r.test_loss if loss is None else loss)
+        out.append(r)
+    return out
+
+
 def _attempt_reports(
     coordinator: list[dict[str, Any]], workers: Mapping[int, list[dict[str, Any]]]
 ) -> list[tuple[int, float, list[Report], dict[int, float] | None]]:
@@ -170,7 +199,7 @@ def _attempt_reports(
             for e in parts.get(run_id, [])
             if e.get("event") == "epoch" and isinstance(e.get("epoch"), int)
         ]
-        reports = kept_reports(reports, rewinds_of(part))
+        reports = deferred_scores(kept_reports(reports, rewinds_of(part)), worker_parts, run_id)
         barriers = bool(started.get("barriers", bool(releases)))
         after = int(resumed["epoch"]) if resumed else 0
         out.append((after, float(started["t"]), reports, releases if barriers else None))

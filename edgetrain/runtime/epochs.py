@@ -8,6 +8,9 @@ the same way for every technique, so that their records compare like with like:
 
 - ``epoch_s`` is the epoch's training time and ``eval_s`` its evaluation, measured apart, so
   reports can keep evaluation out of the training clock;
+- with :class:`~edgetrain.runtime.snapshots.Snapshots` (``[train] eval_deferred``) an evaluation
+  epoch before the last keeps a copy of the model instead, and the last epoch scores them all
+  after its own evaluation (its report's ``deferred_eval``);
 - a loss that is not finite stops the worker with :class:`~edgetrain.errors.Diverged`.
 """
 
@@ -22,6 +25,7 @@ from edgetrain.comm.client import Serve
 from edgetrain.comm.control import HandIn
 from edgetrain.errors import Diverged
 from edgetrain.runtime.session import Session
+from edgetrain.runtime.snapshots import DEFERRED, Snapshots
 
 
 class EpochWork(Protocol):
@@ -65,9 +69,11 @@ def run_epochs(
     eval_every: int = 1,
     worker_id: int = 0,
     first_steps: int = 0,
+    snapshots: Snapshots | None = None,
 ) -> int:
     """Train epochs ``start_epoch`` to ``epochs``; return the number of steps taken (counted
-    from ``first_steps``: the steps before ``start_epoch``, where a rewind went back to)."""
+    from ``first_steps``: the steps before ``start_epoch``, where a rewind went back to).
+    ``snapshots``: evaluation deferred to the end (see the module's docstring)."""
     work.apply(session.start_directive)
     steps = first_steps
     for epoch in range(start_epoch, epochs + 1):
@@ -89,10 +95,16 @@ def run_epochs(
             "epoch_s": train_s,
             **work.metrics(),
         }
-        if epoch % eval_every == 0 or epoch == epochs:
+        if snapshots is not None and epoch % eval_every == 0 and epoch != epochs:
+            t0 = time.monotonic()
+            snapshots.take(epoch)
+            metrics["eval_s"] = time.monotonic() - t0
+        elif epoch % eval_every == 0 or epoch == epochs:
             t0 = time.monotonic()
             acc, test_loss = work.evaluate()
             metrics.update(test_accuracy=acc, test_loss=test_loss)
+            if snapshots is not None:
+                metrics[DEFERRED] = snapshots.score()
             metrics["eval_s"] = time.monotonic() - t0
         else:
             metrics["eval_s"] = 0.0

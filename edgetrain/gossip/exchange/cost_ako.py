@@ -20,6 +20,7 @@ from edgetrain.gossip.cost_model import (
     Constants,
     check_setting,
     model_entries,
+    param_layers,
     step_compute_s,
 )
 from edgetrain.gossip.exchange.bandwidth import MBIT
@@ -57,7 +58,7 @@ def ako_round(setting: Setting, shape: ExchangeShape, p: int, c: Constants) -> R
     msgs = [Msg(a, b, part * DENSE_BYTES, apply) for a in ws for b in ws if b != a]
     window = size * (c.copy_s_per_byte + c.add_s_per_byte) + part * FLOAT * c.take_s_per_byte
     encode = {w: {"encode": window} for w in ws}
-    after = {w: update_work(n, c) for w in ws}
+    after = {w: update_work(n, c, param_layers(setting)) for w in ws}
     compute = compute_work(setting, {w: shape.b0 for w in ws}, shape.b0)
     return Round(tuple(ws), compute, encode, after, msgs)
 

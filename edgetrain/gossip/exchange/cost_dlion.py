@@ -34,6 +34,7 @@ from edgetrain.gossip.cost_model import (
     check_setting,
     model_entries,
     ms,
+    param_layers,
     step_work_s,
     wall_s,
 )
@@ -186,7 +187,11 @@ def dlion_round(
         apply = s * k * c.scatter_s_per_entry + (1 - s) * size * c.add_s_per_byte
         msgs.append(Msg(ln.src, ln.dst, ln.nbytes(n), apply))
     k_workers = len(shape.workers)
-    after = {w: {**update_work(n, c), **weights_work(k_workers, n, cfg, c)} for w in shape.workers}
+    layers = param_layers(setting)
+    after = {
+        w: {**update_work(n, c, layers), **weights_work(k_workers, n, cfg, c)}
+        for w in shape.workers
+    }
     rnd = Round(
         tuple(shape.workers), compute_work(setting, batches, shape.b0), dict(encode), after, msgs
     )

@@ -28,6 +28,7 @@ from edgetrain.gossip.cost_model import (
     WireTimes,
     check_setting,
     model_entries,
+    param_layers,
     wall_s,
     wire_times,
 )
@@ -101,7 +102,7 @@ def worker_round(setting: Setting, shape: ExchangeShape, share: float, c: Consta
     ws = list(shape.workers)
     msgs = [Msg(p, q, e * ENTRY_BYTES, e * c.scatter_s_per_entry) for p in ws for q in ws if q != p]
     encode = {w: filter_work(n, e, c) for w in ws}
-    after = {w: update_work(n, c) for w in ws}
+    after = {w: update_work(n, c, param_layers(setting)) for w in ws}
     compute = compute_work(setting, {w: shape.b0 for w in ws}, shape.b0)
     return Round(tuple(ws), compute, encode, after, msgs)
 
@@ -144,7 +145,7 @@ def site_time(
     gathered: dict[int, float] = {}
     for ws in groups:
         server, rest = ws[0], ws[1:]
-        recv = len(rest) * size * (c.wire_s_per_byte + c.add_s_per_byte)
+        recv = len(rest) * (size * (c.wire_s_per_byte + c.add_s_per_byte) + c.receive_s_per_message)
         work[server]["receive"] = recv
         gathered[server] = wall(server, compute[server] + recv)
         if rest:
@@ -163,9 +164,10 @@ def site_time(
     for ws in groups:
         s, rest = ws[0], ws[1:]
         others = [x for x in servers if x != s]
-        recv2 = len(others) * e * (ENTRY_BYTES * c.wire_s_per_byte + c.scatter_s_per_entry)
+        per = e * (ENTRY_BYTES * c.wire_s_per_byte + c.scatter_s_per_entry)
+        recv2 = len(others) * (per + c.receive_s_per_message)
         work[s]["receive"] += recv2
-        work[s]["update"] = update_work(n, c)["update"]
+        work[s]["update"] = update_work(n, c, param_layers(setting))["update"]
         stepped = sent[s] + wall(s, recv2)
         if others:
             last = wall(s, recv2 / len(others))
@@ -175,7 +177,9 @@ def site_time(
         done[s] = stepped + wall(s, work[s]["update"] + work[s]["weights"])
         out = sum(size / setting.link(s, m).bandwidth_Bps for m in rest)  # one after another
         for m in rest:
-            work[m]["receive"] = size * (c.wire_s_per_byte + c.copy_s_per_byte)
+            work[m]["receive"] = (
+                size * (c.wire_s_per_byte + c.copy_s_per_byte) + c.receive_s_per_message
+            )
             if c.shared_interface:
                 at = done[s] + out
             else:

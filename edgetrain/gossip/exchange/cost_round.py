@@ -96,11 +96,13 @@ class RoundTime:
         return max(self.own, key=lambda w: (self.own[w], -w))
 
 
-def update_work(n: int, c: Constants) -> dict[str, float]:
+def update_work(n: int, c: Constants, layers: int = 0) -> dict[str, float]:
     """The loop's own work every iteration, reference seconds: the flat gradient, the inbound
-    sum's buffer, the sum, 1/k, the gradient set back, the optimiser's step."""
+    sum's buffer, the sum, 1/k, the gradient set back, the optimiser's step; and the fixed work
+    per layer with parameters (``layers``: the split and the optimiser's per-tensor loop)."""
     size = n * FLOAT
-    return {"update": size * (3 * c.copy_s_per_byte + 2 * c.add_s_per_byte + c.step_s_per_byte)}
+    per_byte = size * (3 * c.copy_s_per_byte + 2 * c.add_s_per_byte + c.step_s_per_byte)
+    return {"update": per_byte + layers * c.update_s_per_layer}
 
 
 def compute_work(setting: Setting, batches: Mapping[int, int], b0: int) -> dict[int, float]:
@@ -122,7 +124,9 @@ def time_round(setting: Setting, rnd: Round, c: Constants, sync: str, staleness:
     for w in rnd.workers:
         named = dict(rnd.encode.get(w, {}))
         named["send"] = out_bytes[w] * c.wire_s_per_byte
-        named["receive"] = sum(m.apply_s + m.nbytes * c.wire_s_per_byte for m in inbox[w])
+        named["receive"] = sum(
+            m.apply_s + m.nbytes * c.wire_s_per_byte + c.receive_s_per_message for m in inbox[w]
+        )
         named.update(rnd.after.get(w, {}))
         work[w] = named
     done: dict[int, float] = {}

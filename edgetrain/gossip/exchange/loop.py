@@ -65,6 +65,7 @@ from edgetrain.runtime.base import Final, Ready, WorkerContext, meta_float
 from edgetrain.runtime.epochs import run_epochs
 from edgetrain.runtime.session import Session
 from edgetrain.runtime.setup import build_run_model, load_run_data, worker_indices
+from edgetrain.runtime.snapshots import Snapshots
 from edgetrain.runtime.throttle import Throttle
 from edgetrain.runtime.trainer import evaluate, optimizer_for, resolve_device
 from edgetrain.runtime.weights import float_state, load_arrays, model_sha256, state_arrays
@@ -235,6 +236,7 @@ class Decentral(NodeHolder):
         self.sites = self._sites(session)
         if session.rejoin_epoch is not None:
             self._rejoin(session)
+        deferred = self.recipe.train.eval_deferred
         steps = run_epochs(
             session,
             self,
@@ -242,6 +244,7 @@ class Decentral(NodeHolder):
             start_epoch=session.rejoin_epoch or self.ctx.start_epoch,
             eval_every=self.recipe.train.eval_every,
             worker_id=self.me,
+            snapshots=Snapshots(self.net, self.evaluate) if deferred else None,
         )
         self.finishing = True
         sent = {str(k): v for k, v in node.sent.items()}
