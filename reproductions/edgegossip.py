@@ -30,9 +30,10 @@ shares, one LAN), LeNet-5 on the MNIST test set (8,000 train / 2,000 test, 2,000
 
 ``--quick``: R-EG-1 alone on digits (LeNet-5), one seed, 20 epochs. ``--smoke`` (the test suite):
 two arms, two epochs, local processes. ``--testbed local`` runs everything on local processes
-with slowdowns in the testbed's ratios instead (R-EG-7 needs the emulated testbed).
-Resumable: a run whose summary says it completed is kept (``OUT/runs/``), as are the profiles
-and the aggregation timings.
+with slowdowns in the testbed's ratios instead (R-EG-7 needs the emulated testbed). Every run
+defers its evaluation (``[train] eval_deferred``: epoch-end snapshots scored after training),
+so no quota'd host spends CPU on it while the clock runs. Resumable: a run whose summary says
+it completed is kept (``OUT/runs/``), as are the profiles and the aggregation timings.
 """
 
 from __future__ import annotations
