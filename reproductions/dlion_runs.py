@@ -52,6 +52,9 @@ def measure(
         "wan_per_iteration": wan / iterations if iterations else None,
         "idle": {w: v.get("idle_fraction") for w, v in workers.items()},
         "batches": {w: v.get("batch_first") for w, v in workers.items()},
+        # each worker's process CPU over its steps, per iteration (the cost model's work terms
+        # without the quota's stalls)
+        "cpu_ms": {w: v.get("cpu_ms_per_iteration") for w, v in workers.items()},
         "t_unit": plan.get("t_unit"),
         "spread": plan.get("spread"),
         "t_bs": plan.get("t_bs"),

@@ -104,6 +104,11 @@ def test_fast_and_slow_workers_get_batches_in_their_capacity_ratio(tmp_path: Pat
     rows = {w: _epochs(run, w)[-1] for w in (0, 1)}
     assert rows[0]["iterations"] == rows[1]["iterations"] > 0  # iteration-synchronous
     assert (rows[0]["batch"], rows[1]["batch"]) == (fast, slow)
+    for r in rows.values():  # CPU time: the gradients' within their wall time, the steps' more
+        assert 0 < r["compute_cpu_s"] <= r["compute_s"] * 1.05 + 0.05
+        assert r["cpu_s"] >= r["compute_cpu_s"]
+    # the slow worker's throttle sleeps twice its step: CPU time leaves the sleep out
+    assert rows[1]["compute_cpu_s"] < 0.6 * (rows[1]["compute_s"] + rows[1]["sleep_s"])
     # each worker's time per iteration (compute plus the emulated slowdown; the median of an
     # epoch's, robust to a burst of someone else's load) within epsilon of the other's
     step = {w: statistics.median(r["step_s_median"] for r in _epochs(run, w)) for w in (0, 1)}

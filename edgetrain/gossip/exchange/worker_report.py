@@ -53,6 +53,13 @@ def exchange_report(
             "bytes_per_iteration": (lan + wan) / iterations if iterations else None,
             "wan_per_iteration": wan / iterations if iterations else None,
             "compute_s": _num(last.get("compute_s")),
+            "compute_cpu_s": _num(last.get("compute_cpu_s")),
+            "cpu_s": _num(last.get("cpu_s")),
+            "cpu_ms_per_iteration": (
+                1e3 * cpu / iterations
+                if iterations and (cpu := _num(last.get("cpu_s"))) is not None
+                else None
+            ),
             "wait_s": _num(last.get("wait_s")),
             "pilot_s": _num(last.get("pilot_s")),
             "dropped_payloads": last.get("dropped_payloads", 0),
