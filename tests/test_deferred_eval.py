@@ -17,6 +17,7 @@ from edgetrain.comm.control import HandIn
 from edgetrain.recipe import Recipe
 from edgetrain.report import summary
 from edgetrain.report.clock import Report
+from edgetrain.report.scalars import epoch_scalars
 from edgetrain.rundir import read_jsonl
 from edgetrain.runtime import snapshots
 from edgetrain.runtime.epochs import run_epochs
@@ -224,3 +225,20 @@ def test_a_deferred_run_reports_accuracy_at_every_epoch(
     assert [p["epoch"] for p in curve] == [1, 2, 3]
     assert all(isinstance(p["test_accuracy"], float) for p in curve)
     assert curve[-1]["test_accuracy"] > 0.5  # it trained
+
+
+def test_the_export_puts_each_snapshots_scores_at_its_epoch() -> None:
+    row = {
+        "event": "epoch",
+        "worker": 1,
+        "epoch": 3,
+        "test_accuracy": 0.9,
+        "deferred_eval": [[1, 0.5, 1.5], [2, 0.7, None], "bad"],
+    }
+    got = {(s.tag, s.step): s.value for s in epoch_scalars(row)}
+    assert got == {
+        ("worker-1/test_accuracy", 3): 0.9,
+        ("worker-1/test_accuracy", 1): 0.5,
+        ("worker-1/test_loss", 1): 1.5,
+        ("worker-1/test_accuracy", 2): 0.7,
+    }

@@ -31,6 +31,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+# a worker's epoch report field: its epoch-end snapshots scored after training, [[epoch,
+# accuracy, loss], ...] (edgetrain.runtime.snapshots.DEFERRED; the report's modules stay free
+# of torch)
+DEFERRED = "deferred_eval"
+
 
 @dataclass(frozen=True)
 class Report:

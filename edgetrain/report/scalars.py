@@ -3,11 +3,13 @@
 Per worker, from its ``epoch`` rows, at step = the epoch: ``worker-<id>/loss`` (training
 loss), ``train_accuracy``, ``test_accuracy``, ``test_loss``, ``steps`` (optimizer steps so
 far), ``epoch_s`` (the epoch's training seconds) and ``bytes_sent``; a value a worker does not
-report (a pipeline stage's loss) is left out. For the run, at step = the epoch:
-``run/test_accuracy``, ``run/loss`` and ``run/test_loss``, the means over the workers that
-reported one (the summary's curve), and ``run/train_s``, the training time at the end of the
-epoch with evaluation excluded (export only: it needs the whole run); at the last epoch,
-``run/final_test_accuracy`` and ``run/final_test_loss``, the final model's.
+report (a pipeline stage's loss) is left out; with ``[train] eval_deferred`` the last epoch's
+row also gives the earlier epochs' ``test_accuracy`` and ``test_loss``, at their epochs. For
+the run, at step = the epoch: ``run/test_accuracy``, ``run/loss`` and ``run/test_loss``, the
+means over the workers that reported one (the summary's curve), and ``run/train_s``, the
+training time at the end of the epoch with evaluation excluded (export only: it needs the whole
+run); at the last epoch, ``run/final_test_accuracy`` and ``run/final_test_loss``, the final
+model's.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from edgetrain.report.clock import DEFERRED
 
 WORKER_KEYS = (
     "loss",
@@ -71,6 +75,13 @@ def epoch_scalars(row: Mapping[str, Any], wall: float | None = None) -> list[Sca
         value = number(row.get(key))
         if value is not None:
             out.append(Scalar(worker_tag(worker, key), value, epoch, wall))
+    scored = row.get(DEFERRED)  # earlier epochs' snapshots, scored after training
+    for entry in scored if isinstance(scored, list) else []:
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], int)):
+            continue
+        for key, value in (("test_accuracy", entry[1]), ("test_loss", entry[2])):
+            if (v := number(value)) is not None:
+                out.append(Scalar(worker_tag(worker, key), v, entry[0], wall))
     return out
 
 

@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from edgetrain.report.clock import (
+    DEFERRED,
     Point,
     Report,
     WorkerPoint,
@@ -141,11 +142,6 @@ def kept_reports(reports: list[Report], rewinds: list[tuple[float, int]]) -> lis
     """The epoch reports a later rewind did not throw away (an epoch after the checkpoint it
     went back to, reported before it: trained again after it). Pure."""
     return [r for r in reports if not any(r.t < t and r.epoch > e for t, e in rewinds)]
-
-
-# an epoch report's snapshots scored after training (edgetrain.runtime.snapshots.DEFERRED; this
-# module stays free of torch)
-DEFERRED = "deferred_eval"
 
 
 def deferred_scores(
