@@ -67,6 +67,7 @@ from edgetrain.experiment.claims import arm_values, median
 from edgetrain.experiment.curves import accuracy_at, time_to
 from edgetrain.experiment.runner import Runner
 from edgetrain.gossip.exchange.batching import default_t_bs
+from reproductions.dlion_calibration import CALIBRATING_ARM, phase_calibrated
 from reproductions.dlion_claims import (
     build_claims,
     claim_r1,
@@ -274,6 +275,12 @@ def _compute(runs: Batches, bed: Bed, res: dict[str, Any], claims: set[str]) -> 
     pilots = runs.pilot_rows(pilot_arms, bed, "")
     runs.targets = targets_from({a: r["curve"] for a, r in pilots.items()})
     res["targets"] = runs.targets
+    chosen = chosen_setting(res["regime"])
+    if chosen is not None and CALIBRATING_ARM in pilots:  # before the first measured run
+        out, pilot = runs.runner.out, pilots[CALIBRATING_ARM]
+        got = phase_calibrated(p, chosen, pilot, bed, out, runs.data, runs.lr, cli.say)
+        if got is not None:
+            res["regime_calibrated"] = got
     if "R-DL-1" in claims:
         res["r_dl_1"] = runs.batch(p.r1_arms, bed, "R-DL-1", p.r1_seeds)
     if "R-DL-2" in claims:

@@ -33,6 +33,10 @@ from edgetrain.errors import EdgetrainError
 from edgetrain.experiment.beds import Bed, BedSpec, facts_of
 from edgetrain.experiment.kept import kept
 from edgetrain.experiment.profiling import profile_argv, profile_in_host
+from edgetrain.gossip.config import AkoSection, DLionSection, ExchangeSection, GaiaSection
+from edgetrain.gossip.exchange.cost_calibration import Calibration
+from edgetrain.recipe import Recipe
+from edgetrain.runtime.predict import Setting as ModelSetting
 from edgetrain.runtime.setting_build import TestbedFacts
 from reproductions.dlion_claims import ideal_cut
 from reproductions.dlion_plan import ARMS, BEDS, DEFAULT_PERIOD_MS, Plan, compute_bed, recipe
@@ -40,6 +44,11 @@ from reproductions.dlion_regime_claims import GAIN
 
 Say = Callable[[str], None]
 PREDICTED_ARMS = ("dlion", "dlion-nobatch", "gaia", "ako")
+SECTIONS: dict[str, type[ExchangeSection]] = {
+    "dlion": DLionSection,
+    "gaia": GaiaSection,
+    "ako": AkoSection,
+}
 REFERENCE_CPU = 1.0  # the profile's device: one unthrottled core (see the docstring)
 PROFILE_HOST = "fast"  # dlion-compute-4's 0.9-core host
 RULE = (
@@ -93,6 +102,24 @@ def profile_workload(
     return profile_in_host(b, host, argv, path, say, f"{model} at b0 = {b0}")
 
 
+def arm_recipe(p: Plan, arm: str, s: Setting, data: Mapping[str, Any], lr: float) -> Recipe:
+    """``arm``'s recipe on setting ``s`` as local processes have it (the sites in the section)."""
+    from edgetrain.recipe import parse_recipe
+    from edgetrain.tomlconfig import loads
+
+    local = Bed(bed_spec(s))
+    text = recipe(replace(p, model=s.model, b0=s.b0), arm, local, dict(data), lr, None)
+    return parse_recipe(loads(text.format(seed=1)), "the arm's recipe")
+
+
+def model_setting(s: Setting, facts: TestbedFacts, profile: Mapping[str, Any]) -> ModelSetting:
+    """The cost model's setting: the testbed's devices and links, the profile's layers."""
+    from edgetrain.runtime.setting_build import layers_from_profile, setting_from_testbed
+
+    layers = layers_from_profile(profile, s.b0)
+    return setting_from_testbed(facts, layers, reference_cpu=REFERENCE_CPU, batch=s.b0)
+
+
 def predict_arm(
     p: Plan,
     arm: str,
@@ -101,31 +128,27 @@ def predict_arm(
     profile: Mapping[str, Any],
     data: Mapping[str, Any],
     lr: float,
+    calibration: Calibration | None = None,
 ) -> dict[str, Any]:
     """One arm's predicted iteration on setting ``s``: its time, samples, time per sample, the
-    planned batches and the model's notes."""
-    from edgetrain.gossip.config import DLionSection
+    planned batches and the model's notes; ``calibration``: a pilot's measured terms, the
+    model's extra included (:func:`~edgetrain.gossip.exchange.cost_dlion.calibrated`)."""
     from edgetrain.gossip.exchange.cost_dlion import plan_of
-    from edgetrain.gossip.exchange.cost_model import exchange_shape
-    from edgetrain.recipe import parse_recipe
-    from edgetrain.runtime.setting_build import layers_from_profile, setting_from_testbed
-    from edgetrain.runtime.side import launcher_side
-    from edgetrain.tomlconfig import loads
+    from edgetrain.gossip.exchange.cost_model import exchange_shape, predict_recipe
 
     technique = ARMS[arm][0]
-    local = Bed(bed_spec(s))  # the recipe as local processes have it: the sites in the section
-    text = recipe(replace(p, model=s.model, b0=s.b0), arm, local, dict(data), lr, None)
-    rec = parse_recipe(loads(text.format(seed=1)), "the arm's recipe")
-    layers = layers_from_profile(profile, s.b0)
-    setting = setting_from_testbed(facts, layers, reference_cpu=REFERENCE_CPU, batch=s.b0)
-    pred = launcher_side("gossip", technique).predict(rec, setting)
+    rec = arm_recipe(p, arm, s, data, lr)
+    setting = model_setting(s, facts, profile)
+    section = SECTIONS[technique]
+    pred = predict_recipe(rec, setting, section, calibration)
     if pred is None:
         return {"technique": technique, "iteration_s": None}
     k = len(setting.devices)
     batches = [s.b0] * k
     if technique == "dlion":
         cfg = DLionSection.of(rec)
-        planned, _ = plan_of(setting, exchange_shape(rec, cfg), cfg)
+        shape = replace(exchange_shape(rec, cfg), calibration=calibration)
+        planned, _ = plan_of(setting, shape, cfg)
         batches = [planned[w] for w in sorted(planned)]
     samples = sum(batches)
     return {
@@ -152,11 +175,22 @@ def predict_setting(
     profile: Mapping[str, Any],
     data: Mapping[str, Any],
     lr: float,
+    measured: Calibration | None = None,
 ) -> dict[str, Any]:
-    """Every arm of ``s`` predicted, with the batching cut and DLion's against the baselines."""
+    """Every arm of ``s`` predicted, with the batching cut and DLion's against the baselines;
+    ``measured``: a pilot's terms (DLion without batching at b0) to calibrate the model on."""
+    from edgetrain.gossip.exchange.cost_dlion import calibrated
+    from edgetrain.gossip.exchange.cost_model import exchange_shape
+
     spec = bed_spec(s)
     facts = facts_of(spec, p.local)
-    arms = {a: predict_arm(p, a, s, facts, profile, data, lr) for a in PREDICTED_ARMS}
+    cal = None
+    if measured is not None:
+        rec = arm_recipe(p, "dlion-nobatch", s, data, lr)
+        cfg = DLionSection.of(rec)
+        setting = model_setting(s, facts, profile)
+        cal = calibrated(setting, exchange_shape(rec, cfg), cfg, measured)
+    arms = {a: predict_arm(p, a, s, facts, profile, data, lr, cal) for a in PREDICTED_ARMS}
     batching = cut(arms, "dlion", "dlion-nobatch")
     return {
         "workload": s.workload,

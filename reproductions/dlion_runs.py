@@ -55,6 +55,12 @@ def measure(
         # each worker's process CPU over its steps, per iteration (the cost model's work terms
         # without the quota's stalls)
         "cpu_ms": {w: v.get("cpu_ms_per_iteration") for w, v in workers.items()},
+        # what a calibrated cost model reads (reproductions.dlion_calibration)
+        "terms": {
+            w: {k: v.get(k) for k in ("iterations", "compute_cpu_s", "cpu_s", "computed_samples")}
+            for w, v in workers.items()
+        },
+        "curves": plan.get("curves"),
         "t_unit": plan.get("t_unit"),
         "spread": plan.get("spread"),
         "t_bs": plan.get("t_bs"),

@@ -20,7 +20,7 @@ from reproductions.dlion_plan import (
     TOTALS,
     Plan,
 )
-from reproductions.dlion_regime_claims import regime_table
+from reproductions.dlion_regime_claims import calibrated_table, regime_table
 
 GROUPS = (
     ("r_dl_1", "R-DL-1: capacity-aware batching", R1_ARMS),
@@ -82,6 +82,9 @@ def sections(res: dict[str, Any], p: Plan) -> list[tuple[str, str]]:
     out = [("Setup", setup_text(p, res))]
     if res.get("regime"):
         out.append(("Regime: predicted before the runs, and measured", regime_table(res)))
+    if res.get("regime_calibrated"):
+        title = "Cost model calibrated on the pilot, and measured"
+        out.append((title, calibrated_table(res)))
     for key, title, arms in GROUPS:
         if res.get(key):
             out.append((title, arms_table(res[key], arms)))

@@ -107,6 +107,9 @@ def test_fast_and_slow_workers_get_batches_in_their_capacity_ratio(tmp_path: Pat
     for r in rows.values():  # CPU time: the gradients' within their wall time, the steps' more
         assert 0 < r["compute_cpu_s"] <= r["compute_s"] * 1.05 + 0.05
         assert r["cpu_s"] >= r["compute_cpu_s"]
+    for w, r in rows.items():  # the samples of its gradients: its batch every iteration
+        seen = [e["batch"] for e in _epochs(run, w)]
+        assert min(seen) * r["iterations"] <= r["computed_samples"] <= max(seen) * r["iterations"]
     # the slow worker's throttle sleeps twice its step: CPU time leaves the sleep out
     assert rows[1]["compute_cpu_s"] < 0.6 * (rows[1]["compute_s"] + rows[1]["sleep_s"])
     # each worker's time per iteration (compute plus the emulated slowdown; the median of an

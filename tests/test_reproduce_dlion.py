@@ -44,8 +44,22 @@ def test_smoke_reproduction_writes_the_report_and_resumes(tmp_path: Path) -> Non
     assert regime_file.stat().st_mtime <= min(p.stat().st_mtime for p in summaries)
     assert doc["results"]["regime"] == regime
     ids = [c["id"] for c in doc["claims"]]
-    assert ids[:2] == ["R-DL-1", "R-DL-1i"] and ids[-1] == "R-DL-RE"
-    assert ids[2:-1] == [f"R-DL-R {regime['chosen']}"]
+    assert ids[:2] == ["R-DL-1", "R-DL-1i"] and ids[-2:] == ["R-DL-RE", "R-DL-REc"]
+    assert ids[2:-2] == [f"R-DL-R {regime['chosen']}"]
+    # the model calibrated on the nobatch pilot: after the pilots, before the measured runs
+    cal_file = out / "regime-calibrated.json"
+    cal = json.loads(cal_file.read_text())
+    assert cal["before_measured_runs"] is True and list(cal["settings"]) == [regime["chosen"]]
+    assert cal["calibrated_on"]["run"] == "dlion-nobatch-pilot-lr0.01-s0"
+    assert set(cal["settings"][regime["chosen"]]["arms"]) == set(chosen["arms"])
+    pilots = [p for p in summaries if "-pilot" in p.parent.parent.name]
+    measured = [p for p in summaries if "-pilot" not in p.parent.parent.name]
+    assert len(pilots) == len(measured) == 2
+    assert max(p.stat().st_mtime for p in pilots) <= cal_file.stat().st_mtime
+    assert cal_file.stat().st_mtime <= min(p.stat().st_mtime for p in measured)
+    assert doc["results"]["regime_calibrated"] == cal
+    calibrated = next(c for c in doc["claims"] if c["id"] == "R-DL-REc")["details"]["runs"]
+    assert {(e["arm"], e["seed"]) for e in calibrated} == {("dlion", 1), ("dlion-nobatch", 1)}
     errors = next(c for c in doc["claims"] if c["id"] == "R-DL-RE")["details"]["runs"]
     assert {(e["arm"], e["seed"]) for e in errors} == {("dlion", 1), ("dlion-nobatch", 1)}
     for claim in doc["claims"]:
@@ -66,6 +80,7 @@ def test_smoke_reproduction_writes_the_report_and_resumes(tmp_path: Path) -> Non
     md = (out / "paper-vs-edgetrain.md").read_text()
     assert "| R-DL-1 |" in md and "## R-DL-1: capacity-aware batching" in md and "## Pilot" in md
     assert "## Regime: predicted before the runs, and measured" in md
+    assert "## Cost model calibrated on the pilot, and measured" in md
     assert f"| {regime['chosen']} | dlion |" in md and "Regime first: the cost model chose" in md
     # resumable: a second pass finds every run done and launches nothing, and reads the
     # regime back without predicting it again
@@ -75,6 +90,7 @@ def test_smoke_reproduction_writes_the_report_and_resumes(tmp_path: Path) -> Non
     assert dlion.main(["--smoke", "--out", str(out), "--format", "json"]) == 0
     assert {p: p.stat().st_mtime for p in mtimes} == mtimes
     assert (regime_file.stat().st_mtime_ns, regime_file.read_text()) == kept
+    assert json.loads(cal_file.read_text()) == cal  # read back, not predicted again
 
 
 PLAN = dlion.Plan((1, 2), (1, 2), True, "mnist", "cnn2", 10, 32, None, 4.0)

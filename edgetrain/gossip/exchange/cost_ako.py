@@ -32,6 +32,7 @@ from edgetrain.gossip.exchange.cost_round import (
     exchange_prediction,
     time_round,
     update_work,
+    with_unmodelled,
 )
 from edgetrain.gossip.exchange.partitions import partition_count
 from edgetrain.gossip.exchange.sparse import DENSE_BYTES
@@ -59,8 +60,8 @@ def ako_round(setting: Setting, shape: ExchangeShape, p: int, c: Constants) -> R
     window = size * (c.copy_s_per_byte + c.add_s_per_byte) + part * FLOAT * c.take_s_per_byte
     encode = {w: {"encode": window} for w in ws}
     after = {w: update_work(n, c, param_layers(setting)) for w in ws}
-    compute = compute_work(setting, {w: shape.b0 for w in ws}, shape.b0)
-    return Round(tuple(ws), compute, encode, after, msgs)
+    compute = compute_work(setting, {w: shape.b0 for w in ws}, shape)
+    return Round(tuple(ws), compute, encode, with_unmodelled(after, shape), msgs)
 
 
 def predict_ako(

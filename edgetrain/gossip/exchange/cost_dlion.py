@@ -39,7 +39,8 @@ from edgetrain.gossip.cost_model import (
     wall_s,
 )
 from edgetrain.gossip.exchange.bandwidth import CLAMP, LAN, MBIT, link_class, starting_bandwidth
-from edgetrain.gossip.exchange.batching import default_t_bs, plan_batches, uniform_plan
+from edgetrain.gossip.exchange.batching import Curve, default_t_bs, plan_batches, uniform_plan
+from edgetrain.gossip.exchange.cost_calibration import Calibration, with_extra
 from edgetrain.gossip.exchange.cost_round import (
     ExchangeShape,
     Msg,
@@ -48,6 +49,7 @@ from edgetrain.gossip.exchange.cost_round import (
     exchange_prediction,
     time_round,
     update_work,
+    with_unmodelled,
 )
 from edgetrain.gossip.exchange.sparse import (
     DENSE_BYTES,
@@ -99,8 +101,12 @@ def plan_of(
     from capacity curves: here the setting's compute."""
     ws = list(shape.workers)
     b0 = shape.b0
-    caps = [b0 / (step_work_s(setting, b0, b0) / setting.devices[w].speed) for w in ws]
-    curves = [[(b0, cap), (2 * b0, cap)] for cap in caps]
+    curves: list[Curve]
+    if shape.calibration is not None:  # the curves the run planned from
+        curves = [shape.calibration.curves[w] for w in ws]
+    else:
+        caps = [b0 / (step_work_s(setting, b0, b0) / setting.devices[w].speed) for w in ws]
+        curves = [[(b0, cap), (2 * b0, cap)] for cap in caps]
     t_bs = cfg.t_bs
     if t_bs is None and shape.n_train is not None:
         t_bs = default_t_bs(shape.n_train, None, len(ws) * b0)
@@ -129,7 +135,7 @@ def link_choices(
         peers = [q for q in ws if q != p]
         start = starting_bandwidth(p, peers, sites, ws, cfg.lan_mbit * MBIT, cfg.wan_mbit * MBIT)
         flows = len(peers) if c.shared_interface else 1
-        compute = step_work_s(setting, batches[p], shape.b0)
+        compute = compute_work(setting, {p: batches[p]}, shape)[p]
         for q in peers:
             est = start[q]
             if cfg.bandwidth == "live":
@@ -192,9 +198,8 @@ def dlion_round(
         w: {**update_work(n, c, layers), **weights_work(k_workers, n, cfg, c)}
         for w in shape.workers
     }
-    rnd = Round(
-        tuple(shape.workers), compute_work(setting, batches, shape.b0), dict(encode), after, msgs
-    )
+    compute = compute_work(setting, batches, shape)
+    rnd = Round(tuple(shape.workers), compute, dict(encode), with_unmodelled(after, shape), msgs)
     return rnd, DLionPlan(batches, t_unit, tuple(links))
 
 
@@ -235,6 +240,24 @@ def weights_work(k: int, n: int, cfg: DLionSection, c: Constants) -> dict[str, f
     receive = nbytes * c.wire_s_per_byte + size * (4 * c.add_s_per_byte + 3 * c.copy_s_per_byte)
     each = (k - 1) if cfg.we_whom == "all" else 1.0 / k
     return {"weights": rate * each * (send + receive)}
+
+
+def calibrated(
+    setting: Setting,
+    shape: ExchangeShape,
+    cfg: DLionSection,
+    measured: Calibration,
+    constants: Constants = DEFAULT,
+) -> Calibration:
+    """``measured`` (a run of DLion without capacity-aware batching: ``cfg`` with ``batching``
+    off) with each worker's loop work beyond what this model counts for that run
+    (:func:`.cost_calibration.with_extra`; the loop's terms do not depend on the batch)."""
+    uniform = cfg.model_copy(update={"batching": False})
+    rnd, _ = dlion_round(setting, replace(shape, calibration=measured), uniform, constants)
+    rt = time_round(setting, rnd, constants, uniform.sync, uniform.staleness)
+    speed = {w: setting.devices[w].speed for w in shape.workers}
+    modelled = {w: sum(rt.cpu[w].values()) * speed[w] for w in shape.workers}
+    return with_extra(measured, modelled)
 
 
 def predict_dlion(

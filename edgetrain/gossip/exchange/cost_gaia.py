@@ -42,6 +42,7 @@ from edgetrain.gossip.exchange.cost_round import (
     exchange_prediction,
     time_round,
     update_work,
+    with_unmodelled,
 )
 from edgetrain.gossip.exchange.significance import threshold_at
 from edgetrain.gossip.exchange.sparse import ENTRY_BYTES
@@ -103,8 +104,8 @@ def worker_round(setting: Setting, shape: ExchangeShape, share: float, c: Consta
     msgs = [Msg(p, q, e * ENTRY_BYTES, e * c.scatter_s_per_entry) for p in ws for q in ws if q != p]
     encode = {w: filter_work(n, e, c) for w in ws}
     after = {w: update_work(n, c, param_layers(setting)) for w in ws}
-    compute = compute_work(setting, {w: shape.b0 for w in ws}, shape.b0)
-    return Round(tuple(ws), compute, encode, after, msgs)
+    compute = compute_work(setting, {w: shape.b0 for w in ws}, shape)
+    return Round(tuple(ws), compute, encode, with_unmodelled(after, shape), msgs)
 
 
 def _arrival(
@@ -127,7 +128,7 @@ def site_time(
     e = share * n
     groups = [ws for _, ws in sorted(members(shape.site_map(), shape.workers).items())]
     servers = [ws[0] for ws in groups]
-    compute = compute_work(setting, {w: shape.b0 for w in shape.workers}, shape.b0)
+    compute = compute_work(setting, {w: shape.b0 for w in shape.workers}, shape)
     work: dict[int, dict[str, float]] = {w: {} for w in shape.workers}
 
     def wall(w: int, s: float) -> float:
@@ -185,6 +186,10 @@ def site_time(
             else:
                 at = done[s] + size / setting.link(s, m).bandwidth_Bps
             done[m] = at + setting.link(s, m).latency_s + wall(m, work[m]["receive"])
+    if shape.calibration is not None:  # the loop work the constants do not count
+        for w in shape.workers:
+            work[w]["unmodelled"] = shape.calibration.extra(w)
+            done[w] += wall(w, work[w]["unmodelled"])
     speed = {w: setting.devices[w].speed for w in shape.workers}
     own = {w: (compute[w] + sum(work[w].values())) / speed[w] for w in shape.workers}
     period = max(max(done.values()), max(own.values()))

@@ -9,7 +9,10 @@ since the setting does not know the training set's size.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from edgetrain.gossip.config import AkoSection, DLionSection, ExchangeSection, GaiaSection
+from edgetrain.gossip.exchange.cost_calibration import Calibration
 from edgetrain.gossip.exchange.cost_round import ExchangeShape
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.predict import Prediction, Setting
@@ -23,12 +26,16 @@ def exchange_shape(recipe: Recipe, cfg: ExchangeSection) -> ExchangeShape:
 
 
 def predict_recipe(
-    recipe: Recipe, setting: Setting, model: type[ExchangeSection]
+    recipe: Recipe,
+    setting: Setting,
+    model: type[ExchangeSection],
+    calibration: Calibration | None = None,
 ) -> Prediction | None:
     """The prediction for the technique whose section is ``model`` (None: DLion's selective
-    propagation, which has no model)."""
+    propagation, which has no model); ``calibration``: a pilot's measured terms
+    (:func:`.cost_dlion.calibrated`; None: a priori)."""
     cfg = model.of(recipe)
-    shape = exchange_shape(recipe, cfg)
+    shape = replace(exchange_shape(recipe, cfg), calibration=calibration)
     if isinstance(cfg, DLionSection):
         from edgetrain.gossip.exchange.cost_dlion import predict_dlion
 

@@ -36,6 +36,7 @@ from edgetrain.gossip.cost_model import (
     wall_s,
     wire_times,
 )
+from edgetrain.gossip.exchange.cost_calibration import Calibration
 from edgetrain.runtime.predict import Prediction, Setting
 
 
@@ -43,7 +44,8 @@ from edgetrain.runtime.predict import Prediction, Setting
 class ExchangeShape:
     """What the recipe fixes: the trainers, b0 (the profiled batch), each worker's site (by
     worker id; None: one LAN), the training set's size (T_bs's default; None: not known, no
-    cap), eta and the epochs (Gaia's share)."""
+    cap), eta and the epochs (Gaia's share); and a pilot's measured terms (None: a priori,
+    from the profile and the constants; :mod:`.cost_calibration`)."""
 
     workers: Sequence[int]
     b0: int
@@ -51,6 +53,11 @@ class ExchangeShape:
     n_train: int | None = None
     lr: float = 0.01
     epochs: int = 1
+    calibration: Calibration | None = None
+
+    def __post_init__(self) -> None:
+        if self.calibration is not None and not self.calibration.covers(self.workers):
+            raise ValueError("the calibration did not measure every worker of the shape")
 
     def site_map(self) -> dict[int, str | None]:
         named = self.sites
@@ -105,9 +112,28 @@ def update_work(n: int, c: Constants, layers: int = 0) -> dict[str, float]:
     return {"update": per_byte + layers * c.update_s_per_layer}
 
 
-def compute_work(setting: Setting, batches: Mapping[int, int], b0: int) -> dict[int, float]:
-    """Each worker's forward and backward at its batch, reference seconds."""
-    return {w: step_work_s(setting, m, b0) for w, m in batches.items()}
+def compute_work(
+    setting: Setting, batches: Mapping[int, float], shape: ExchangeShape
+) -> dict[int, float]:
+    """Each worker's forward and backward at its batch, reference seconds: the profile's, or
+    the calibration's (its capacity curve at its measured level)."""
+    cal = shape.calibration
+    if cal is not None:
+        return {w: cal.gradient_s(w, m) for w, m in batches.items()}
+    return {w: step_work_s(setting, m, shape.b0) for w, m in batches.items()}
+
+
+def with_unmodelled(
+    after: Mapping[int, Mapping[str, float]], shape: ExchangeShape
+) -> dict[int, dict[str, float]]:
+    """``after`` with the calibration's loop work the constants do not count, per worker
+    (``unmodelled``; unchanged a priori)."""
+    cal = shape.calibration
+    out = {w: dict(after.get(w, {})) for w in shape.workers}
+    if cal is not None:
+        for w in shape.workers:
+            out[w]["unmodelled"] = cal.extra(w)
+    return out
 
 
 def time_round(setting: Setting, rnd: Round, c: Constants, sync: str, staleness: int) -> RoundTime:

@@ -497,6 +497,7 @@ class Decentral(NodeHolder):
         if count:
             self.times["compute_s"] += spent
             self.times["compute_cpu_s"] += cpu
+            self.times["computed_samples"] += len(idx)
             self.times["sleep_s"] += slept
             self.step_times.append(spent + slept)
         return value, g
@@ -745,6 +746,7 @@ class Decentral(NodeHolder):
             # compute_s and not here, so these check the cost model's work terms directly
             "compute_cpu_s": self.times["compute_cpu_s"],
             "cpu_s": self.times["cpu_s"],
+            "computed_samples": int(self.times["computed_samples"]),  # this worker's gradients'
             "sleep_s": self.times["sleep_s"],
             "wait_s": self.times["wait_s"],
             "exchange_s": self.times["exchange_s"],

@@ -55,6 +55,7 @@ def exchange_report(
             "compute_s": _num(last.get("compute_s")),
             "compute_cpu_s": _num(last.get("compute_cpu_s")),
             "cpu_s": _num(last.get("cpu_s")),
+            "computed_samples": _num(last.get("computed_samples")),
             "cpu_ms_per_iteration": (
                 1e3 * cpu / iterations
                 if iterations and (cpu := _num(last.get("cpu_s"))) is not None
