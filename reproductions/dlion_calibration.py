@@ -63,6 +63,20 @@ def calibration_of(row: Mapping[str, Any]) -> Calibration | None:
         return None
 
 
+def calibrated_map(p: Plan, s: Setting) -> list[Setting]:
+    """What the calibration predicts: the chosen setting first, then its model on the same
+    testbed at b0 / 2, b0 and 2 b0 (within the pilot's curves, b0 / 8 to 4 b0) at every CPU
+    quota period of the plan. CPU time does not depend on the period, and the loop's work not
+    on the batch; another testbed's hosts (the network testbed's) were not measured. Pure."""
+    out = [s]
+    for b0 in sorted({max(1, s.b0 // 2), s.b0, 2 * s.b0}):
+        for period in p.periods:
+            c = Setting(s.model, b0, s.bed, period)
+            if c not in out:
+                out.append(c)
+    return out
+
+
 def phase_calibrated(
     p: Plan,
     s: Setting,
@@ -73,7 +87,8 @@ def phase_calibrated(
     lr: float,
     say: Say,
 ) -> dict[str, Any] | None:
-    """Every arm of ``s`` predicted from the pilot's measured terms, written to
+    """Every arm of ``s`` and of :func:`calibrated_map`'s other settings predicted from the
+    pilot's measured terms (taken on ``s``), written to
     ``OUT/regime-calibrated.json`` once, after the pilot and before the first measured run
     (None where the pilot measured no usable terms)."""
     from edgetrain.experiment.report import code_commit
@@ -86,11 +101,15 @@ def phase_calibrated(
     def make() -> dict[str, Any]:
         assert measured is not None
         profile = profile_workload(s.model, p.dataset, s.b0, b, out, say)  # kept: the regime's
-        got = predict_setting(p, s, profile, data, lr, measured)
-        say(
-            f"regime (calibrated on {Path(str(pilot.get('run'))).name}): {s.key}: batching cut "
-            f"{got['batching_cut']:.1f}% predicted"
-        )
+        name = Path(str(pilot.get("run"))).name
+        settings = {}
+        for c in calibrated_map(p, s):
+            got = predict_setting(p, c, profile, data, lr, measured)
+            settings[c.key] = got
+            say(
+                f"regime (calibrated on {name}): {c.key}: batching cut "
+                f"{got['batching_cut']:.1f}% predicted"
+            )
         commit = code_commit()
         return {
             "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -104,7 +123,8 @@ def phase_calibrated(
                 "gradient_cpu_ms": {str(w): 1e3 * v for w, v in measured.gradient_cpu_s.items()},
                 "loop_cpu_ms": {str(w): 1e3 * v for w, v in measured.loop_cpu_s.items()},
             },
-            "settings": {s.key: got},
+            "chosen": s.key,
+            "settings": settings,
         }
 
     return dict(kept(path, make))

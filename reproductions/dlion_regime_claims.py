@@ -192,8 +192,10 @@ def calibrated_table(res: Mapping[str, Any]) -> str:
         "loop's CPU per "
         f"iteration besides it (every thread): {_ms(on.get('loop_cpu_ms'))} ms; the model "
         "takes each host's gradient from its capacity curve at that level and adds the loop "
-        "work its constants do not count. Times per sample in microseconds; measured: median "
-        "over seeds.",
+        "work its constants do not count. Beside the chosen setting, its model at half and "
+        "twice b0 and at every CPU quota period, from the same pilot (CPU time does not depend "
+        "on the period, nor the loop's work on the batch). Times per sample in microseconds; "
+        "measured: median over seeds ('-': the setting did not run).",
         "",
         "| setting | arm | batches | a priori us/sample | calibrated us/sample | measured "
         "us/sample | calibrated batching cut | measured batching cut |",

@@ -16,7 +16,9 @@ from edgetrain.gossip.exchange.cost_dlion import calibrated, plan_of, predict_dl
 from edgetrain.gossip.exchange.cost_gaia import predict_gaia
 from edgetrain.gossip.exchange.cost_round import ExchangeShape
 from edgetrain.runtime.predict import Device, Layer, Link, Setting
-from reproductions.dlion_calibration import calibration_of
+from reproductions.dlion_calibration import calibrated_map, calibration_of
+from reproductions.dlion_plan import Plan
+from reproductions.dlion_regime import Setting as MapSetting
 from reproductions.dlion_regime_claims import calibrated_errors, error_claims
 
 LAYERS = (Layer("fc", forward_s=0.010, backward_s=0.020, param_bytes=400_000),)  # 100k entries
@@ -195,3 +197,16 @@ def test_the_calibrated_error_claim_over_the_setting_it_predicted() -> None:
     assert claim.ours is not None and claim.ours.median == pytest.approx(0.05)
     assert claim.direction_agrees is True
     assert claim.details["runs"] == errors
+
+
+def test_the_calibrated_map_is_the_chosen_model_at_half_and_twice_b0_every_period() -> None:
+    p = Plan((1,), (1,), True, "digits", "lenet5", 30, 64, 0.01, 4.0, periods=(100, 10))
+    chosen = MapSetting("lenet5", 64, "compute", 10)
+    assert [c.key for c in calibrated_map(p, chosen)] == [
+        "lenet5-b64@compute-p10",
+        "lenet5-b32@compute-p100",
+        "lenet5-b32@compute-p10",
+        "lenet5-b64@compute-p100",
+        "lenet5-b128@compute-p100",
+        "lenet5-b128@compute-p10",
+    ]

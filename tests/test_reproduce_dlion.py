@@ -49,7 +49,12 @@ def test_smoke_reproduction_writes_the_report_and_resumes(tmp_path: Path) -> Non
     # the model calibrated on the nobatch pilot: after the pilots, before the measured runs
     cal_file = out / "regime-calibrated.json"
     cal = json.loads(cal_file.read_text())
-    assert cal["before_measured_runs"] is True and list(cal["settings"]) == [regime["chosen"]]
+    assert cal["before_measured_runs"] is True and cal["chosen"] == regime["chosen"]
+    assert list(cal["settings"]) == [
+        "lenet5-b16@compute",
+        "lenet5-b8@compute",
+        "lenet5-b32@compute",
+    ]
     assert cal["calibrated_on"]["run"] == "dlion-nobatch-pilot-lr0.01-s0"
     assert set(cal["settings"][regime["chosen"]]["arms"]) == set(chosen["arms"])
     pilots = [p for p in summaries if "-pilot" in p.parent.parent.name]
