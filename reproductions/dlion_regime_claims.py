@@ -18,7 +18,7 @@ from typing import Any
 from edgetrain.experiment.claims import Row, number
 from edgetrain.experiment.claims import prediction_errors as errors_of
 from edgetrain.experiment.report import Claim, Stat
-from edgetrain.experiment.text import fmt
+from edgetrain.experiment.text import fmt, written_by
 
 GOAL_ERROR = 0.15  # issue 27: median |measured / predicted - 1| of the time per sample
 GAIN = 5.0  # a batching cut of this many percent or more is a gain (predicted or measured)
@@ -184,8 +184,7 @@ def calibrated_table(res: Mapping[str, Any]) -> str:
     prior = (res.get("regime") or {}).get("settings") or {}
     on = doc.get("calibrated_on") or {}
     lines = [
-        f"Written {doc.get('written_at')} by commit `{doc.get('commit')}`"
-        + (" with uncommitted changes" if doc.get("commit_dirty") else "")
+        written_by(doc)
         + f", after the pilot {on.get('run')} and before the first measured run. The pilot "
         f"measured per host (worker 0 to 3) the gradient's CPU per step at its mean batch "
         f"{fmt(number(on.get('batch')), '.1f')}: {_ms(on.get('gradient_cpu_ms'))} ms, and the "
@@ -238,8 +237,7 @@ def regime_table(res: Mapping[str, Any]) -> str:
         return "No prediction was made (no profile)."
     measured = setting_rows(res)
     lines = [
-        f"Written {regime.get('written_at')} by commit `{regime.get('commit')}`"
-        + (" with uncommitted changes" if regime.get("commit_dirty") else "")
+        written_by(regime)
         + f", before the first measured run. Candidates {', '.join(regime.get('candidates', []))}"
         f"; {_periods(regime.get('periods_ms') or [])}. Chosen **{regime.get('chosen')}**, "
         f"control {regime.get('control') or '-'} ({regime.get('rule')}). Reference device: "

@@ -18,7 +18,7 @@ from typing import Any
 from edgetrain.experiment.claims import Row, number
 from edgetrain.experiment.claims import prediction_errors as errors_of
 from edgetrain.experiment.report import Claim, Stat
-from edgetrain.experiment.text import fmt
+from edgetrain.experiment.text import fmt, written_by
 
 GOAL_ERROR = 0.15  # issue 27: median |measured / predicted - 1| over every run predicted
 MISS = 0.30  # a run missed by more than this gets a line
@@ -181,9 +181,7 @@ def regime_table(res: Mapping[str, Any]) -> str:
         else "**after measured runs existed** (a resumed older reproduction)"
     )
     lines = [
-        f"Written {regime.get('written_at')} by commit `{regime.get('commit')}`"
-        + (" with uncommitted changes" if regime.get("commit_dirty") else "")
-        + f", {when}. Models {', '.join(regime.get('models', []))}; N = "
+        written_by(regime) + f", {when}. Models {', '.join(regime.get('models', []))}; N = "
         f"{regime.get('training_samples')} training samples. {regime.get('rule')}. Reference "
         f"device: {regime.get('reference')}. Seconds of training per epoch; speed-up: "
         "epoch-synchronous GoSGD's time per epoch over the arm's. Measured: median over seeds; "

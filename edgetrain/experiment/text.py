@@ -16,6 +16,13 @@ def fmt(x: Any, spec: str = ".3g") -> str:
     return format(v, spec) if v is not None else "-"
 
 
+def written_by(doc: Any) -> str:
+    """A kept prediction's provenance: "Written <when> by commit `<sha>`" (and whether the
+    tree had uncommitted changes)."""
+    dirty = " with uncommitted changes" if doc.get("commit_dirty") else ""
+    return f"Written {doc.get('written_at')} by commit `{doc.get('commit')}`{dirty}"
+
+
 def stat(s: Stat | None, spec: str = ".3g") -> str:
     """``median [min, max]``, or "-"."""
     return f"{fmt(s.median, spec)} [{fmt(s.min, spec)}, {fmt(s.max, spec)}]" if s else "-"
