@@ -17,6 +17,7 @@ import pytest
 import zmq
 
 from edgetrain.comm.wire import Message, encode
+from edgetrain.gossip.exchange.cpu_parts import PARTS
 from edgetrain.gossip.exchange.messages import GRAD
 from edgetrain.rundir import read_jsonl
 from tests.helpers.launching import Launch
@@ -107,6 +108,10 @@ def test_fast_and_slow_workers_get_batches_in_their_capacity_ratio(tmp_path: Pat
     for r in rows.values():  # CPU time: the gradients' within their wall time, the steps' more
         assert 0 < r["compute_cpu_s"] <= r["compute_s"] * 1.05 + 0.05
         assert r["cpu_s"] >= r["compute_cpu_s"]
+        parts = r["cpu_parts"]  # the main thread's, part by part: within the process's
+        assert set(parts) <= set(PARTS) and {"gradient", "send", "receive", "update"} <= set(parts)
+        assert sum(parts.values()) <= r["cpu_s"] + 0.01
+        assert parts["gradient"] == pytest.approx(r["compute_cpu_s"], rel=0.05, abs=0.01)
     for w, r in rows.items():  # the samples of its gradients: its batch every iteration
         seen = [e["batch"] for e in _epochs(run, w)]
         assert min(seen) * r["iterations"] <= r["computed_samples"] <= max(seen) * r["iterations"]

@@ -50,8 +50,9 @@ class Ako(Decentral):
     def iteration(self, t: int, g: torch.Tensor, epoch: int) -> None:
         assert self.window is not None
         started = time.perf_counter()
-        self.window.push(t, g)
-        payload = self.window.take(t)
+        with self.cpu.part("select"):
+            self.window.push(t, g)
+            payload = self.window.take(t)
         for q in self.peers:
             self.send_grad(q, t, payload)
         self.times["exchange_s"] += time.perf_counter() - started

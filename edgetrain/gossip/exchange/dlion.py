@@ -159,6 +159,10 @@ class DLion(Decentral):
     def take(self, res: Residual, g: torch.Tensor | None, q: int, score: Score) -> Payload:
         """What the link to ``q`` carries now from ``res`` (with ``g`` added); a sparse take's
         time feeds the selection-cost estimate, and a link the cost made dense is counted."""
+        with self.cpu.part("select"):
+            return self._take(res, g, q, score)
+
+    def _take(self, res: Residual, g: torch.Tensor | None, q: int, score: Score) -> Payload:
         k = self.entries(q)
         if k is None:
             self.counts["dense_by_cost"] += self.paper_entries(q) is not None
@@ -201,8 +205,9 @@ class DLion(Decentral):
         self.times["exchange_s"] += time.perf_counter() - started
         self.wait_for_gradients(t, expected)
         self.update(g, t)
-        self.weight_exchange(t)
-        self.merge_weights()
+        with self.cpu.part("weights"):
+            self.weight_exchange(t)
+            self.merge_weights()
 
     def _send_selective(self, t: int, g: torch.Tensor, score: Score) -> list[int]:
         """LAN exchange inside the site; over the WAN only this iteration's sender sites, to

@@ -78,7 +78,8 @@ class Gaia(Decentral):
             self._site_iteration(t, g, epoch)
             return
         started = time.perf_counter()
-        payload = self._significant(g, epoch)
+        with self.cpu.part("select"):
+            payload = self._significant(g, epoch)
         for q in self.peers:
             self.send_grad(q, t, payload)
         self.times["exchange_s"] += time.perf_counter() - started
@@ -96,7 +97,8 @@ class Gaia(Decentral):
         site = g.add_(self.site_sum)
         self.site_sum.zero_()
         started = time.perf_counter()
-        payload = self._significant(site, epoch)
+        with self.cpu.part("select"):
+            payload = self._significant(site, epoch)
         others = [w for w in self.leaders if w != self.me and w not in self.failed]
         for q in others:
             self.send_grad(q, t, payload)

@@ -50,6 +50,7 @@ from edgetrain.errors import RunError
 from edgetrain.gossip.config import ExchangeSection, GossipSection
 from edgetrain.gossip.exchange import capacity
 from edgetrain.gossip.exchange.bandwidth import LAN, WAN, link_class, site_of
+from edgetrain.gossip.exchange.cpu_parts import CpuParts
 from edgetrain.gossip.exchange.flat import Flat
 from edgetrain.gossip.exchange.messages import ACK, GRAD, TYPES, WEIGHTS, Expectations, Header, Key
 from edgetrain.gossip.exchange.rejoin import FETCH_WAIT_S, MODEL, donor_of, model_fields
@@ -134,6 +135,7 @@ class Decentral(NodeHolder):
         self.losses: dict[int, float] = {}  # every worker's latest smoothed loss
         self.losses_at: dict[int, dict[int, float]] = {}  # iteration -> worker -> loss
         self.times: defaultdict[str, float] = defaultdict(float)
+        self.cpu = CpuParts()  # the main thread's CPU in the steps, part by part
         self.counts: Counter[str] = Counter()
         self.sent_at: dict[tuple[int, int], Sent] = {}
         self.inbound: dict[int, torch.Tensor] = {}  # iteration -> sum of what arrived for it
@@ -458,7 +460,8 @@ class Decentral(NodeHolder):
     def step(self, epoch: int, batch: int) -> float:
         cpu0 = time.process_time()
         try:
-            return self._step(epoch)
+            with self.cpu.part("step"):
+                return self._step(epoch)
         finally:
             self.times["cpu_s"] += time.process_time() - cpu0
 
@@ -468,7 +471,10 @@ class Decentral(NodeHolder):
         self.batches_now = self.batches_at(self.pi)
         self.lr_now = self.base_lr * self.lr_factor(self.pi)
         m = self.batch_of(self.batches_now, self.me)
-        loss, g = self._gradient(self.sampler.next(m))
+        with self.cpu.part("sample"):
+            idx = self.sampler.next(m)
+        with self.cpu.part("gradient"):
+            loss, g = self._gradient(idx)
         if self.xcfg.gradient_weighting == "sample":
             g.mul_(len(self.ids) * m / sum(self.batches_now))
         self.note_loss(self.me, t, self.loss_ewma.update(loss))
@@ -528,6 +534,10 @@ class Decentral(NodeHolder):
         what arrived for iterations up to ``t`` (a faster peer's next gradient waits for the
         next update, so with full exchange every replica takes the same steps); asynchronous:
         everything that arrived."""
+        with self.cpu.part("update"):
+            self._update(g, t)
+
+    def _update(self, g: torch.Tensor, t: int) -> None:
         got = self.take_inbound(None if self.xcfg.sync == "async" else t)
         direction = g.add_(got) if got is not None else g
         self.step_on(direction.div_(self.k))
@@ -550,6 +560,10 @@ class Decentral(NodeHolder):
     ) -> bool:
         """Send a gradient payload to ``q``; with ``ack`` in ``meta`` remember it for the
         bandwidth estimate."""
+        with self.cpu.part("send"):
+            return self._send_grad(q, t, payload, meta)
+
+    def _send_grad(self, q: int, t: int, payload: Payload, meta: Mapping[str, Any] | None) -> bool:
         extra = dict(meta or {})
         info = {"loss": self.losses.get(self.me), "m": self.batch_of(self.batches_now, self.me)}
         msg = self.message(GRAD, t, {**info, **extra}, payload)
@@ -580,22 +594,26 @@ class Decentral(NodeHolder):
     def absorb(self, fresh: bool = False) -> None:
         """Handle every message waiting in the inbox. ``fresh``: they arrived while this worker
         was waiting for them (their acknowledgement times the link, not this worker's step)."""
-        node = self._node
         self.absorbing = True
         try:
-            held, self._held = self._held, []
-            for msg in [*held, *node.receive_all()]:
-                sender = node.peer_ids[msg.sender]
-                if msg.type == ACK:
-                    self._on_ack(sender, msg)
-                elif msg.type == GRAD:
-                    self._on_grad(sender, msg, fresh)
-                elif msg.type == WEIGHTS:
-                    self._on_weights(sender, msg)
-                else:  # a donor's model that came after this process had one
-                    node.traffic.drop("unexpected_model", msg.sender)
+            with self.cpu.part("receive"):
+                self._absorb(fresh)
         finally:
             self.absorbing = False
+
+    def _absorb(self, fresh: bool) -> None:
+        node = self._node
+        held, self._held = self._held, []
+        for msg in [*held, *node.receive_all()]:
+            sender = node.peer_ids[msg.sender]
+            if msg.type == ACK:
+                self._on_ack(sender, msg)
+            elif msg.type == GRAD:
+                self._on_grad(sender, msg, fresh)
+            elif msg.type == WEIGHTS:
+                self._on_weights(sender, msg)
+            else:  # a donor's model that came after this process had one
+                node.traffic.drop("unexpected_model", msg.sender)
 
     def _on_ack(self, sender: int, msg: Message) -> None:
         t = msg.meta.get("t")
@@ -655,8 +673,9 @@ class Decentral(NodeHolder):
         iteration up to ``upto`` is missing, or ``wait_timeout_s`` passed."""
         started = time.perf_counter()
         deadline = time.monotonic() + self.xcfg.wait_timeout_s
-        self.absorb()
         with contextlib.ExitStack() as said:
+            said.enter_context(self.cpu.part("wait"))
+            self.absorb()
             waiting = False
             while missing := self.expect.blocking(upto):
                 if not waiting:  # what the heartbeats say while this goes on (edgetrain status)
@@ -747,6 +766,9 @@ class Decentral(NodeHolder):
             "compute_cpu_s": self.times["compute_cpu_s"],
             "cpu_s": self.times["cpu_s"],
             "computed_samples": int(self.times["computed_samples"]),  # this worker's gradients'
+            # the main thread's CPU in the steps, part by part (.cpu_parts): cpu_s less their
+            # sum is the other threads' (the transport's, ZeroMQ's)
+            "cpu_parts": self.cpu.as_dict(),
             "sleep_s": self.times["sleep_s"],
             "wait_s": self.times["wait_s"],
             "exchange_s": self.times["exchange_s"],

@@ -9,6 +9,8 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
+from edgetrain.gossip.exchange.cpu_parts import PARTS
+
 
 def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
@@ -16,6 +18,19 @@ def _num(x: Any) -> float | None:
 
 def _f(x: Any, fmt: str) -> str:
     return format(x, fmt) if isinstance(x, (int, float)) and not isinstance(x, bool) else "-"
+
+
+def cpu_ms_by_part(parts: Any, cpu_s: Any, iterations: int) -> dict[str, float] | None:
+    """A worker's CPU per iteration (ms) part by part (``cpu_parts``: the main thread's,
+    cumulative seconds) and ``threads``, the process's CPU in the steps less their sum (the
+    transport's and ZeroMQ's threads); None without the figures."""
+    total = _num(cpu_s)
+    if not isinstance(parts, Mapping) or total is None or iterations <= 0:
+        return None
+    secs = {str(k): v for k, raw in parts.items() if (v := _num(raw)) is not None}
+    out = {k: 1e3 * v / iterations for k, v in sorted(secs.items())}
+    out["threads"] = 1e3 * max(0.0, total - sum(secs.values())) / iterations
+    return out
 
 
 def exchange_report(
@@ -61,6 +76,7 @@ def exchange_report(
                 if iterations and (cpu := _num(last.get("cpu_s"))) is not None
                 else None
             ),
+            "cpu_ms_by_part": cpu_ms_by_part(last.get("cpu_parts"), last.get("cpu_s"), iterations),
             "wait_s": _num(last.get("wait_s")),
             "pilot_s": _num(last.get("pilot_s")),
             "dropped_payloads": last.get("dropped_payloads", 0),
@@ -127,4 +143,24 @@ def _markdown(rep: dict[str, Any], name: str) -> str:
         "idle: the share of training time the worker waited for its peers' messages. "
         f"WAN bytes per iteration, all workers: {_f(rep['wan_bytes_per_iteration'], '.0f')}.",
     ]
-    return "\n".join(lines)
+    return "\n".join(lines + _cpu_lines(rep["workers"]))
+
+
+def _cpu_lines(workers: Mapping[int, Mapping[str, Any]]) -> list[str]:
+    """The CPU table: each worker's CPU per iteration, part by part (none: no lines)."""
+    by = {w: v["cpu_ms_by_part"] for w, v in sorted(workers.items()) if v.get("cpu_ms_by_part")}
+    if not by:
+        return []
+    order = [p for p in (*PARTS, "threads") if any(p in v for v in by.values())]
+    lines = [
+        "",
+        "CPU per iteration (ms), part by part: the main thread's, and the other threads' "
+        "(the transport's); a slow host's iteration is about their sum over its cores.",
+        "",
+        "| worker | " + " | ".join(order) + " | total |",
+        "|---:|" + "---:|" * (len(order) + 1),
+    ]
+    for w, v in by.items():
+        cells = [_f(v.get(p), ".2f") for p in order]
+        lines.append(f"| {w} | " + " | ".join(cells) + f" | {_f(sum(v.values()), '.2f')} |")
+    return lines
