@@ -211,7 +211,14 @@ def predict_setting(
 
 def choose(predicted: Mapping[str, Mapping[str, Any]]) -> tuple[str, str | None]:
     """R-DL-1's setting, the compute setting with the largest predicted batching cut (ties: the
-    first), and the control, the compute setting with the least (None: only one). Pure."""
+    shorter CPU quota period, then the first), and the control, the compute setting with the
+    least (None: only one). Pure.
+
+    The model does not time a quota's stalls, so it predicts one cut for every period; the
+    shorter period is the slow device a quota stands for (a 0.3-core host runs 3 ms and stalls
+    7, not 30 and 70), and in the quick reproduction of commit 308b800 at 100 ms the three
+    identical 0.3-core hosts waited 24-44% of the time for each other without batching, each
+    iteration as long as the worst-placed stall among them."""
     compute = [k for k, v in predicted.items() if v.get("bed") == "compute"]
     if not compute:
         raise EdgetrainError("the regime map has no compute setting to choose from")
@@ -220,7 +227,11 @@ def choose(predicted: Mapping[str, Mapping[str, Any]]) -> tuple[str, str | None]
         v = predicted[key].get("batching_cut")
         return float(v) if isinstance(v, (int, float)) else float("-inf")
 
-    chosen = max(compute, key=lambda k: (score(k), -compute.index(k)))
+    def period(key: str) -> float:
+        v = predicted[key].get("period_ms")
+        return float(v) if isinstance(v, (int, float)) else 0.0  # None: no quota
+
+    chosen = max(compute, key=lambda k: (score(k), -period(k), -compute.index(k)))
     rest = [k for k in compute if k != chosen]
     control = min(rest, key=lambda k: (score(k), rest.index(k))) if rest else None
     return chosen, control

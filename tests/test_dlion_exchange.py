@@ -425,3 +425,40 @@ def test_a_received_read_only_payload_adds_in_without_a_warning() -> None:
         Payload("sparse", 4, vals, np.array([1, 3], np.int32)).add_into(target)
         Payload("slice", 4, vals, None, 2).add_into(target)
     assert target.tolist() == [0.0, 1.0, 1.0, 4.0]
+
+
+def test_a_residual_knows_when_it_holds_nothing() -> None:
+    res = Residual(4)
+    assert res.empty and res.exact  # float32 on the CPU: a dense take sends it as it is
+    g = torch.tensor([1.0, -2.0, 3.0, 0.5])
+    dense = res.take(g, None)
+    assert res.empty and dense.values.tolist() == [1.0, -2.0, 3.0, 0.5]
+    res.take(g, 2)  # a sparse take keeps the rest
+    assert not res.empty and res.r.tolist() == [1.0, 0.0, 0.0, 0.5]
+    res.take(None, None)
+    assert res.empty and res.r.tolist() == [0.0] * 4
+    res.add(g)  # selective DLion's per-site residual
+    assert not res.empty
+    assert not Residual(4, dtype=torch.float64).exact  # its float32 rounding stays behind
+    wide = Residual(2, dtype=torch.float64)
+    wide.take(torch.tensor([1.0, 1.0 + 1e-12], dtype=torch.float64), None)
+    assert not wide.empty and wide.r.tolist()[1] != 0.0
+
+
+def test_every_dense_link_of_an_iteration_shares_one_copy_of_the_gradient() -> None:
+    """What DLion sends on a dense link with nothing held back is what that link's residual
+    take would send, one copy for all such links, which the update's in-place change of the
+    gradient does not reach (the transport may still hold it)."""
+    from types import SimpleNamespace
+
+    from edgetrain.gossip.exchange.dlion import DLion
+
+    worker = SimpleNamespace(_dense=None, flat=SimpleNamespace(n=3))
+    g = torch.tensor([0.5, -1.0, 2.0])
+    first = DLion._dense_of(worker, g)  # type: ignore[arg-type]
+    again = DLion._dense_of(worker, g)  # type: ignore[arg-type]
+    assert again is first and first.kind == "dense"
+    by_take = Residual(3).take(g, None)
+    assert first.values.tolist() == by_take.values.tolist()
+    g.add_(10.0)  # the update, in place
+    assert first.values.tolist() == [0.5, -1.0, 2.0]

@@ -7,6 +7,8 @@ import multiprocessing as mp
 import time
 from pathlib import Path
 
+import pytest
+
 from edgetrain.gossip.exchange.batching import plan_batches
 from edgetrain.gossip.exchange.capacity import one_pilot_at_a_time, pilot
 from edgetrain.gossip.exchange.controller import make_plan
@@ -55,6 +57,29 @@ def test_a_pilot_repeats_rounds_until_its_windows_agree() -> None:
     assert curve == [(4, 400.0)]
     steady = _fake_step({4: [0.01] * 20})
     assert pilot(steady, [4], seconds=0.0, rounds=2) == [(4, 400.0)]  # type: ignore[arg-type]
+
+
+def test_a_cpu_timed_pilot_takes_the_quota_from_the_whole_pilot() -> None:
+    """0.3 core in 100 ms periods: a step's CPU is exact, its wall time depends on where the
+    stalls fall. The windows' wall times below are that luck (the best window of each size is
+    30% faster than the pilot's pace); CPU over wall across the pilot is the share, 0.3."""
+    clock = {"cpu": 0.0}
+    cpu_per_step = {4: 0.010, 8: 0.016}
+    walls = iter([0.010, 0.010] + [0.0233, 0.0434, 0.0533, 0.0533] * 2)
+
+    def step(m: int) -> float:
+        clock["cpu"] += cpu_per_step[m]
+        return next(walls)
+
+    curve = pilot(step, [4, 8], 0.0, rounds=2, max_rounds=2, cpu=lambda: clock["cpu"])
+    cpus = 2 * 2 * (0.010 + 0.016)
+    share = cpus / (2 * (0.0233 + 0.0434 + 0.0533 + 0.0533))
+    assert curve == [(4, pytest.approx(4 / 0.010 * share)), (8, pytest.approx(8 / 0.016 * share))]
+    assert share == pytest.approx(0.3, abs=1e-3)
+    # by wall time alone each size's luckiest window sets its capacity: size 8's is 60% fast
+    walls = iter([0.010, 0.010] + [0.0233, 0.0434, 0.0533, 0.0533] * 2)
+    by_wall = pilot(step, [4, 8], 0.0, rounds=2, max_rounds=2)
+    assert by_wall == [(4, pytest.approx(8 / 0.0667)), (8, pytest.approx(16 / 0.0667))]
 
 
 def _hold(lock_dir: str, out: str, tag: str) -> None:

@@ -452,6 +452,17 @@ def test_the_rule_chooses_the_largest_predicted_cut_and_the_least_as_control() -
         "a@network-p100": {"bed": "network", "batching_cut": 40.0},  # never R-DL-1's
     }
     assert dlion_regime.choose(pred) == ("a@compute-p10", "b@compute-p10")  # ties: the first
+    # the model times no quota: a tie between periods goes to the shorter
+    tie = {
+        "b@compute-p100": {"bed": "compute", "batching_cut": 25.0, "period_ms": 100},
+        "b@compute-p10": {"bed": "compute", "batching_cut": 25.0, "period_ms": 10},
+        "c@compute-p100": {"bed": "compute", "batching_cut": 25.0, "period_ms": 100},
+        "a@compute-p10": {"bed": "compute", "batching_cut": 2.0, "period_ms": 10},
+    }
+    assert dlion_regime.choose(tie) == ("b@compute-p10", "a@compute-p10")
+    assert dlion_regime.choose({**tie, "d@local": {"bed": "compute", "batching_cut": 25.0}})[0] == (
+        "d@local"
+    )
     assert dlion_regime.choose({"x": {"bed": "compute", "batching_cut": 1.0}}) == ("x", None)
     with pytest.raises(EdgetrainError, match="no compute setting"):
         dlion_regime.choose({"n": {"bed": "network", "batching_cut": 1.0}})

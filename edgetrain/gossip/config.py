@@ -118,6 +118,10 @@ class ExchangeSection(Section):
     capacity: Literal["pilot", "profile"] = "pilot"
     profile: str | None = None
     pilot_s: float = Field(2.0, gt=0, le=120)
+    # How the pilot times a step on one CPU thread: "cpu", its CPU time scaled by the pilot's
+    # CPU share (CPU over wall across the pilot), steady under a CPU quota's stalls; "wall",
+    # the best window's wall time (a GPU or several threads always).
+    pilot_clock: Literal["cpu", "wall"] = "cpu"
     # Eq. 5 weighs each worker's mean gradient by 1/k (worker); sample: by m_j / sum m (DLion's
     # default, below; Gaia's and Ako's batches are equal, so both read the same there).
     gradient_weighting: Literal["worker", "sample"] = "worker"

@@ -32,6 +32,7 @@ def pilot(
     rounds: int = 2,
     max_rounds: int = 4,
     tolerance: float = 0.15,
+    cpu: Callable[[], float] | None = None,
 ) -> Curve:
     """Time ``step(m)`` (one gradient computation at batch m, returning its seconds, the
     emulated slowdown included) at every size: one untimed warm-up each, then rounds over the
@@ -41,23 +42,39 @@ def pilot(
 
     At least ``rounds`` rounds; more (up to ``max_rounds``) until every size's two best windows
     agree within ``tolerance``: repeated until stable. A size's capacity is its best window's
-    samples over its seconds, so that a burst of someone else's load does not count."""
+    samples over its seconds, so that a burst of someone else's load does not count.
+
+    ``cpu``: the stepping thread's CPU clock (a CPU device, one thread). A window then also
+    counts the CPU its steps took, and a size's capacity is its best window's samples per CPU
+    second times the pilot's CPU share: its CPU over its wall time across every window. A window
+    of a fraction of a second holds a few of a quota's periods (0.3 core every 100 ms: 30 ms
+    running, 70 stalled), so its wall time varies with where the stalls fell (some 30% on
+    LeNet-5 in 0.33 s windows) and the best window of each size was the luckiest; the share over
+    the whole pilot spans tens of periods, and CPU per step has no stalls in it."""
     if not sizes:
         return []
     each = seconds / (rounds * len(sizes))
     for m in sizes:
         step(m)  # warm-up: allocator and kernels for this shape
     seen: dict[int, list[float]] = {m: [] for m in sizes}
+    walls, cpus = 0.0, 0.0
     r = 0
     while r < rounds or (r < max_rounds and not _stable(seen, tolerance)):
         for m in sizes if r % 2 == 0 else sizes[::-1]:
             window, n = 0.0, 0
+            cpu0 = cpu() if cpu is not None else 0.0
             while n < 2 or window < each:
                 window += step(m)
                 n += 1
-            seen[m].append(m * n / window)
+            if cpu is None:
+                seen[m].append(m * n / window)
+                continue
+            spent = max(cpu() - cpu0, 1e-9)
+            walls, cpus = walls + window, cpus + spent
+            seen[m].append(m * n / spent)
         r += 1
-    return [(m, max(seen[m])) for m in sizes]
+    share = cpus / walls if cpu is not None and walls > 0 else 1.0
+    return [(m, max(seen[m]) * share) for m in sizes]
 
 
 def _stable(seen: dict[int, list[float]], tolerance: float) -> bool:

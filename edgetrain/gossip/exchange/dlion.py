@@ -62,6 +62,7 @@ class DLion(Decentral):
         self.loss_ewma = LossEwma(self.cfg.loss_window)
         self.schedule = Schedule(len(ctx.recipe.expanded_workers()))
         self.residuals: dict[Channel, Residual] = {}
+        self._dense: Payload | None = None  # see _dense_of
         self.bw: dict[int, Bandwidth] = {}
         self.t_unit = 0.0
         self.t_bs: int | None = None
@@ -166,6 +167,8 @@ class DLion(Decentral):
         k = self.entries(q)
         if k is None:
             self.counts["dense_by_cost"] += self.paper_entries(q) is not None
+            if g is not None and res.empty and res.exact:
+                return self._dense_of(g)
             return res.take(g, None, score)
         started = time.perf_counter()
         out = res.take(g, k, score)
@@ -173,6 +176,15 @@ class DLion(Decentral):
         old = self.select_s
         self.select_s = took if old is None else old + SELECT_ALPHA * (took - old)
         return out
+
+    def _dense_of(self, g: torch.Tensor) -> Payload:
+        """This iteration's gradient as a dense payload, one copy for every link that carries
+        it whole with nothing held back (what such a link's residual take returns: the
+        gradient itself); a copy because the update then changes ``g`` in place while the
+        transport may still hold the payload's buffer."""
+        if self._dense is None:
+            self._dense = Payload("dense", self.flat.n, g.detach().clone().numpy())
+        return self._dense
 
     def peer_rejoined(self, q: int) -> None:
         """The link to ``q``'s new process starts without the old one's residual (what the old
@@ -188,20 +200,29 @@ class DLion(Decentral):
         """The contribution measure: |v| (None), or Gaia-like |eta v| / (|w| + 1e-8)."""
         if self.cfg.contribution != "relative":
             return None
-        w = self.flat.weights().abs().add_(1e-8)
         lr = self.lr_now / self.k
-        return lambda v: (v * lr).abs().div_(w)
+        weights: list[torch.Tensor] = []  # read at the first sparse take only: a dense one
+        # never scores
+
+        def relative(v: torch.Tensor) -> torch.Tensor:
+            if not weights:
+                weights.append(self.flat.weights().abs().add_(1e-8))
+            return (v * lr).abs().div_(weights[0])
+
+        return relative
 
     def iteration(self, t: int, g: torch.Tensor, epoch: int) -> None:
         started = time.perf_counter()
         score = self.score()
         meta = {"ack": self.acks}
+        self._dense = None  # this iteration's gradient, dense, once for every link
         if self.cfg.selective:
             expected = self._send_selective(t, g, score)
         else:
             for q in self.peers:
                 self.send_grad(q, t, self.take(self.residual(q), g, q, score), meta)
             expected = self.peers
+        self._dense = None
         self.times["exchange_s"] += time.perf_counter() - started
         self.wait_for_gradients(t, expected)
         self.update(g, t)

@@ -220,8 +220,16 @@ class Decentral(NodeHolder):
             self._gradient(sampler.next(m), count=False)
             return time.perf_counter() - started
 
+        # on one CPU thread the steps' CPU time says what a step costs, and the pilot's CPU
+        # share how fast the host runs it (capacity.pilot); elsewhere wall time alone
+        one_cpu = self.device.type == "cpu" and torch.get_num_threads() == 1
         with capacity.one_pilot_at_a_time() as waited:
-            curve = capacity.pilot(step, capacity.pilot_sizes(self.b0), cfg.pilot_s)
+            curve = capacity.pilot(
+                step,
+                capacity.pilot_sizes(self.b0),
+                cfg.pilot_s,
+                cpu=time.thread_time if one_cpu and cfg.pilot_clock == "cpu" else None,
+            )
         self.pilot_wait_s = waited
         for p in self.flat.params:
             p.grad = None

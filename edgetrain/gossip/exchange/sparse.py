@@ -212,6 +212,12 @@ class Residual:
 
     def __init__(self, n: int, dtype: torch.dtype = torch.float32, device: str = "cpu") -> None:
         self.r = torch.zeros(n, dtype=dtype, device=device)
+        self.empty = True  # known to hold nothing: a dense take of g alone is g
+
+    @property
+    def exact(self) -> bool:
+        """A float32 vector on the CPU: it travels as it is, nothing lost to rounding."""
+        return self.r.dtype == torch.float32 and self.r.device.type == "cpu"
 
     @property
     def n(self) -> int:
@@ -219,6 +225,7 @@ class Residual:
 
     def add(self, g: torch.Tensor) -> None:
         self.r.add_(g)
+        self.empty = False
 
     def take(
         self,
@@ -232,10 +239,12 @@ class Residual:
         if g is not None:
             self.r.add_(g)
         v = self.r
-        exact = v.dtype == torch.float32 and v.device.type == "cpu"
+        exact = self.exact
+        self.empty = False
         if k is None:
             if exact:  # the vector itself travels (no rounding lost); a fresh one stays
                 self.r = torch.zeros_like(v)
+                self.empty = True
                 return Payload("dense", self.n, v.numpy())
             vals, lost = to_float32(v)
             self.r = lost
