@@ -53,7 +53,8 @@ REFERENCE_CPU = 1.0  # the profile's device: one unthrottled core (see the docst
 PROFILE_HOST = "fast"  # dlion-compute-4's 0.9-core host
 RULE = (
     "the compute setting (workload x CPU quota period) where the cost model predicts the largest "
-    "cut in time per sample from capacity-aware batching (ties: the first of the map); the "
+    "cut in time per sample from capacity-aware batching (ties: the shorter CPU quota period, "
+    "then the first of the map); the "
     "control: the compute setting with the least predicted cut"
 )
 
@@ -214,11 +215,11 @@ def choose(predicted: Mapping[str, Mapping[str, Any]]) -> tuple[str, str | None]
     shorter CPU quota period, then the first), and the control, the compute setting with the
     least (None: only one). Pure.
 
-    The model does not time a quota's stalls, so it predicts one cut for every period; the
-    shorter period is the slow device a quota stands for (a 0.3-core host runs 3 ms and stalls
-    7, not 30 and 70), and in the quick reproduction of commit 308b800 at 100 ms the three
-    identical 0.3-core hosts waited 24-44% of the time for each other without batching, each
-    iteration as long as the worst-placed stall among them."""
+    The model times each host's stalls under its quota but not that an iteration waits for the
+    worst-placed stall among several hosts, so where it predicts one cut for two periods the
+    shorter is the slow device a quota stands for (a 0.3-core host runs 3 ms and stalls 7, not
+    30 and 70): in the quick reproduction of commit 308b800 at 100 ms the three identical
+    0.3-core hosts waited 24-44% of the time for each other without batching."""
     compute = [k for k, v in predicted.items() if v.get("bed") == "compute"]
     if not compute:
         raise EdgetrainError("the regime map has no compute setting to choose from")
