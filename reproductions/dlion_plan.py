@@ -22,9 +22,10 @@ TOTALS = (64, 128, 256, 512, 1024, 2048)
 # seed's runs sat at 0.53 for the last 8 of 30 epochs; over 60 both arms of two seeds reached
 # 0.95 (at 10 epochs and b0 = 64 the runs were still climbing)
 QUICK_EPOCHS = 60
-# the workloads the quick regime chooses among: b0 = 128 is where the calibrated model put
-# batching's cut at 25% and more on dlion-compute-4 (the loop's 4-5 ms of CPU an iteration and
-# a step's fixed part do not shrink with a slow host's batch, so smaller batches gain less)
+# the workloads the quick regime chooses among: b0 = 128 is where the model calibrated on the
+# pilot of commit dd8e302's quick run put batching's cut at 25% and more on dlion-compute-4 (the
+# loop's 4-5 ms of CPU an iteration and a step's fixed part do not shrink with a slow host's
+# batch, so smaller batches gain less); the a priori map of commit 463c2c5 chose it (28.1%)
 QUICK_CANDIDATES = (("lenet5", 32), ("lenet5", 64), ("lenet5", 128))
 # DLion warms up to k x eta: at 0.02 (0.08) a digits pilot diverged; at 0.01 (0.04) the quick
 # reproduction of commit 14f5941 had accuracy collapses mid-run in 5 of its 12 runs (one never
