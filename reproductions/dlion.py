@@ -8,14 +8,15 @@ What runs (shared/specs/gossip.md D.2), on the MNIST test set (8,000 train / 2,0
 a worker), SGD momentum 0.9, the same seeds and data in every arm:
 
 - Regime first (:mod:`reproductions.dlion_regime`): before any run, each candidate workload
-  (cnn2 and LeNet-5 at b0 = 32 and 64) is profiled on the fast host of ``dlion-compute-4``, and
+  (LeNet-5 at b0 = 32, 64 and 128) is profiled on the fast host of ``dlion-compute-4``, and
   the cost model predicts DLion with and without capacity-aware batching, Gaia and Ako on
   ``dlion-compute-4`` at the emulator's 100 ms CPU quota period and at 10 ms, and on
   ``dlion-network-4``; ``OUT/regime.json`` keeps it (written once). R-DL-1 and everything on
   the compute testbed run on the setting with the largest predicted batching cut; the compute
   setting with the least runs DLion with and without batching as a measured control.
 - A pilot (seed 0, reported, never reused as a measured seed) on each testbed picks every arm
-  family's own eta (DLion, Gaia and Ako each from {0.01, 0.02, 0.05}, the most accurate final)
+  family's own eta (DLion, Gaia and Ako each from {0.005, 0.01, 0.02}: the highest mean
+  accuracy over the pilot's epochs, so an eta that collapses and climbs back loses)
   and every arm runs at its family's; on ``dlion-compute-4`` it then fixes the targets on the
   rising curve: T_high, the lowest accuracy the DLion pilots (with and without batching) had at
   half their training time, at least half a point under the lowest of their plateaus; T_low,
@@ -65,6 +66,7 @@ from edgetrain.experiment import cli, recipes, report
 from edgetrain.experiment.beds import Bed, BedSpec, bring_up
 from edgetrain.experiment.claims import arm_values, median
 from edgetrain.experiment.curves import accuracy_at, time_to
+from edgetrain.experiment.pilot import mean_accuracy
 from edgetrain.experiment.runner import Runner
 from edgetrain.gossip.exchange.batching import default_t_bs
 from reproductions.dlion_calibration import CALIBRATING_ARM, phase_calibrated
@@ -87,6 +89,7 @@ from reproductions.dlion_plan import (
     R3_ARMS,
     R6_ARMS,
     R7_ARMS,
+    REGIME_LR,
     SITES_SPEC,
     SMOKE_HELP,
     TABLE1,
@@ -155,7 +158,7 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
     res: dict[str, Any] = {"pilot": {"seed": p.pilot_seed}, "testbeds": {}, "budgets": {}}
     res["lrs"] = {}
     runs = Batches(p, runner, recipes.data(p.dataset, root), pilot=res["pilot"])
-    runs.lr = p.lr if p.lr is not None else LRS[1]  # the regime's eta (Gaia's share)
+    runs.lr = p.lr if p.lr is not None else REGIME_LR  # the regime's eta (Gaia's share)
     claims = set(p.claims)
 
     def bed(spec: BedSpec) -> AbstractContextManager[Bed]:
@@ -224,22 +227,29 @@ def _regime(runs: Batches, b: Bed, res: dict[str, Any]) -> Setting:
 
 def _tune(runs: Batches, bed: Bed, res: dict[str, Any], key: str, families: Sequence[str]) -> None:
     """Every arm family's own eta on this testbed (unless the plan fixes one): a pilot of each
-    family at each of LRS, the most accurate final."""
+    family at each of LRS, the highest mean accuracy over its epochs (:func:`pick_lr`)."""
     p = runs.p
     if p.lr is not None:
         runs.lr, runs.lrs = p.lr, {}
         res["lrs"][key] = {f: p.lr for f in families}
         return
     finals: dict[str, dict[float, float | None]] = {}
+    means: dict[str, dict[float, float | None]] = {}
     for family in families:
         for lr in LRS:
             runs.lrs = {family: lr}
             tag = "" if key == "compute" else f"-{key}"
-            finals.setdefault(family, {})[lr] = runs.pilots((family,), bed, tag)[family]
-    runs.lrs = pick_lrs(finals)
+            row = runs.pilot_rows((family,), bed, tag)[family]
+            finals.setdefault(family, {})[lr] = row["final_accuracy"]
+            mean = mean_accuracy([pt for pt in row["curve"] if pt[1] is not None])
+            means.setdefault(family, {})[lr] = None if mean is None else round(mean, 4)
+    runs.lrs = pick_lrs(finals, means)
     res["lrs"][key] = dict(runs.lrs)
     res["pilot"].setdefault("lr_finals", {})[key] = {
         f: {str(lr): a for lr, a in by.items()} for f, by in finals.items()
+    }
+    res["pilot"].setdefault("lr_means", {})[key] = {
+        f: {str(lr): m for lr, m in by.items()} for f, by in means.items()
     }
 
 

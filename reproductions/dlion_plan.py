@@ -16,7 +16,15 @@ from edgetrain.tomlconfig import loads
 
 REPO = Path(__file__).resolve().parents[1]
 TESTBEDS = REPO / "recipes" / "testbeds"
-LRS = (0.01, 0.02, 0.05)
+# the etas every arm family's pilots try (the highest mean accuracy over the pilot's epochs:
+# pick_lr). A probe of LeNet-5 at b0 = 128 on MNIST (dlion-compute-4, seed 1, 10 epochs) gave
+# the mean accuracy and final at 0.0025 / 0.005 / 0.01 / 0.02 / 0.04: DLion 0.71 0.92 / 0.74
+# 0.93 / 0.82 0.96 / 0.61 0.91 (collapsed to 0.11) / -; Gaia 0.61 0.89 at 0.01, 0.69 0.94 at
+# 0.02, 0.59 0.90 at 0.04 (fell to 0.11); Ako 0.73 0.93 at 0.01, 0.79 0.96 at 0.02, 0.51 0.91
+# at 0.04 (fell to 0.10); Gaia at 0.0025 reached 0.34. The grid holds every family's best; a
+# step past Gaia's and Ako's (0.04) was worse, and DLion diverging there could fail a run
+LRS = (0.005, 0.01, 0.02)
+REGIME_LR = 0.01  # the eta the regime's profile and prediction name (before any LR pilot)
 TOTALS = (64, 128, 256, 512, 1024, 2048)
 # 60 epochs: at b0 = 128 on digits (512 samples an iteration, 85 iterations in 30 epochs) a
 # seed's runs sat at 0.53 for the last 8 of 30 epochs; over 60 both arms of two seeds reached
@@ -37,7 +45,10 @@ HEADLINE_SEEDS = 5  # R-DL-1 and R-DL-2: at least 5 measured seeds (issue 27)
 DEFAULT_PERIOD_MS = 100  # the emulator's CPU quota period (edgetrain.cgroups.CFS_PERIOD_US)
 SHORT_PERIOD_MS = 10  # a 0.3-core host runs 3 ms and stalls 7, not 30 and 70
 # the workloads the regime chooses R-DL-1's setting among (model, b0), the plan's own first
-CANDIDATES = (("cnn2", 32), ("cnn2", 64), ("lenet5", 32), ("lenet5", 64))
+# (LeNet-5 only, b0 up to 128: the quick regime's finding that the gain grows with the batch;
+# a LeNet-5 run on MNIST at b0 = 128 trains for 6-9 s behind a 30-40 s pilot, so the plan fits
+# about two hours, where cnn2 at b0 = 32 took four)
+CANDIDATES = (("lenet5", 32), ("lenet5", 64), ("lenet5", 128))
 # LR pilots: every arm family picks its own eta from LRS on every testbed (issue 27)
 FAMILIES = ("dlion", "gaia", "ako")
 DIVERGED_BELOW = 0.2  # a pilot's final accuracy this near chance (10 classes) diverged
@@ -248,21 +259,31 @@ def same_bed(beds: dict[str, str], run: str, bed: str) -> None:
         )
 
 
-def pick_lr(finals: dict[float, float | None]) -> float:
-    """The learning rate whose pilot ended most accurate (ties: the smaller)."""
+def pick_lr(
+    finals: dict[float, float | None], means: dict[float, float | None] | None = None
+) -> float:
+    """The learning rate whose pilot had the highest mean accuracy over its epochs (``means``,
+    by eta: the reproductions time targets on the rising curve, so an eta that rises early and
+    stays up beats one that collapses mid-way and climbs back to the same final), then the
+    most accurate final, then the smaller. Without ``means``: the most accurate final."""
     known = {lr: a for lr, a in finals.items() if a is not None}
     if not known:
         raise EdgetrainError("no pilot learning rate finished with an accuracy")
-    return min(known, key=lambda lr: (-known[lr], lr))
+    mean = {lr: (means or {}).get(lr) for lr in known}
+    score = {lr: known[lr] if m is None else m for lr, m in mean.items()}
+    return min(known, key=lambda lr: (-score[lr], -known[lr], lr))
 
 
-def pick_lrs(finals: dict[str, dict[float, float | None]]) -> dict[str, float]:
+def pick_lrs(
+    finals: dict[str, dict[float, float | None]],
+    means: dict[str, dict[float, float | None]] | None = None,
+) -> dict[str, float]:
     """Each arm family's own eta (:func:`pick_lr` over its pilots): a baseline tuned as well as
     DLion, never run at the eta another family liked."""
     out = {}
     for family, by_lr in finals.items():
         try:
-            out[family] = pick_lr(by_lr)
+            out[family] = pick_lr(by_lr, (means or {}).get(family))
         except EdgetrainError:
             raise EdgetrainError(
                 f"no {family} pilot learning rate finished with an accuracy",

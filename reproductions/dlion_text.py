@@ -148,8 +148,9 @@ def setup_text(p: Plan, res: dict[str, Any]) -> str:
     )
     eta = (
         "eta per arm family and testbed, each family (DLion, Gaia, Ako) picked by its own "
-        f"pilots from {', '.join(map(str, LRS))} (the most accurate final; every arm at its "
-        f"family's): {tuned or '-'}"
+        f"pilots from {', '.join(map(str, LRS))} (the highest mean accuracy over the pilot's "
+        "epochs, which favours an eta that rises early and stays up over one that collapses "
+        f"and climbs back; every arm at its family's): {tuned or '-'}"
         if p.lr is None
         else f"eta = {p.lr} (fixed) in every arm"
     )

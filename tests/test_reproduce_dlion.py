@@ -13,6 +13,7 @@ import pytest
 
 from edgetrain.errors import EdgetrainError
 from edgetrain.experiment import cli
+from edgetrain.experiment.pilot import mean_accuracy
 from edgetrain.recipe import parse_recipe
 from edgetrain.tomlconfig import loads
 from reproductions import dlion, dlion_regime, dlion_regime_claims, dlion_runs
@@ -261,6 +262,21 @@ def test_targets_knee_and_learning_rate_from_pilots() -> None:
     assert dlion.knee(acc) == 512  # the largest within 2 points of the best (0.975)
     assert dlion.knee({64: None}) is None
     assert dlion.pick_lr({0.01: 0.95, 0.02: 0.96, 0.05: 0.96}) == 0.02
+    # with the pilots' mean accuracies: the one that rose early and stayed up wins over one
+    # that collapsed and climbed back to a better final; a tie on the mean: the better final
+    means: dict[float, float | None] = {0.01: 0.80, 0.02: 0.70, 0.05: 0.80}
+    assert dlion.pick_lr({0.01: 0.95, 0.02: 0.96, 0.05: 0.97}, means) == 0.05
+    assert dlion.pick_lr({0.01: 0.95, 0.02: 0.96, 0.05: 0.95}, means) == 0.01
+    assert dlion.pick_lr({0.01: None, 0.02: 0.96, 0.05: 0.90}, means) == 0.05
+    assert dlion.pick_lrs({"gaia": {0.01: 0.9, 0.02: 0.95}}, {"gaia": {0.01: 0.7, 0.02: 0.6}}) == {
+        "gaia": 0.01
+    }
+    # the probe of 2026-11-29 (Ako on MNIST at b0 = 128): 0.02 fell from 0.70 to 0.49 and
+    # still led over the epochs
+    ako_01 = [[float(i), a] for i, a in enumerate((0.19, 0.35, 0.64, 0.75, 0.83, 0.88, 0.91))]
+    ako_02 = [[float(i), a] for i, a in enumerate((0.28, 0.70, 0.49, 0.81, 0.90, 0.92, 0.94))]
+    assert mean_accuracy(ako_01) == pytest.approx(0.65) and mean_accuracy([]) is None
+    assert mean_accuracy(ako_02) == pytest.approx(0.72)
     curve = {
         "curve": [{"train_s": 3.0, "test_accuracy": 0.5}, {"train_s": 6.0, "test_accuracy": 0.9}]
     }
@@ -368,7 +384,7 @@ def test_the_default_plan_runs_the_ablations_on_fewer_seeds() -> None:
     p = dlion.plan_for(args)
     assert p.seeds == (1, 2, 3) and p.r1_seeds == (1, 2, 3, 4, 5) and p.side_seeds == (1, 2)
     assert PLAN.side_seeds == PLAN.seeds  # no reduction unless asked
-    assert p.periods == (100, 10) and p.control and p.candidates[0] == ("cnn2", 32)
+    assert p.periods == (100, 10) and p.control and p.candidates[-1] == ("lenet5", 128)
     local = dlion.plan_for(argparse.Namespace(seeds=3, smoke=False, quick=True, testbed="local"))
     assert local.periods == (None,) and not local.control  # no quota on local processes
 
@@ -406,8 +422,8 @@ def _full_plan() -> dlion.Plan:
 def test_the_map_and_its_testbeds() -> None:
     p = _full_plan()
     keys = [s.key for s in dlion_regime.settings_of(p)]
-    assert keys[:2] == ["cnn2-b32@compute-p100", "cnn2-b32@compute-p10"]
-    assert keys[-1] == "lenet5-b64@network-p100" and len(keys) == 4 * 2 + 4
+    assert keys[:2] == ["lenet5-b32@compute-p100", "lenet5-b32@compute-p10"]
+    assert keys[-1] == "lenet5-b128@network-p100" and len(keys) == 3 * 2 + 3
     short = dlion_regime.bed_spec(dlion_regime.Setting("cnn2", 32, "compute", 10))
     assert short.name == "dlion-compute-4-p10" and short.shares == (0.9, 0.3, 0.3, 0.3)
     facts = dlion_regime.facts_of(short, local=False)

@@ -71,3 +71,11 @@ def curve_of(summary: Mapping[str, object]) -> Curve:
         for p in points
         if p.get("train_s") is not None and p.get("test_accuracy") is not None
     ]
+
+
+def mean_accuracy(curve: Curve) -> float | None:
+    """A pilot's mean accuracy over its evaluations (the area under its curve per epoch): high
+    for a run that rises early and stays up, lower for one that collapses mid-way and climbs
+    back to the same final (None without a point)."""
+    points = [acc for _, acc in curve]
+    return sum(points) / len(points) if points else None
