@@ -118,13 +118,6 @@ class Batches:
         arms = [self.arm(n, bed, tag, **kw) for n in names]
         return self.runner.batch(arms, seeds, bed, row)
 
-    def pilots(
-        self, names: Sequence[str], bed: Bed, tag: str, **kw: Any
-    ) -> dict[str, float | None]:
-        """Runs of ``names`` at the pilot seed (recorded in the report's pilot): their final
-        accuracies."""
-        return {n: r["final_accuracy"] for n, r in self.pilot_rows(names, bed, tag, **kw).items()}
-
     def pilot_rows(self, names: Sequence[str], bed: Bed, tag: str, **kw: Any) -> dict[str, Row]:
         """Runs of ``names`` at the pilot seed (recorded in the report's pilot), each at its
         family's eta (a run name says it: the LR pilot at that eta is the same run): their
