@@ -44,11 +44,11 @@ SMOKE_LR = 0.01  # two epochs at b0 = 16: the smoke path must learn something at
 HEADLINE_SEEDS = 5  # R-DL-1 and R-DL-2: at least 5 measured seeds (issue 27)
 DEFAULT_PERIOD_MS = 100  # the emulator's CPU quota period (edgetrain.cgroups.CFS_PERIOD_US)
 SHORT_PERIOD_MS = 10  # a 0.3-core host runs 3 ms and stalls 7, not 30 and 70
-# the workloads the regime chooses R-DL-1's setting among (model, b0), the plan's own first
-# (LeNet-5 only, b0 up to 128: the quick regime's finding that the gain grows with the batch;
-# a LeNet-5 run on MNIST at b0 = 128 trains for 6-9 s behind a 30-40 s pilot, so the plan fits
-# about two hours, where cnn2 at b0 = 32 took four)
-CANDIDATES = (("lenet5", 32), ("lenet5", 64), ("lenet5", 128))
+# the workloads the regime chooses R-DL-1's setting among (model, b0): the quick run's, on
+# MNIST (LeNet-5 only, b0 up to 128: the quick regime's finding that the gain grows with the
+# batch; a LeNet-5 run on MNIST at b0 = 128 trains for 6-9 s behind a 30-40 s pilot, so the
+# plan fits about two hours, where cnn2 at b0 = 32 took four)
+CANDIDATES = QUICK_CANDIDATES
 # LR pilots: every arm family picks its own eta from LRS on every testbed (issue 27)
 FAMILIES = ("dlion", "gaia", "ako")
 DIVERGED_BELOW = 0.2  # a pilot's final accuracy this near chance (10 classes) diverged
