@@ -46,12 +46,19 @@ def ideal_cut(shares: Sequence[float]) -> float:
     return 100.0 * (1.0 - len(shares) * min(shares) / sum(shares))
 
 
+MODEL_NAMES = {"lenet5": "LeNet-5", "mlp": "the MLP"}  # as the report writes them
+
+
 def setting(p: Plan) -> str:
+    """The workload and testbed in a few words, against the paper's: ``p`` is the plan with
+    the regime's chosen model and b0 in it (the full plan's default model is only its
+    fallback)."""
     data = (
-        "digits (1,437 train / 360 test), LeNet-5"
+        "digits (1,437 train / 360 test)"
         if p.dataset == "digits"
-        else "cnn2 on the MNIST test set (8,000 train / 2,000 test)"
+        else "the MNIST test set (8,000 train / 2,000 test)"
     )
+    data = f"{MODEL_NAMES.get(p.model, p.model)} at b0 = {p.b0} on {data}"
     where = "local processes with slowdowns in the testbed's ratios" if p.local else "emulated"
     return f"{data}; {where}; the paper: CIFAR-10, a 17 MB 2conv+2fc model, 4 servers"
 

@@ -25,6 +25,9 @@ shares, one LAN), LeNet-5 on the MNIST test set (8,000 train / 2,000 test, 2,000
 - R-EG-8: GoSGD, EdgeGossip and EdgeGossip with a random kept share on non-IID shards
   (Dirichlet(0.5) per class, the issue's regime where the choice of kept samples can matter;
   the paper ran IID only): the aggregates against a random share at the same epochs.
+- R-EG-6: scale and model cost, time per epoch (the map predicts them): GoSGD and EdgeGossip
+  with the heavier cnn2 on edgegossip-4 (5 epochs), and with LeNet-5 on 2, 3 and 6 platforms
+  whose fastest host is 4x the slowest (8 epochs; edgegossip-4 is the 4).
 - R-EG-7: contention that changes mid-run, predictive against reactive against static balance:
   (i) a co-running load inside gpu-a's cgroup, (ii) gpu-a's CPU quota cut (invisible to /proc).
 
@@ -55,6 +58,7 @@ from reproductions.edgegossip_plan import (
     NONIID,
     PILOT_ARMS,
     QUICK_HELP,
+    R_EG_6,
     R_EG_8,
     SHARES,
     SMOKE_HELP,
@@ -62,8 +66,10 @@ from reproductions.edgegossip_plan import (
     TESTBED_HELP,
     Plan,
     bed_spec,
+    heavy_model,
     plan_for,
     recipe,
+    scale_beds,
 )
 from reproductions.edgegossip_probes import aggregation_costs, profile_hosts
 from reproductions.edgegossip_regime import phase_regime
@@ -111,6 +117,14 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
         if p.noniid:  # where the choice of kept samples can matter: the same arms, skewed shards
             skewed = replace(runs, data=runs.data | NONIID)
             res["r_eg_8"] = skewed.batch(R_EG_8, b, p.epochs, "R-EG-8", "-niid")
+        if (heavy := heavy_model(p)) is not None:  # R-EG-6: the heavier model, per epoch
+            # no history: R-EG-5 profiled the plan's model, so the predictor starts from the
+            # first epoch's own per-sample time
+            cnn = replace(runs, p=replace(p, model=heavy), history=None)
+            res["r_eg_6"] = {
+                "model": heavy,
+                "runs": cnn.batch(R_EG_6, b, p.heavy_epochs, f"R-EG-6 {heavy}", f"-{heavy}"),
+            }
         if p.contention and b.tb is not None:
             res["r_eg_7"] = contention(runs, b)
     if p.imbalance:
@@ -123,6 +137,15 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
             with bed(f"eg-imb{k}", shares) as b:
                 res["r_eg_2"][str(k)] = imbalanced.batch(
                     ("gosgd-sync", "edgegossip"), b, p.side_epochs, f"R-EG-2 {k}x", f"-imb{k}"
+                )
+    if p.scale:  # R-EG-6: LeNet-5 at 2, 3 and 6 platforms, the fastest 4x the slowest
+        scaled = replace(runs, history=None)
+        res.setdefault("r_eg_6", {})["scale"] = {}
+        for name, scale in scale_beds(p):
+            n = len(scale)
+            with bed(name, scale) as b:
+                res["r_eg_6"]["scale"][str(n)] = scaled.batch(
+                    R_EG_6, b, p.scale_epochs, f"R-EG-6 {n} platforms", f"-scale{n}"
                 )
     if p.aggregation:
         res["r_eg_4"] = aggregation_costs(p, root, out, cli.say)

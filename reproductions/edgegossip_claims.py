@@ -191,7 +191,7 @@ def build_claims(res: dict[str, Any], p: Plan) -> list[Claim]:
         if res.get("r_eg_7", {}).get(scenario):
             claims.append(_contention_claim(cid, scenario, res["r_eg_7"][scenario], seeds))
     claims.extend(regime_claims(res))
-    claims.append(r_eg_6(res))
+    claims.extend(r_eg_6(res))
     return claims
 
 

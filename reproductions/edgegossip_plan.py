@@ -22,6 +22,14 @@ IMBALANCE = {
     3: (0.70, 0.70, 0.233, 0.233),
     5: (0.75, 0.75, 0.15, 0.15),
 }
+# R-EG-6's scale: 2, 3 and 6 platforms beside edgegossip-4's 4, the fastest 4x the slowest
+# (gossip.md R-EG-6; 6 hosts: its 0.5/0.4/0.3/0.3/0.2/0.125 cores), LeNet-5 on each
+SCALE = {
+    2: (0.76, 0.19),
+    3: (0.76, 0.38, 0.19),
+    6: (0.5, 0.4, 0.3, 0.3, 0.2, 0.125),
+}
+R_EG_6 = ("gosgd-sync", "edgegossip")  # the heavier model on edgegossip-4, and every scale
 T_A = 0.95
 LEVELS = tuple(round(i / 12, 4) for i in range(13))
 PAPER = {"speedup": 2.70, "loss_pp": 0.78, "mape": 4.30, "share": 3.0}
@@ -77,6 +85,10 @@ class Plan:
     pilot_seed: int = PILOT_SEED
     regime_models: tuple[str, ...] = REGIME_MODELS  # the regime map's models (the plan's first)
     noniid: bool = True  # R-EG-8: GoSGD, EdgeGossip and a random kept share on non-IID shards
+    heavy: bool = True  # R-EG-6: the heavier model on edgegossip-4 (time per epoch)
+    scale: bool = True  # R-EG-6: LeNet-5 at 2, 3 and 6 platforms (time per epoch)
+    heavy_epochs: int = 5  # R-EG-6's heavier model: cnn2 takes about 9 s a GoSGD epoch
+    scale_epochs: int = 8  # R-EG-6's scale runs (LeNet-5)
 
 
 # the help of --quick and --smoke (and --testbed)
@@ -90,19 +102,36 @@ def plan_for(args: argparse.Namespace) -> Plan:
     off = (False,) * 5  # no imbalance, ratios, aggregation, predictor or contention
     if args.smoke:
         smoke = Plan((1,), True, "digits", "mlp", 2, 2, ("gosgd-sync", "edgegossip"), *off)
-        return replace(smoke, regime_models=(), noniid=False)
+        return replace(smoke, regime_models=(), noniid=False, heavy=False, scale=False)
     local = cli.local(args)
     if args.quick:
-        return Plan(seeds, local, "digits", "lenet5", 20, 20, R_EG_1, *off, noniid=False)
+        quick = Plan(seeds, local, "digits", "lenet5", 20, 20, R_EG_1, *off, noniid=False)
+        return replace(quick, heavy=False, scale=False)
     return Plan(seeds, local, "mnist", "lenet5", 40, 20, contention=not local)
 
 
 def bed_spec(name: str, shares: tuple[float, ...]) -> BedSpec:
-    """edgegossip-4 as ``name`` with its hosts' CPU shares set to ``shares``."""
+    """edgegossip-4 as ``name`` with its hosts' CPU shares set to ``shares``; another number
+    of shares than its 4 hosts (R-EG-6's scale) gives hosts ``p1``, ``p2``, ... on its LAN."""
     doc = spec_doc(TESTBED) | {"name": name}
+    if len(shares) != len(HOSTS):
+        site = doc["sites"][0]
+        site["hosts"] = [{"name": f"p{i + 1}", "cpu": 0.0} for i in range(len(shares))]
+        doc["description"] = f"EdgeGossip at {len(shares)} platforms (R-EG-6) on one LAN"
     for host, share in zip(hosts_of(doc), shares, strict=True):
         host["cpu"] = share
     return BedSpec(name, shares, spec=doc)
+
+
+def scale_beds(p: Plan) -> list[tuple[str, tuple[float, ...]]]:
+    """R-EG-6's scale testbeds (none unless the plan runs them)."""
+    return [(f"eg-scale{n}", shares) for n, shares in SCALE.items()] if p.scale else []
+
+
+def heavy_model(p: Plan) -> str | None:
+    """R-EG-6's heavier model: the map's model other than the plan's (None: the plan has none,
+    or does not run it)."""
+    return next((m for m in p.regime_models if m != p.model), None) if p.heavy else None
 
 
 def batch_of(p: Plan) -> int:

@@ -1,12 +1,13 @@
 """Regime first, for the EdgeGossip reproduction: before any measured run (the pilots
 included), the gossip family's cost model (GoSGD's and EdgeGossip's ``predict`` hooks,
 :mod:`edgetrain.gossip.cost_gosgd`) predicts every arm's training time per epoch on every
-setting of a map: LeNet-5 and the heavier cnn2 (R-EG-6's pair) on ``edgegossip-4`` (4:3:2:1)
-and on the 1x, 3x and 5x imbalance testbeds of R-EG-2. The layers come from each model's
-profile measured inside the fastest host of ``edgegossip-4`` (``edgetrain profile``, one torch
-thread as a worker has, the fastest of three tries; for local processes, here). The prediction
-is written to ``OUT/regime.json`` once and never rewritten (a resumed reproduction reads it
-back); it says whether any measured run existed when it was written.
+setting of a map: LeNet-5 and the heavier cnn2 (R-EG-6's pair) on ``edgegossip-4`` (4:3:2:1),
+on the 1x, 3x and 5x imbalance testbeds of R-EG-2 and on R-EG-6's 2, 3 and 6 platforms. The
+layers come from each model's profile measured inside the fastest host of ``edgegossip-4``
+(``edgetrain profile``, one torch thread as a worker has, the fastest of three tries; for local
+processes, here). The prediction is written to ``OUT/regime.json`` once and never rewritten (a
+resumed reproduction reads it back); it says whether any measured run existed when it was
+written.
 
 The reference device is the profiled host at its sustained pace: the profile's layers scaled
 by its sustained step under the host's CPU quota (``sustained_scale``), at the host's cores
@@ -47,6 +48,7 @@ from reproductions.edgegossip_plan import (
     bed_spec,
     models_of,
     recipe,
+    scale_beds,
 )
 
 Say = Callable[[str], None]
@@ -74,11 +76,12 @@ class Setting:
 
 
 def beds_of(p: Plan) -> list[tuple[str, tuple[float, ...]]]:
-    """The testbeds the plan runs: edgegossip-4, then R-EG-2's imbalance testbeds."""
+    """The testbeds the plan runs: edgegossip-4, then R-EG-2's imbalance testbeds, then
+    R-EG-6's scale testbeds."""
     out: list[tuple[str, tuple[float, ...]]] = [("edgegossip-4", SHARES)]
     if p.imbalance:
         out += [(f"eg-imb{k}", shares) for k, shares in IMBALANCE.items()]
-    return out
+    return out + scale_beds(p)
 
 
 def settings_of(p: Plan) -> list[Setting]:

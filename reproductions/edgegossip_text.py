@@ -9,7 +9,7 @@ from typing import Any
 from edgetrain.experiment.claims import Row
 from edgetrain.experiment.text import arm_rows, fmt, json_block, spread, table
 from reproductions.edgegossip_claims import speedups
-from reproductions.edgegossip_plan import R_EG_8, T_A, Plan
+from reproductions.edgegossip_plan import R_EG_8, SCALE, T_A, Plan, heavy_model
 from reproductions.edgegossip_regime_claims import regime_table
 
 ARMS_HEAD = (
@@ -144,4 +144,24 @@ def setup_text(p: Plan, res: dict[str, Any]) -> str:
         "accuracy either had at half its training time, at least half a point under the lower "
         "of their plateaus). The asynchronous GoSGD arm trains the same epochs (no "
         "time budget exists); its point for epoch E is when its slowest worker ended E."
+        + r_eg_6_text(p)
+    )
+
+
+def r_eg_6_text(p: Plan) -> str:
+    """What R-EG-6 runs, where the plan runs it ("" where not)."""
+    parts = []
+    if (heavy := heavy_model(p)) is not None:
+        parts.append(f"{heavy} on edgegossip-4 for {p.heavy_epochs} epochs")
+    if p.scale:
+        beds = "; ".join(
+            f"{len(s)} platforms {'/'.join(f'{x:g}' for x in s)} core" for s in SCALE.values()
+        )
+        parts.append(f"{p.model} for {p.scale_epochs} epochs on {beds} (one LAN as edgegossip-4)")
+    if not parts:
+        return ""
+    return (
+        " R-EG-6 (time per epoch): GoSGD and EdgeGossip with "
+        + ", and with ".join(parts)
+        + "; the predictor starts from each run's first epoch (no R-EG-5 history)."
     )

@@ -543,3 +543,19 @@ def test_regime_claims_set_measured_against_predicted() -> None:
         in (table)
     )
     assert "| cnn2-b32@network-p100 | ako | 32/32/32/32 | 800.0 | - | - | - | - |" in table
+
+
+def test_the_report_names_the_chosen_workload_not_the_plans_fallback() -> None:
+    from dataclasses import replace
+
+    from reproductions.dlion_claims import setting
+
+    # the full plan's model is cnn2 until the regime chooses; the report of 2026-11-29 said
+    # "cnn2" in every deviation where the regime had chosen LeNet-5 at b0 = 128
+    chosen = replace(PLAN, model="lenet5", b0=128, local=False)
+    said = setting(chosen)
+    assert said.startswith("LeNet-5 at b0 = 128 on the MNIST test set (8,000 train")
+    assert "cnn2" not in said and "; emulated;" in said
+    assert setting(replace(PLAN, dataset="digits", model="lenet5")).startswith(
+        "LeNet-5 at b0 = 32 on digits"
+    )

@@ -72,7 +72,7 @@ def test_claims_from_literal_rows() -> None:
     assert loss.ours is not None and loss.ours.median == pytest.approx(0.75)
     assert loss.direction_agrees is True
     six = claims["R-EG-6"]  # listed with its reason, never left out
-    assert six.ours is None and six.deviations.startswith("not measured: the runs are not built")
+    assert six.ours is None and six.deviations.startswith("not measured in this mode")
     never = [_row("gosgd-sync", 1, 30.0, 0.97), _row("edgegossip", 1, None, 0.9)]
     c = edgegossip.build_claims({"r_eg_1": never, "targets": {}}, plan)[0]
     assert c.ours is None and c.direction_agrees is None  # not measured, not a disagreement
@@ -152,7 +152,7 @@ def test_regime_map_against_literal_runs() -> None:
     err = claims["R-EG-RE"]
     assert err.ours is not None and err.ours.median == pytest.approx(0.05)
     assert err.direction_agrees is True and "no run missed by more than 30%" in err.deviations
-    six = rc.r_eg_6(res)  # the heavier model's prediction, beside the reason it is not run
+    [six] = rc.r_eg_6(res)  # the heavier model's prediction, beside the reason it is not run
     assert six.ours is None and "cnn2: 3.00x on edgegossip-4" in six.deviations
     table = rc.regime_table(res)
     assert "| lenet5@edgegossip-4 | edgegossip | 1.200 | 1.500 | +25% | 2.50 | 2.00 |" in table
@@ -190,3 +190,84 @@ def test_the_full_plan_runs_noniid_shards_and_smoke_and_quick_do_not() -> None:
         return edgegossip.plan_for(type("A", (), args)())
 
     assert plan().noniid and not plan(quick=True).noniid and not plan(smoke=True).noniid
+
+
+def _pair(seed: int, base_s: float, eg_s: float, epochs: int = 5) -> list[dict]:
+    return [_row("gosgd-sync", seed, None, 0.9, epochs=epochs, train_s=base_s),
+            _row("edgegossip", seed, None, 0.9, epochs=epochs, train_s=eg_s)]  # fmt: skip
+
+
+def test_r_eg_6_from_literal_runs_model_cost_and_scale() -> None:
+    from reproductions import edgegossip_regime_claims as rc
+
+    regime = _regime({"lenet5@edgegossip-4": 3.4, "cnn2@edgegossip-4": 3.4,
+                      "lenet5@eg-scale2": 3.5, "lenet5@eg-scale3": 3.45,
+                      "lenet5@eg-scale6": 3.2})  # fmt: skip
+    res = {
+        "regime": regime,
+        # LeNet-5 on edgegossip-4: 3.0x and 2.0x per epoch (seeds 1, 2)
+        "r_eg_1": [*_pair(1, 30.0, 10.0), *_pair(2, 30.0, 15.0)],
+        "r_eg_6": {
+            "model": "cnn2",  # cnn2: 3.3x and 3.0x
+            "runs": [*_pair(1, 33.0, 10.0), *_pair(2, 30.0, 10.0)],
+            "scale": {"2": [*_pair(1, 20.0, 8.0), *_pair(2, 20.0, 10.0)],  # 2.5x, 2.0x
+                      "3": _pair(1, 9.0, 3.0),  # 3.0x, one seed
+                      "6": [*_pair(1, 30.0, 10.0), *_pair(2, 30.0, 12.0)]},  # 3.0x, 2.5x
+        },
+    }  # fmt: skip
+    rows = rc.setting_rows(res)
+    assert set(rows) == {"lenet5@edgegossip-4", "cnn2@edgegossip-4", "lenet5@eg-scale2",
+                         "lenet5@eg-scale3", "lenet5@eg-scale6"}  # fmt: skip
+    claims = {c.id: c for c in rc.r_eg_6(res)}
+    model = claims["R-EG-6"]  # per seed: 3.3 / 3.0 = 1.1 and 3.0 / 2.0 = 1.5
+    assert model.ours is not None and (model.ours.min, model.ours.max) == pytest.approx((1.1, 1.5))
+    assert model.seeds == [1, 2] and model.direction_agrees is True
+    assert "predicted 1.00x (cnn2 3.40x, lenet5 3.40x)" in model.deviations
+    assert "cnn2 trained 5 epochs a run" in model.deviations
+    scale = claims["R-EG-6b"]  # 6 platforms over 2: 3.0 / 2.5 = 1.2 and 2.5 / 2.0 = 1.25
+    assert scale.ours is not None and scale.ours.median == pytest.approx(1.225)
+    assert "at 6 platforms over its speed-up at 2" in scale.claim
+    assert "2: 2.25x, 3: 3.00x, 4: 2.50x, 6: 2.75x" in scale.deviations
+    assert "predicted 2: 3.50x, 3: 3.45x, 4: 3.40x, 6: 3.20x" in scale.deviations
+    # every R-EG-6 run counts in the map's claims and the model's error
+    ids = {c.id for c in rc.regime_claims(res)}
+    assert {"R-EG-R cnn2@edgegossip-4", "R-EG-R lenet5@eg-scale6", "R-EG-RE"} <= ids
+    assert len(rc.prediction_errors(res)) == 4 + 4 + 4 + 2 + 4
+
+
+def test_scale_testbeds_keep_the_4x_ratio_and_build_recipes() -> None:
+    from edgetrain.recipe import parse_recipe
+    from edgetrain.tomlconfig import loads
+    from reproductions.edgegossip_plan import SCALE, heavy_model, scale_beds
+    from reproductions.edgegossip_regime import settings_of
+
+    for n, shares in SCALE.items():
+        assert len(shares) == n and max(shares) / min(shares) == pytest.approx(4.0)
+        assert sum(shares) <= 1.9  # fits a 2-core machine beside the launcher
+    spec = edgegossip.bed_spec("eg-scale6", SCALE[6])
+    hosts = spec.spec["sites"][0]["hosts"]
+    assert [(h["name"], h["cpu"]) for h in hosts] == [
+        ("p1", 0.5), ("p2", 0.4), ("p3", 0.3), ("p4", 0.3), ("p5", 0.2), ("p6", 0.125),
+    ]  # fmt: skip
+    from edgetrain.emulate.spec import parse_spec
+
+    assert len(parse_spec(dict(spec.spec), "eg-scale6").sites[0].hosts) == 6  # the emulator's
+    four = edgegossip.bed_spec("edgegossip-4", edgegossip.SHARES).spec["sites"][0]["hosts"]
+    assert four[0]["name"] == "gpu-a"  # 4 shares keep edgegossip-4's hosts
+
+    def plan(**kw: object) -> edgegossip.Plan:
+        args = {"seeds": 3, "smoke": False, "quick": False, "testbed": "local"} | kw
+        return edgegossip.plan_for(type("A", (), args)())
+
+    full = plan()
+    assert full.heavy and full.scale and heavy_model(full) == "cnn2"
+    for mode in ({"quick": True}, {"smoke": True}):
+        p = plan(**mode)
+        assert heavy_model(p) is None and scale_beds(p) == []
+    assert [b for b, _ in scale_beds(full)] == ["eg-scale2", "eg-scale3", "eg-scale6"]
+    keys = {s.key for s in settings_of(full)}
+    assert {"lenet5@eg-scale6", "cnn2@eg-scale2", "cnn2@edgegossip-4"} <= keys
+    bed = edgegossip.Bed(spec)
+    text = edgegossip.recipe(full, "edgegossip", bed, 8, 'dataset = "digits"\n', None)
+    parsed = parse_recipe(loads(text.format(seed=1)))
+    assert len(parsed.workers) == 6
