@@ -19,7 +19,7 @@ from typing import Any
 
 from edgetrain.experiment.claims import Row, number
 from edgetrain.experiment.claims import prediction_errors as errors_of
-from edgetrain.experiment.report import Claim, Stat
+from edgetrain.experiment.report import Claim, Stat, above_bound
 from edgetrain.experiment.text import fmt, written_by
 
 GOAL_ERROR = 0.15  # issue 27: median |measured / predicted - 1| over every run predicted
@@ -94,6 +94,8 @@ def regime_claims(res: Mapping[str, Any]) -> list[Claim]:
         seeds = sorted(got)
         vals = [got[s] for s in seeds]
         gain = pred >= GAIN
+        het = number(settings[key].get("heterogeneity"))
+        over = above_bound(vals, het, "the fastest/slowest CPU share, gossip.md 0.3") if het else ""
         out.append(
             Claim(
                 f"R-EG-R {key}",
@@ -107,7 +109,7 @@ def regime_claims(res: Mapping[str, Any]) -> list[Claim]:
                 all((v >= GAIN) == gain for v in vals),
                 f"predicted {pred:.2f}x (heterogeneity "
                 f"{settings[key].get('heterogeneity', 0.0):.1f}x); time per epoch, not to a "
-                f"target{after}",
+                f"target{over}{after}",
                 {"predicted": pred, "per_seed": dict(zip(seeds, vals, strict=True))},
             )
         )
