@@ -123,9 +123,14 @@ def bed_spec(name: str, shares: tuple[float, ...]) -> BedSpec:
     return BedSpec(name, shares, spec=doc)
 
 
+def scale_bed(platforms: int) -> str:
+    """The testbed R-EG-6 runs at ``platforms`` platforms (4: edgegossip-4 itself)."""
+    return "edgegossip-4" if platforms == len(HOSTS) else f"eg-scale{platforms}"
+
+
 def scale_beds(p: Plan) -> list[tuple[str, tuple[float, ...]]]:
     """R-EG-6's scale testbeds (none unless the plan runs them)."""
-    return [(f"eg-scale{n}", shares) for n, shares in SCALE.items()] if p.scale else []
+    return [(scale_bed(n), shares) for n, shares in SCALE.items()] if p.scale else []
 
 
 def heavy_model(p: Plan) -> str | None:

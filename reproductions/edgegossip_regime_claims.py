@@ -21,6 +21,7 @@ from edgetrain.experiment.claims import Row, number
 from edgetrain.experiment.claims import prediction_errors as errors_of
 from edgetrain.experiment.report import Claim, Stat, above_bound
 from edgetrain.experiment.text import fmt, written_by
+from reproductions.edgegossip_plan import scale_bed
 
 GOAL_ERROR = 0.15  # issue 27: median |measured / predicted - 1| over every run predicted
 MISS = 0.30  # a run missed by more than this gets a line
@@ -59,7 +60,7 @@ def setting_rows(res: Mapping[str, Any]) -> dict[str, list[Row]]:
     if six.get("model"):
         add(f"{six['model']}@edgegossip-4", six.get("runs") or [])
     for n, rows in (six.get("scale") or {}).items():
-        add(f"{model}@eg-scale{n}", rows)
+        add(f"{model}@{scale_bed(int(n))}", rows)
     return out
 
 
@@ -213,7 +214,7 @@ def r_eg_6(res: Mapping[str, Any]) -> list[Claim]:
     scale = six.get("scale") or {}
     if scale:
         ups = {
-            n: measured_speedups(rows.get(f"{plan}@{bed_of(n)}") or [])
+            n: measured_speedups(rows.get(f"{plan}@{scale_bed(n)}") or [])
             for n in sorted({*map(int, scale), 4})
         }
         lo, hi = min(ups), max(ups)
@@ -221,7 +222,7 @@ def r_eg_6(res: Mapping[str, Any]) -> list[Claim]:
         vals = list(got.values())
         med = ", ".join(f"{n}: {statistics.median(u.values()):.2f}x" for n, u in ups.items() if u)
         said_by = ", ".join(
-            f"{n}: {v:.2f}x" for n in ups if (v := by.get(plan, {}).get(bed_of(n))) is not None
+            f"{n}: {v:.2f}x" for n in ups if (v := by.get(plan, {}).get(scale_bed(n))) is not None
         )
         out.append(
             Claim(
@@ -256,11 +257,6 @@ def r_eg_6(res: Mapping[str, Any]) -> list[Claim]:
             {"predicted_speedup": by},
         )
     ]
-
-
-def bed_of(platforms: int) -> str:
-    """The testbed R-EG-6 runs at ``platforms`` platforms (4: edgegossip-4)."""
-    return "edgegossip-4" if platforms == 4 else f"eg-scale{platforms}"
 
 
 def regime_table(res: Mapping[str, Any]) -> str:
