@@ -35,6 +35,7 @@ digits, one seed. ``--smoke`` (the test suite): local processes, digits, a small
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -50,6 +51,7 @@ from reproductions.mcpipe_accuracy import (
     targets_of,
     topology_bed,
 )
+from reproductions.mcpipe_calibration import phase_calibrated
 from reproductions.mcpipe_link import phase_link
 from reproductions.mcpipe_memory import memory_bed, phase_fits, phase_memory, replayed
 from reproductions.mcpipe_plan import QUICK_HELP, SMOKE_HELP, Plan, cuts, plan_for, replay_estimates
@@ -75,7 +77,7 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
         with topology_bed(ctx, p.topologies[0]) as b:
             res["memory"] = phase_memory(ctx, b)
             p = _regime(ctx, b)
-            phase_accuracy(ctx, p.topologies[0], b, acc)
+            phase_accuracy(ctx, p.topologies[0], b, acc, _calibrated(ctx, p.topologies[0], b))
     else:
         with memory_bed(ctx) as b:
             res["memory"] = phase_memory(ctx, b)
@@ -87,7 +89,7 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
             with topology_bed(ctx, n) as b:
                 if n == p.topologies[0]:
                     p = _regime(ctx, b)
-                phase_accuracy(ctx, n, b, acc)
+                phase_accuracy(ctx, n, b, acc, _calibrated(ctx, n, b))
                 for key, w, hosts, lan, arms in p.extra:
                     if lan == "1gbit" and hosts == n and w is not None:
                         phase_extra(ctx, key, w, hosts, arms, b, acc)
@@ -123,6 +125,17 @@ def _regime(ctx: Ctx, b: Bed) -> Plan:
     ctx.results["regime"] = regime
     ctx.p = replace(ctx.p, accuracy=chosen_workload(ctx.p, regime))
     return ctx.p
+
+
+def _calibrated(ctx: Ctx, n: int, b: Bed) -> Callable[[Mapping[str, Any]], None]:
+    """After the pilots: the cost model calibrated on them (kept in the results)."""
+
+    def after(pilots: Mapping[str, Any]) -> None:
+        doc = phase_calibrated(ctx, n, b, pilots)
+        if doc is not None:
+            ctx.results["regime_calibrated"] = doc
+
+    return after
 
 
 main = cli.entry("mcpipe", __doc__, reproduce, 5, QUICK_HELP, SMOKE_HELP)

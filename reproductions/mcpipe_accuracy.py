@@ -4,7 +4,7 @@ seed by seed after a pilot that fixes the early and late targets."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
@@ -50,18 +50,29 @@ def link_bed(ctx: Ctx, n: int, lan: str) -> AbstractContextManager[Bed]:
     return bed(ctx, f"mcpipe-{n}-{lan}", laptops(n), lan, about)
 
 
-def phase_accuracy(ctx: Ctx, n: int, b: Bed, got: dict[str, Any]) -> None:
-    """The arms on ``n`` hosts, interleaved seed by seed (the pilots first, on the first)."""
+def phase_accuracy(
+    ctx: Ctx,
+    n: int,
+    b: Bed,
+    got: dict[str, Any],
+    after_pilots: Callable[[Mapping[str, Any]], None] | None = None,
+) -> None:
+    """The arms on ``n`` hosts, interleaved seed by seed (the pilots first, on the first;
+    ``after_pilots`` is given their summaries before the first measured run)."""
     p = ctx.p
     first = n == p.topologies[0]
     if first:
+        summaries = {}
         for t in PILOT_ARMS:
             w, r = _spec(p, t, n)
             pilot = launch(ctx, b, w, r, f"pilot-{n}-{t}", p.pilot_seed)
+            summaries[t] = pilot
             doc = {"seed": p.pilot_seed, "run": pilot.get("run"), "curve": measure.curve(pilot)}
             got.setdefault("pilots", {})[t] = doc
             if t == "mcpipe":
                 got["pilot"] = doc
+        if after_pilots is not None:
+            after_pilots(summaries)
     arms: dict[str, tuple[str, Workload, RunSpec]] = {}
     for t in p.techniques:
         if t != "local" or first:  # Local runs once, on one host

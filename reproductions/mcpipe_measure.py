@@ -91,6 +91,11 @@ def stages(summary: Mapping[str, Any]) -> list[Row]:
                 "replay_s": r.get("replay_s"),
                 # replay over the rest of the compute, in CPU time where measured
                 "replay_share": r.get("replay_share"),
+                # CPU seconds since training began: compute blocks (replay in them), replay
+                # alone, and the whole process (what the calibrated cost model reads)
+                "compute_cpu_s": r.get("compute_cpu_s"),
+                "replay_cpu_s": r.get("replay_cpu_s"),
+                "process_cpu_s": r.get("process_cpu_s"),
                 "train_clock_s": r.get("train_clock_s"),
                 "link_sent": r.get("link_sent") or {},
                 "link_arrived": r.get("link_arrived") or {},

@@ -47,11 +47,11 @@ def profile_workload(w: Workload, b: Bed, host: str, out: Path, say: Say) -> dic
     return profile_in_host(b, host, argv, path, say, w.label)
 
 
-def predict_arm(
+def arm_model(
     w: Workload, r: RunSpec, profile: Mapping[str, Any], hosts: int, lan: str, cpu: float
-) -> dict[str, Any]:
-    """One arm's predicted time per microbatch on ``hosts`` laptops of ``cpu`` cores on ``lan``
-    (the profile measured on one of them), with the parts and the model's notes."""
+) -> tuple[Any, Any]:
+    """One arm's recipe and the cost model's setting for it: ``hosts`` laptops of ``cpu`` cores
+    on ``lan``, the layers from the profile measured on one of them."""
     from edgetrain.emulate.spec import parse_rate
     from edgetrain.recipe import parse_recipe
     from edgetrain.runtime.setting_build import (
@@ -62,7 +62,6 @@ def predict_arm(
         setting_from_testbed,
         sustained_scale,
     )
-    from edgetrain.runtime.side import launcher_side
     from edgetrain.tomlconfig import loads
 
     rate = parse_rate(lan)
@@ -80,7 +79,29 @@ def predict_arm(
     )
     text = recipe(w, r, "regime").replace("{seed}", "1")
     rec = parse_recipe(loads(text), "the arm's recipe")
-    pred = launcher_side("pipeline", r.technique).predict(rec, setting)
+    return rec, setting
+
+
+def predict_arm(
+    w: Workload,
+    r: RunSpec,
+    profile: Mapping[str, Any],
+    hosts: int,
+    lan: str,
+    cpu: float,
+    model: Callable[[Any, Any], Any] | None = None,
+) -> dict[str, Any]:
+    """One arm's predicted time per microbatch on ``hosts`` laptops of ``cpu`` cores on ``lan``
+    (the profile measured on one of them), with the parts and the model's notes; ``model``
+    (recipe, setting) -> prediction in place of the technique's ``predict`` hook (a calibrated
+    model)."""
+    from edgetrain.runtime.side import launcher_side
+
+    rec, setting = arm_model(w, r, profile, hosts, lan, cpu)
+    if model is None:
+        pred = launcher_side("pipeline", r.technique).predict(rec, setting)
+    else:
+        pred = model(rec, setting)
     if pred is None:
         return {"technique": r.technique, "iteration_s": None}
     return {
@@ -129,14 +150,27 @@ def predict_map(
     profiles: Mapping[str, Mapping[str, Any]],
     arm: ArmSpec,
     pipelines: Sequence[str],
+    models: Mapping[str, Callable[[Any, Any], Any]] | None = None,
 ) -> dict[str, Any]:
     """Every setting's arms predicted: ``settings`` are (key, workload, hosts, lan,
-    techniques), ``profiles`` by workload label. Pure but for the cost model's own code."""
+    techniques), ``profiles`` by workload label; ``models``: a calibrated model per technique
+    (:func:`predict_arm`), the techniques it lacks left out. Pure but for the cost model's own
+    code."""
     out: dict[str, Any] = {}
     for key, w, hosts, lan, techniques in settings:
+        wanted = ("local", *[t for t in techniques if t != "local"])
         arms = {
-            t: predict_arm(w, arm(w, t, hosts), profiles[w.label], hosts, lan, LAPTOP.cpu)
-            for t in ("local", *[t for t in techniques if t != "local"])
+            t: predict_arm(
+                w,
+                arm(w, t, hosts),
+                profiles[w.label],
+                hosts,
+                lan,
+                LAPTOP.cpu,
+                None if models is None else models[t],
+            )
+            for t in wanted
+            if models is None or t in models
         }
         speed = speedups(arms)
         best = best_pipeline(speed, pipelines)

@@ -123,6 +123,16 @@ def sections(res: Mapping[str, Any], p: Any) -> list[tuple[str, str]]:
     rows = res.get("accuracy") or []
     out = [("Setup", setup_text(p))]
     out.append(("Regime: the cost model's prediction, made before the runs", regime_table(res, p)))
+    if res.get("regime_calibrated"):
+        out.append(
+            (
+                "Cost model calibrated on the pilots",
+                "The pilots' stages (mcPipe's for every pipelined arm, Local's for Local) set "
+                "the model's compute and replay scales and its CPU per microbatch outside the "
+                "compute blocks; data parallelism is not predicted (no pilot measured its "
+                "exchange).\n\n" + regime_table(res, p, res["regime_calibrated"]),
+            )
+        )
     for n in p.topologies:
         out.append(
             (

@@ -111,6 +111,64 @@ def test_ctrl_c_during_a_run_lets_the_launcher_mark_it_interrupted(tmp_path: Pat
     assert edgetrain_processes(str(run)) == {}
 
 
+SCRIPT = """
+import sys
+from pathlib import Path
+from edgetrain.experiment import cli, runs
+
+def reproduce(args):
+    runs.run_arm(args.out, runs.Arm("long", sys.argv[1]), 1)
+    return {}
+
+ap = cli.parser("paper", "doc", quick="q", smoke="s", seeds=1)
+raise SystemExit(cli.run(ap, sys.argv[2:], reproduce))
+"""
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as `nohup CMD &` from a script starts it
+
+
+@pytest.mark.timeout(240)
+def test_sigterm_stops_a_background_reproduction_as_ctrl_c_does(tmp_path: Path) -> None:
+    """A reproduction started in the background ignores SIGINT; SIGTERM to it stops it the
+    way Ctrl-C does: the launch is stopped and marked interrupted, no worker outlives it, and
+    the script says in one line how to resume (exit 130)."""
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, LONG_RECIPE, "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_ignore_sigint,
+    )
+    run = out / "runs" / "long-s1"
+    try:
+        wait_until(
+            lambda: any(
+                (run / "metrics" / f"worker-{w}.jsonl").is_file()
+                and (run / "metrics" / f"worker-{w}.jsonl").stat().st_size > 0
+                for w in (0, 1)
+            ),
+            120,
+            "a worker writes its first metrics",
+        )
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        kill_all(edgetrain_processes(str(run)))
+    assert proc.returncode == 130, err
+    assert err.startswith("interrupted:") and "resume" in err and "Traceback" not in err
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted", manifest["status"]
+    assert edgetrain_processes(manifest["run_id"]) == {}
+    assert edgetrain_processes(str(run)) == {}
+
+
 def test_ctrl_c_while_a_testbed_comes_up_still_brings_it_down(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

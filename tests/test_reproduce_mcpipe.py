@@ -60,6 +60,17 @@ def test_smoke_reproduction_writes_the_report_and_resumes(tmp_path: Path) -> Non
     first_run = min(p.stat().st_mtime for p in (out / "runs").glob("acc2-*/report/summary.json"))
     assert (out / "regime.json").stat().st_mtime < first_run
     assert "R-MP-RE" in claims and len(claims["R-MP-RE"]["details"]["runs"]) == 2
+    # calibrated on the two pilots, after them and before the first measured run
+    cal = json.loads((out / "regime-calibrated.json").read_text())
+    assert cal["before_measured_runs"] and set(cal["calibrated_on"]) == {"local", "mcpipe"}
+    assert all(c["compute_scale"] > 0 for c in cal["calibrated_on"].values())
+    assert set(cal["settings"]["mlp-256-256-256-n2-1gbit"]["arms"]) == {
+        "local", "pipedream", "mcpipe"
+    }  # fmt: skip
+    pilots = [out / "runs" / f"pilot-2-{t}-s0" / "report" / "summary.json" for t in ("mcpipe", "local")]
+    assert max(p.stat().st_mtime for p in pilots) < (out / "regime-calibrated.json").stat().st_mtime
+    assert (out / "regime-calibrated.json").stat().st_mtime < first_run
+    assert len(claims["R-MP-REc"]["details"]["runs"]) == 2
     md = (out / "paper-vs-edgetrain.md").read_text()
     assert "| R-MP-M1 |" in md and "## Memory per stage" in md and "## Pilots" in md
     assert "## Regime: the cost model's prediction" in md and "Made by commit" in md
@@ -67,9 +78,11 @@ def test_smoke_reproduction_writes_the_report_and_resumes(tmp_path: Path) -> Non
     mtimes = {p: p.stat().st_mtime for p in (out / "runs").glob("*/report/summary.json")}
     assert len(mtimes) == 6  # two memory runs, two pilots, two arms
     regime_mtime = (out / "regime.json").stat().st_mtime
+    cal_mtime = (out / "regime-calibrated.json").stat().st_mtime
     assert mcpipe.main(["--smoke", "--out", str(out), "--format", "json"]) == 0
     assert {p: p.stat().st_mtime for p in mtimes} == mtimes
     assert (out / "regime.json").stat().st_mtime == regime_mtime  # never rewritten
+    assert (out / "regime-calibrated.json").stat().st_mtime == cal_mtime
 
 
 def _acc(arm: str, seed: int, n: int, early: float | None, late: float | None, at: float) -> dict:
@@ -164,6 +177,37 @@ def test_regime_claims_set_measured_direction_against_prediction() -> None:
     assert errors[("b-n2-10mbit", "mcpipe", 2)] == pytest.approx(0.25 / 0.2 - 1)
     assert len(errors) == 6
     assert got["R-MP-RE"].direction_agrees is False  # median 0.2 > 0.15
+    assert "R-MP-REc" not in got  # no calibration, no claim
+    # calibrated on the pilots: Local exact, mcPipe 0.05 against 0.055 on 1 Gbit/s
+    calibrated = {
+        "b-n2-1gbit": {
+            "speedup": {"local": 1.0, "mcpipe": 0.1 / 0.055},
+            "arms": {"local": {"iteration_s": 0.1}, "mcpipe": {"iteration_s": 0.055}},
+        }
+    }
+    on = {"mcpipe": {"compute_scale": 1.5, "replay_scale": 1.2, "outside_ms": 1.0}}
+    res["regime_calibrated"] = {"chosen": "b", "settings": calibrated, "calibrated_on": on}
+    rec = {c.id: c for c in regime_claims(res, p)}["R-MP-REc"]
+    assert rec.ours is not None and len(rec.details["runs"]) == 4
+    assert rec.ours.median == pytest.approx((0.05 / 0.055 - 1) * -1 / 2)  # 0, 0, 0.091, 0.091
+    assert rec.direction_agrees is True and "compute x1.50" in rec.deviations
+
+
+def test_pilot_stages_as_measured() -> None:
+    from reproductions.mcpipe_calibration import measures_of
+
+    def stage(index: int, updates: object, **cpu: object) -> dict:
+        return {"index": index, "updates": updates, "compute_cpu_s": 2.0, "replay_cpu_s": 0.5,
+                "process_cpu_s": 2.5, **cpu}  # fmt: skip
+
+    summary = {"technique_report": {"stages": [stage(1, 100), stage(0, 100, replay_cpu_s=None)]}}
+    got = measures_of(summary, 0.5)
+    assert got is not None and [m.replay_cpu_s for m in got] == [0.0, 0.5]  # in stage order
+    assert got[1].compute_s == pytest.approx(0.03)  # (2.0 - 0.5) / 100 / 0.5
+    assert got[0].outside_s == pytest.approx(0.01)
+    assert measures_of({"technique_report": {"stages": [stage(0, None)]}}, 0.5) is None
+    assert measures_of({"technique_report": {"stages": [stage(0, 10, process_cpu_s=None)]}}, 1) is None
+    assert measures_of({}, 1.0) is None
 
 
 def _mem(config: str, technique: str, index: int, m: int, resident: int, **kw: object) -> dict:

@@ -6,10 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any, Protocol
 
 from edgetrain.errors import EdgetrainError
@@ -72,11 +76,14 @@ def run(
     reproduce: Callable[[argparse.Namespace], dict[str, Any]],
 ) -> int:
     """Parse, reproduce, print the report (markdown, or the JSON with ``--format json``); an
-    :class:`EdgetrainError` is one line and its exit code, and so is Ctrl-C (exit 130): the
-    testbed has come down on the way out, and the runs that completed are kept for a resume."""
+    :class:`EdgetrainError` is one line and its exit code, and so is Ctrl-C or SIGTERM (exit
+    130): the running launch is stopped and the testbed has come down on the way out, and the
+    runs that completed are kept for a resume. (SIGTERM is the way to stop a reproduction
+    started in the background, which ignores SIGINT.)"""
     args = parse(ap, argv)
     try:
-        doc = reproduce(args)
+        with _sigterm_interrupts():
+            doc = reproduce(args)
     except EdgetrainError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return exc.exit_code
@@ -91,6 +98,24 @@ def run(
     else:
         sys.stdout.write((args.out / report.MD_NAME).read_text())
     return 0
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt inside the block (the main thread only: elsewhere a
+    handler cannot be set), so that the same clean-up runs as for Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def entry(

@@ -17,8 +17,14 @@ fill and drain of the other stages. Local is one stage. Data parallelism splits 
 microbatch over R replicas (compute taken to scale as 1/R) and each replica then sends its
 whole gradient to every other replica, after its backward (not overlapped).
 
-Not modelled: the optimiser step's own time, the transport's per-message cost, replicas
-sharing one link, compute that does not scale with a smaller slice.
+A :class:`Shape` may carry what a run measured (:mod:`edgetrain.pipeline.calibration`: the
+stages' compute over the profile's, the replay over the model's, and each stage's CPU per
+microbatch outside its compute blocks: messages, heartbeats, snapshots); a priori these are
+1, 1 and 0.
+
+Not modelled: the optimiser step's own time beyond the profiled Local step, the transport's
+per-message cost a priori, a CPU quota's stops on each hop, replicas sharing one link, compute
+that does not scale with a smaller slice.
 """
 
 from __future__ import annotations
@@ -64,18 +70,24 @@ class Shape:
     # each unit's input + output elements per sample (the unit table's ``pair_elems``); None:
     # from the layers' activation bytes
     pair_elems: Sequence[int] | None = None
+    # calibrated on a run (a priori 1, 1, 0): the stages' compute and replay over the model's,
+    # and each stage's seconds per microbatch outside its compute blocks at speed 1
+    compute_scale: float = 1.0
+    replay_scale: float = 1.0
+    outside_s: float = 0.0
 
 
 @dataclass(frozen=True)
 class StageCost:
     """One stage's predicted seconds per microbatch and resident bytes."""
 
-    compute_s: float
+    compute_s: float  # replay and outside included
     replay_s: float
     link_s: float  # to the next stage, both directions (0 for the last)
     latency_s: float  # one way, to the next stage
     resident_bytes: int
     m: int
+    outside_s: float = 0.0
 
 
 def _pair_elems(layers: Sequence[Layer], k: int, microbatch: int) -> int:
@@ -101,7 +113,7 @@ def _stage(setting: Setting, shape: Shape, s: int) -> StageCost:
     speed = setting.devices[worker].speed
     m = schedule.in_flight(s, n, shape.extra, shape.uniform)
     part = layers[lo:hi]
-    compute = sum(u.forward_s + u.backward_s for u in part) / speed
+    compute = sum(u.forward_s + u.backward_s for u in part) / speed * shape.compute_scale
     replay = 0.0
     if store in ("pairs", "auto"):
         # one weight gradient per pending update: phi of a unit's forward + backward, but half
@@ -111,7 +123,8 @@ def _stage(setting: Setting, shape: Shape, s: int) -> StageCost:
             (u.forward_s + u.backward_s) * (FIRST_UNIT_SHARE if k == 0 else shape.replay_share)
             for k, u in enumerate(part, start=lo)
         )
-        replay = grads / speed * (m - 1)
+        replay = grads / speed * (m - 1) * shape.replay_scale
+    outside = shape.outside_s / speed if hi > lo else 0.0
     link_s = latency = 0.0
     if s + 1 < n:
         link = setting.link(worker, shape.workers[s + 1])
@@ -126,7 +139,7 @@ def _stage(setting: Setting, shape: Shape, s: int) -> StageCost:
         for k, u in enumerate(part, start=lo)
     ]
     resident = bounds.resident(store, m, sizes, shape.microbatch, shape.momentum)
-    return StageCost(compute + replay, replay, link_s, latency, resident, m)
+    return StageCost(compute + replay + outside, replay, link_s, latency, resident, m, outside)
 
 
 def predict_pipelined(technique: str, setting: Setting, shape: Shape) -> Prediction:
@@ -150,7 +163,7 @@ def predict_pipelined(technique: str, setting: Setting, shape: Shape) -> Predict
         "communication": link,
         "exposed_communication": max(0.0, max(link, window) - compute),
         "bubble": bubble,
-        "overhead": 0.0,
+        "overhead": stages[slowest].outside_s,
     }
     iteration = period + bubble
     nbytes = int(sum(2 * setting.layers[hi - 1].activation_bytes for _, hi in shape.bounds[:-1]))
@@ -193,6 +206,7 @@ def predict_dataparallel(technique: str, setting: Setting, shape: Shape) -> Pred
     r = len(replicas)
     speed = min(setting.devices[w].speed for w in replicas)
     compute = sum(u.forward_s + u.backward_s for u in setting.layers) / speed / r
+    compute = compute * shape.compute_scale + shape.outside_s / speed
     params = sum(u.param_bytes for u in setting.layers)
     comm = 0.0
     if r > 1:
@@ -205,7 +219,7 @@ def predict_dataparallel(technique: str, setting: Setting, shape: Shape) -> Pred
         "communication": comm,
         "exposed_communication": comm,
         "bubble": 0.0,
-        "overhead": 0.0,
+        "overhead": shape.outside_s / speed,
     }
     iteration = compute + comm
     sizes = [
