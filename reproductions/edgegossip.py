@@ -185,7 +185,7 @@ def _pilot(runs: Batches, bed: Bed, res: dict[str, Any]) -> None:
     }
 
 
-main = cli.entry("edgegossip", __doc__, reproduce, 3, QUICK_HELP, SMOKE_HELP, TESTBED_HELP)
+main = cli.entry("edgegossip", __doc__, reproduce, 5, QUICK_HELP, SMOKE_HELP, TESTBED_HELP)
 
 
 if __name__ == "__main__":

@@ -107,9 +107,7 @@ def calibrated_settings(
 ) -> list[tuple[str, Workload, int, str, tuple[str, ...]]]:
     """The settings of the chosen workload the pilots can speak for: every topology on
     1 Gbit/s, and the map's other settings of that workload. Pure."""
-    out = [
-        (f"{chosen.label}-n{n}-1gbit", chosen, n, "1gbit", p.techniques) for n in p.topologies
-    ]
+    out = [(f"{chosen.label}-n{n}-1gbit", chosen, n, "1gbit", p.techniques) for n in p.topologies]
     for _key, w, hosts, lan, techniques in p.extra:
         if w is None:
             out.append((f"{chosen.label}-n{hosts}-{lan}", chosen, hosts, lan, techniques))

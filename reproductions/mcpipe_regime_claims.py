@@ -204,8 +204,8 @@ def regime_table(res: Mapping[str, Any], p: Any, doc: Mapping[str, Any] | None =
     lines = [
         f"Written {regime.get('written_at')} by commit `{regime.get('commit')}`"
         + (" with uncommitted changes" if regime.get("commit_dirty") else "")
-        + f", {when}. {head}"
-        f"{'chosen' if head else 'Chosen'} **{regime.get('chosen')}** ({regime.get('rule')}). Times per microbatch; "
+        + f", {when}. {head}{'chosen' if head else 'Chosen'} **{regime.get('chosen')}** "
+        f"({regime.get('rule')}). Times per microbatch; "
         "vs Local: Local's time over the arm's (> 1: ahead). Measured: median over seeds.",
         "",
         "| setting | arm | predicted ms | predicted vs Local | measured ms | measured vs Local "

@@ -67,7 +67,9 @@ def test_smoke_reproduction_writes_the_report_and_resumes(tmp_path: Path) -> Non
     assert set(cal["settings"]["mlp-256-256-256-n2-1gbit"]["arms"]) == {
         "local", "pipedream", "mcpipe"
     }  # fmt: skip
-    pilots = [out / "runs" / f"pilot-2-{t}-s0" / "report" / "summary.json" for t in ("mcpipe", "local")]
+    pilots = [
+        out / "runs" / f"pilot-2-{t}-s0" / "report" / "summary.json" for t in ("mcpipe", "local")
+    ]
     assert max(p.stat().st_mtime for p in pilots) < (out / "regime-calibrated.json").stat().st_mtime
     assert (out / "regime-calibrated.json").stat().st_mtime < first_run
     assert len(claims["R-MP-REc"]["details"]["runs"]) == 2
@@ -206,7 +208,8 @@ def test_pilot_stages_as_measured() -> None:
     assert got[1].compute_s == pytest.approx(0.03)  # (2.0 - 0.5) / 100 / 0.5
     assert got[0].outside_s == pytest.approx(0.01)
     assert measures_of({"technique_report": {"stages": [stage(0, None)]}}, 0.5) is None
-    assert measures_of({"technique_report": {"stages": [stage(0, 10, process_cpu_s=None)]}}, 1) is None
+    lacking = {"technique_report": {"stages": [stage(0, 10, process_cpu_s=None)]}}
+    assert measures_of(lacking, 1.0) is None
     assert measures_of({}, 1.0) is None
 
 
