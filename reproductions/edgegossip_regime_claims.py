@@ -72,6 +72,43 @@ def measured_speedups(rows: Sequence[Row], arm: str = "edgegossip") -> dict[int,
     return {s: b / a for s, a in sorted(mine.items()) if a and (b := base.get(s))}
 
 
+def measured_heterogeneity(rows: Sequence[Row]) -> dict[int, float]:
+    """Per seed, the heterogeneity epoch-synchronous GoSGD measured on the setting: its median
+    finish-time spread (the slowest worker's epoch time over the fastest's)."""
+    out: dict[int, float] = {}
+    for r in rows:
+        if r["arm"] == BASE and (v := number(r.get("spread_median"))) is not None:
+            out[r["seed"]] = v
+    return out
+
+
+SHARE = "the fastest/slowest CPU share, gossip.md 0.3"
+
+
+def bound_note(
+    seeds: Sequence[int], vals: Sequence[float], share: float, measured: Mapping[int, float]
+) -> str:
+    """The deviation note for speed-ups above the testbed's CPU-share ratio (the bound of
+    gossip.md 0.3). A value within what GoSGD measured on the same seed (its slowest over its
+    fastest worker's epoch) is noted as such: the slow hosts computed less than their CPU share
+    (a quota's stops, a burst pace), which the share does not see. Only a value above both is
+    a measuring error."""
+    above = [(s, v) for s, v in zip(seeds, vals, strict=True) if v > share]
+    within = [v for s, v in above if (m := measured.get(s)) is not None and v <= m]
+    beyond = [v for s, v in above if (m := measured.get(s)) is None or v > m]
+    note = ""
+    if within:
+        note += (
+            f"; {len(within)} value(s) above {share:g} ({SHARE}) but within GoSGD's measured "
+            f"heterogeneity on the same seed (largest {max(within):.3g}): the slow hosts "
+            "computed less than their share"
+        )
+    if beyond:
+        why = SHARE + (", and GoSGD's measured heterogeneity on the same seed" if measured else "")
+        note += above_bound(beyond, share, why)
+    return note
+
+
 def prediction_errors(res: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every measured run whose arm the map predicted: measured / predicted - 1 of its time per
     epoch."""
@@ -96,7 +133,7 @@ def regime_claims(res: Mapping[str, Any]) -> list[Claim]:
         vals = [got[s] for s in seeds]
         gain = pred >= GAIN
         het = number(settings[key].get("heterogeneity"))
-        over = above_bound(vals, het, "the fastest/slowest CPU share, gossip.md 0.3") if het else ""
+        over = bound_note(seeds, vals, het, measured_heterogeneity(rows)) if het else ""
         out.append(
             Claim(
                 f"R-EG-R {key}",

@@ -104,6 +104,21 @@ def test_mcpipe_trains_pipedreams_weights_across_processes(
         assert simulated_sha(text, 2, units) == shas[technique], technique
 
 
+@pytest.mark.timeout(200)
+def test_lowrank_replay_trains_across_processes(tmp_path: Path) -> None:
+    """``[pipeline] replay = "lowrank"``: three mcPipe stages over ZeroMQ train with the
+    low-rank replay (its time in stage 0's replay timer) to the sane accuracy of the others."""
+    text = _recipe(tmp_path, "mcpipe").read_text()
+    recipe = tmp_path / "lowrank.toml"
+    text = text.replace("lr = 0.05\n", "lr = 0.05\nmomentum = 0.0\n")  # plain SGD
+    recipe.write_text(text.replace("[pipeline]\n", '[pipeline]\nreplay = "lowrank"\n'))
+    summary, _ = _run(recipe, tmp_path / "runs")
+    assert summary["test_accuracy"] > 0.5
+    stages = summary["technique_report"]["stages"]
+    assert stages[0]["store_modes"] == ["pairs"] and stages[0]["replay_s"] > 0
+    assert stages[-1]["replay_s"] in (0, None)  # the last stage has nothing pending
+
+
 DP = """
 [run]
 name = "{technique}"

@@ -243,6 +243,33 @@ def test_r_eg_6_from_literal_runs_model_cost_and_scale() -> None:
     )
 
 
+def test_a_speed_up_above_the_share_ratio_within_measured_heterogeneity() -> None:
+    from reproductions import edgegossip_regime_claims as rc
+
+    # the literal rule: above the share (4) but within GoSGD's spread on that seed is noted,
+    # above both is a measuring error; without a measured spread the share binds
+    note = rc.bound_note([1, 2, 3], [4.3, 4.8, 3.0], 4.0, {1: 4.6, 2: 4.6, 3: 4.0})
+    assert "1 value(s) above 4 (the fastest/slowest CPU share" in note
+    assert "within GoSGD's measured heterogeneity on the same seed (largest 4.3)" in note
+    assert (
+        "1 value(s) above the bound 4 (the fastest/slowest CPU share, gossip.md 0.3, and " in note
+    )
+    assert "a measuring error" in note and "(largest 4.8)" in note
+    assert rc.bound_note([1], [3.9], 4.0, {}) == ""
+    alone = rc.bound_note([1], [4.2], 4.0, {})
+    assert "above the bound 4 (the fastest/slowest CPU share, gossip.md 0.3)" in alone
+    # from the runs: GoSGD's rows carry the spread it measured
+    regime = _regime({"cnn2@edgegossip-4": 3.4, "lenet5@edgegossip-4": 3.4})
+    runs = _pair(1, 45.0, 10.0)  # 4.5x at a 4x share
+    runs[0]["spread_median"] = 4.6
+    res = {"regime": regime, "r_eg_1": _pair(1, 30.0, 10.0),
+           "r_eg_6": {"model": "cnn2", "runs": runs}}  # fmt: skip
+    assert rc.measured_heterogeneity(runs) == {1: 4.6}
+    claim = {c.id: c for c in rc.regime_claims(res)}["R-EG-R cnn2@edgegossip-4"]
+    assert "within GoSGD's measured heterogeneity" in claim.deviations
+    assert "measuring error" not in claim.deviations
+
+
 def test_scale_testbeds_keep_the_4x_ratio_and_build_recipes() -> None:
     from edgetrain.recipe import parse_recipe
     from edgetrain.tomlconfig import loads

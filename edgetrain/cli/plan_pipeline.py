@@ -153,6 +153,7 @@ def plan_pipeline(
     from edgetrain.models import build_model
     from edgetrain.pipeline.chain import build_units
     from edgetrain.pipeline.config import PipelineSection
+    from edgetrain.pipeline.lowrank import unit_factors
     from edgetrain.pipeline.partition import PartitionError
     from edgetrain.pipeline.partition_file import plan_document
     from edgetrain.pipeline.predict import OBJECTIVES, Shape, choose, store_of, unit_layers
@@ -182,6 +183,7 @@ def plan_pipeline(
         extra = window_extra if window_extra is not None else cfg.window_extra
         uniform, store = cfg.window, cfg.store
         momentum = recipe.train.momentum > 0
+        lowrank = cfg.replay == "lowrank" and tech == "mcpipe"
         n = stages or recipe.role_names().count("stage")
         microbatches = cfg.microbatches
     else:
@@ -194,6 +196,7 @@ def plan_pipeline(
         tech = technique or "pipedream"
         b = microbatch or int((prof.get("batch_sizes") or [16])[0])
         extra, uniform, store, momentum = window_extra or 0, None, "mixed", False
+        lowrank = False
         n = stages or 0
         microbatches = None
     if n < 1:
@@ -227,6 +230,7 @@ def plan_pipeline(
         workers=tuple(range(n)), bounds=[(0, len(infos))] * n, microbatch=b,
         store=store_of(tech, store), extra=extra, uniform=uniform, microbatches=microbatches,
         momentum=momentum, pair_elems=tuple(u.pair_elems for u in infos),
+        replay_factor=unit_factors(b, infos) if lowrank else None,
     )  # fmt: skip
     try:
         part = choose(setting, cuts, objective, infos, links=times is not None)

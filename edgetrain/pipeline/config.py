@@ -58,6 +58,12 @@ class PipelineSection(Section):
     # chunks of at most this many MiB of weights, in every schedule alike, so mcPipe's
     # transient is one chunk, not a unit's weights. 0: off (whole-layer kernels).
     chunk_mib: float = Field(0.0, ge=0, le=4096, allow_inf_nan=False)
+    # mcPipe's replay of the pending updates for a forward: "sequential" rebuilds the newest
+    # weight (bit-identical to PipeDream); "lowrank" (Linear layers, plain SGD) corrects the
+    # base's output by the pending pairs without forming the weight: about b(in+out)/(in*out)
+    # of the sequential replay's compute and no transient weight, close to but not bitwise
+    # equal to PipeDream.
+    replay: Literal["sequential", "lowrank"] = "sequential"
 
     @model_validator(mode="after")
     def _check(self) -> PipelineSection:

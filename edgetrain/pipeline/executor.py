@@ -33,6 +33,7 @@ from torch import nn
 from edgetrain.pipeline.accounting import storage_bytes
 from edgetrain.pipeline.chain import Unit
 from edgetrain.pipeline.chunked import ChunkedLayer
+from edgetrain.pipeline.lowrank import LowRankLayer
 from edgetrain.pipeline.stores import LeafCall, StageStore
 from edgetrain.pipeline.swap import call_with, param_slots
 
@@ -145,6 +146,12 @@ class StageExecutor:
                 mod = self.units[u].leaves[li].module
                 mod.forward = self._chunked_forward(u, li, mod, rows)
                 self._chunked.append(mod)
+        # low-rank replay: those Linear layers forward through the store's pairs
+        for u, low in enumerate(store.lowrank):
+            for li in sorted(low):
+                mod = self.units[u].leaves[li].module
+                mod.forward = self._lowrank_forward(u, li)
+                self._chunked.append(mod)
 
     # ------------------------------------------------------------------ hooks
 
@@ -155,6 +162,15 @@ class StageExecutor:
 
         def forward(x: torch.Tensor) -> torch.Tensor:
             out: torch.Tensor = ChunkedLayer.apply(x, mod, store, (u, li, self._version), rows)
+            return out
+
+        return forward
+
+    def _lowrank_forward(self, u: int, li: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        store = self.store
+
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = LowRankLayer.apply(x, store, (u, li, self._version))
             return out
 
         return forward

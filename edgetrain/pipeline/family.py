@@ -84,6 +84,17 @@ def check_training(recipe: Recipe) -> None:
             f"[pipeline] split has {len(cfg.split)} entries for {stages} stage workers",
             "give one unit count per stage",
         )
+    if cfg.replay == "lowrank" and recipe.train.technique != "mcpipe":
+        raise RecipeError(
+            f"[pipeline] replay = 'lowrank' is mcPipe's, not {recipe.train.technique}'s",
+            "remove replay from [pipeline], or set [train] technique = 'mcpipe'",
+        )
+    if cfg.replay == "lowrank" and (recipe.train.momentum or recipe.train.weight_decay):
+        raise RecipeError(
+            "[pipeline] replay = 'lowrank' needs plain SGD (momentum and weight decay make "
+            "the pending updates full rank)",
+            "set [train] momentum = 0 and weight_decay = 0, or replay = 'sequential'",
+        )
     if cfg.snapshot_every and not evaluators:
         raise RecipeError(
             "[pipeline] snapshot_every needs an evaluator to send the snapshots to",
@@ -397,6 +408,11 @@ def shape_of(recipe: Recipe, setting: Setting, role: str) -> Any:
         microbatches=cfg.microbatches,
         momentum=recipe.train.momentum > 0,
         pair_elems=_unit_pairs(recipe, [x.name for x in setting.layers]),
+        replay_factor=(
+            _lowrank_factors(recipe, [x.name for x in setting.layers])
+            if cfg.replay == "lowrank"
+            else None
+        ),
     )
     if role != STAGE:
         return shape
@@ -407,10 +423,10 @@ def shape_of(recipe: Recipe, setting: Setting, role: str) -> Any:
     return replace(shape, bounds=bounds)
 
 
-def _unit_pairs(recipe: Recipe, names: Sequence[str]) -> tuple[int, ...] | None:
-    """Each unit's input + output elements per sample from the recipe's unit table (built on
-    the meta device), as ``plan --pipeline`` reads them; None where the setting's layers are
-    not the model's units (a model cut at block granularity, another model)."""
+def _unit_infos(recipe: Recipe, names: Sequence[str]) -> list[Any] | None:
+    """The recipe's unit table (built on the meta device), as ``plan --pipeline`` reads it;
+    None where the setting's layers are not the model's units (a model cut at block
+    granularity, another model)."""
     import torch
 
     from edgetrain.errors import ModelError
@@ -427,7 +443,21 @@ def _unit_pairs(recipe: Recipe, names: Sequence[str]) -> tuple[int, ...] | None:
         return None
     if [u.name for u in infos] != list(names):
         return None
-    return tuple(u.pair_elems for u in infos)
+    return infos
+
+
+def _unit_pairs(recipe: Recipe, names: Sequence[str]) -> tuple[int, ...] | None:
+    """Each unit's input + output elements per sample (None: see :func:`_unit_infos`)."""
+    infos = _unit_infos(recipe, names)
+    return tuple(u.pair_elems for u in infos) if infos is not None else None
+
+
+def _lowrank_factors(recipe: Recipe, names: Sequence[str]) -> tuple[float, ...] | None:
+    """Each unit's low-rank replay over its sequential replay (None: see :func:`_unit_infos`)."""
+    from edgetrain.pipeline.lowrank import unit_factors
+
+    infos = _unit_infos(recipe, names)
+    return unit_factors(microbatch_of(recipe), infos) if infos is not None else None
 
 
 FAMILY = PipelineFamily()

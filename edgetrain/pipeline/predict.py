@@ -7,7 +7,8 @@ run's microbatch (forward and backward seconds, parameter and output-activation 
 microbatch). A stage's time per microbatch is its units' ``forward + backward`` divided by its
 device's speed; under mcPipe's pair store each forward also replays the stage's ``m_s - 1``
 pending updates, a weight gradient each: phi of a unit's compute (specification §9.2), half of
-the model's first unit's, whose backward computes no input error. A link carries the boundary
+the model's first unit's, whose backward computes no input error; with low-rank replay a Linear
+unit's share is scaled by ``b (in + out) / (in * out)``. A link carries the boundary
 unit's activation forward and an error of the same size back per microbatch.
 
 An asynchronous pipeline (PipeDream, mcPipe, GreedyUpdates) runs at the pace of its slowest
@@ -75,6 +76,9 @@ class Shape:
     compute_scale: float = 1.0
     replay_scale: float = 1.0
     outside_s: float = 0.0
+    # per unit, its replay over the sequential replay's (``[pipeline] replay = "lowrank"``:
+    # :func:`~edgetrain.pipeline.lowrank.replay_factor`); None: sequential replay
+    replay_factor: Sequence[float] | None = None
 
 
 @dataclass(frozen=True)
@@ -119,8 +123,11 @@ def _stage(setting: Setting, shape: Shape, s: int) -> StageCost:
         # one weight gradient per pending update: phi of a unit's forward + backward, but half
         # of the model's first unit's, whose backward computes no input error (the
         # specification's count of multiply-accumulates, section 6.6)
+        factor = shape.replay_factor
         grads = sum(
-            (u.forward_s + u.backward_s) * (FIRST_UNIT_SHARE if k == 0 else shape.replay_share)
+            (u.forward_s + u.backward_s)
+            * (FIRST_UNIT_SHARE if k == 0 else shape.replay_share)
+            * (factor[k] if factor is not None else 1.0)
             for k, u in enumerate(part, start=lo)
         )
         replay = grads / speed * (m - 1) * shape.replay_scale

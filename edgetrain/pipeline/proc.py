@@ -229,7 +229,7 @@ class TrainingProcess:
             units, infos, technique, hyper_of(recipe), last=last, seed=recipe.run.seed,
             input_shape=input_shape, store=store, microbatch=self.b, version=version,
             init=init, momentum=mom, device=self.device,
-            chunk=chunk_elems(self.cfg.chunk_mib),
+            chunk=chunk_elems(self.cfg.chunk_mib), lowrank=self.cfg.replay == "lowrank",
         )  # fmt: skip
         stage.store.timers = self.timers
         return stage

@@ -67,10 +67,11 @@ def run(
     interleave: str = "turns",
     device: torch.device | None = None,
     chunk_mib: float = 0.0,
+    replay: str = "sequential",
 ) -> SimResult:
     """Train ``epochs`` epochs of the pipeline cut at ``bounds`` with ``technique``'s store,
     every stage on ``device`` (None: the CPU), with chunked unit kernels of ``chunk_mib`` MiB
-    (0: off), as ``[pipeline] chunk_mib``."""
+    (0: off), as ``[pipeline] chunk_mib``, and mcPipe's ``replay`` (``[pipeline] replay``)."""
     hyper = hyper or Hyper(0.05)
     n = len(bounds)
     stages: list[Stage] = []
@@ -83,7 +84,7 @@ def run(
             make_stage(
                 units, infos[lo:hi], technique, hyper, last=s == n - 1, seed=seed,
                 input_shape=infos[lo].in_shape, store=store, microbatch=microbatch,
-                device=device, chunk=chunk_elems(chunk_mib),
+                device=device, chunk=chunk_elems(chunk_mib), lowrank=replay == "lowrank",
             )
         )  # fmt: skip
     result = SimResult({}, modes=[st.choice.modes for st in stages])

@@ -136,12 +136,14 @@ def make_stage(
     momentum: Sequence[dict[str, torch.Tensor] | None] | None = None,
     device: torch.device | None = None,
     chunk: int = 0,
+    lowrank: bool = False,
 ) -> Stage:
     """The stage of ``units`` (``infos``: their table rows; ``input_shape``: the stage input's,
     per sample). ``init``/``momentum``/``version``: a resumed state. ``device`` (None: where the
     units are, the CPU): where the store keeps every weight, base and pending pair, and where
     the units' buffers go; the linearity probe runs before, on the CPU. ``chunk``: weight
-    elements per chunk of the chunked unit kernels (0: off)."""
+    elements per chunk of the chunked unit kernels (0: off). ``lowrank``: mcPipe's Linear
+    layers forward through the low-rank replay (``[pipeline] replay = "lowrank"``)."""
     linear = (
         linear_units(units, input_shape)
         if store_mode(technique) == "pairs"
@@ -155,7 +157,16 @@ def make_stage(
             momentum = [None if b is None else on_device(b, device) for b in momentum]
     acc, timers = Accountant(), Timers()
     st = StageStore(
-        units, weights, choice.modes, hyper, acc, timers, version, momentum, chunk=chunk
+        units,
+        weights,
+        choice.modes,
+        hyper,
+        acc,
+        timers,
+        version,
+        momentum,
+        chunk=chunk,
+        lowrank=lowrank,
     )
     del weights
     free_module_params(units)

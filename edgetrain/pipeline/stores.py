@@ -31,12 +31,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from edgetrain.pipeline.accounting import Accountant, Timers, storage_bytes
 from edgetrain.pipeline.chain import Unit
 from edgetrain.pipeline.chunked import Chunk, Rows, chunkable, row_chunks, step_chunk
 from edgetrain.pipeline.kernels import Grads, sgd_step, weight_grad
+from edgetrain.pipeline.lowrank import correct
 
 Weights = dict[str, torch.Tensor]
 MODES = ("versions", "latest", "pairs")
@@ -202,9 +204,13 @@ class StageStore:
         version: int = 0,
         momentum: Sequence[Mapping[str, torch.Tensor] | None] | None = None,
         chunk: int = 0,
+        lowrank: bool = False,
     ) -> None:
         """``chunk``: weight elements per chunk of the chunked unit kernels
-        (:mod:`edgetrain.pipeline.chunked`; 0: off), used by every mode alike."""
+        (:mod:`edgetrain.pipeline.chunked`; 0: off), used by every mode alike. ``lowrank``:
+        the Linear layers of ``pairs`` units under plain SGD forward through the low-rank
+        replay (:mod:`edgetrain.pipeline.lowrank`) instead of materialising their newest
+        weight (those layers are not chunked)."""
         if not (len(units) == len(init) == len(modes)):
             raise ValueError("units, initial weights and modes must have one entry per unit")
         for m in modes:
@@ -242,17 +248,31 @@ class StageStore:
         self.chunk_elems = chunk
         self.chunks: list[dict[int, list[Rows]]] = []
         self._chunk_keys: list[frozenset[str]] = []
+        # low-rank replay: per unit, the leaves that forward through it
+        self.lowrank: list[frozenset[int]] = []
+        self._own_keys: list[frozenset[str]] = []
         for unit, st in zip(self.units, self.state, strict=True):
             w = st.versions[version]
+            low = frozenset(
+                li
+                for li, leaf in enumerate(unit.leaves)
+                if lowrank and st.mode == "pairs" and fusable(unit, hyper)
+                and leaf.keys().get("weight") in w
+            )  # fmt: skip
             per: dict[int, list[Rows]] = {}
             if chunk > 0:
                 for li, leaf in enumerate(unit.leaves):
                     wkey = leaf.keys().get("weight")
-                    if chunkable(leaf.module) and wkey in w:
+                    if chunkable(leaf.module) and wkey in w and li not in low:
                         per[li] = row_chunks(w[wkey].shape, chunk)
             self.chunks.append(per)
+            self.lowrank.append(low)
             self._chunk_keys.append(
                 frozenset(k for li in per for k in unit.leaves[li].keys().values())
+            )
+            # the layers whose forward reads their weights another way (chunks, low rank)
+            self._own_keys.append(
+                frozenset(k for li in (*per, *low) for k in unit.leaves[li].keys().values())
             )
 
     # ------------------------------------------------------------------ forward / backward
@@ -281,7 +301,7 @@ class StageStore:
         st = self.state[u]
         if v == self.base:
             return st.versions[self.base]
-        if self.chunks[u]:  # the chunked layers' rows come one chunk at a time
+        if self.chunks[u] or self.lowrank[u]:  # those layers read their weights themselves
             return self._materialise_rest(u, v)
         with self.timers.time("replay_s"):
             return self._materialise(u, v)
@@ -326,6 +346,29 @@ class StageStore:
                     )  # fmt: skip
             return w
 
+    def lowrank_forward(self, u: int, li: int, v: int, x: torch.Tensor) -> torch.Tensor:
+        """Layer ``li`` of unit ``u`` (a Linear of a ``pairs`` unit) applied to ``x`` at
+        version ``v``: the base's output corrected by the pending updates' pairs
+        (:func:`~edgetrain.pipeline.lowrank.lowrank_linear`), no weight formed. The
+        correction is mcPipe's replay, timed as ``replay_s``."""
+        keys = self.units[u].leaves[li].keys()
+        base = self.state[u].versions[self.base]
+        w, b = base[keys["weight"]], base.get(keys.get("bias", ""))
+        if v == self.base:
+            return F.linear(x, w, b)
+        terms = [
+            (entry.lr, c.x, c.delta)
+            for entry in self.pending[: v - self.base]
+            for c in entry.calls[u]
+            if c.leaf == li and c.delta is not None
+        ]
+        rows = x.numel() // max(1, x.shape[-1])
+        # the transient: one (rows x rows kept) product at a time
+        held = max((rows * (xk.numel() // max(1, xk.shape[-1])) for _, xk, _ in terms), default=0)
+        y = F.linear(x, w, b)  # the forward itself; the correction is the replay
+        with self.timers.time("replay_s"), self.acc.hold(held * x.element_size()):
+            return correct(y, x, terms, bias=b is not None)
+
     def whole(self, u: int, li: int, v: int) -> torch.Tensor:
         """Layer ``li``'s whole weight for the backward of a microbatch that used ``v``."""
         keys = self.units[u].leaves[li].keys()
@@ -337,7 +380,7 @@ class StageStore:
         as placeholders (their forward reads its rows through :meth:`chunk`)."""
         st = self.state[u]
         base = st.versions[self.base]
-        ckeys = self._chunk_keys[u]
+        ckeys = self._own_keys[u]
         if all(k in ckeys for k in base):
             return base
         with self.timers.time("replay_s"), torch.no_grad():
@@ -345,10 +388,10 @@ class StageStore:
             w = {n: base[n].clone() for n in rest}
             buf = {n: st.momentum[n].clone() for n in rest} if st.momentum is not None else None
             size = _nbytes(w.values()) * (2 if buf is not None else 1)
-            per = self.chunks[u]
+            own = {*self.chunks[u], *self.lowrank[u]}
             with self.acc.hold(size):
                 for entry in self.pending[: v - self.base]:
-                    others = [c for c in entry.calls[u] if c.leaf not in per]
+                    others = [c for c in entry.calls[u] if c.leaf not in own]
                     g = _unit_grads(self.units[u], others, w)
                     with self.acc.hold(_nbytes(g.values())):
                         self._apply(w, g, entry.lr, buf)
