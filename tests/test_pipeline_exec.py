@@ -220,7 +220,8 @@ def test_greedy_backwards_use_the_newest_weights() -> None:
 
 
 def test_nothing_keeps_mcpipes_materialised_weights() -> None:
-    """T9: every weight materialised for a forward is gone once the forward returned."""
+    """T9: every weight materialised for a forward is gone once the forward returned (a
+    store without ``keep_rebuilt``, as in memory runs)."""
     from edgetrain.pipeline.stage_build import cut, make_stage
 
     units = cut(mlp(), "test", (0, 3))
@@ -229,8 +230,8 @@ def test_nothing_keeps_mcpipes_materialised_weights() -> None:
     made: list[weakref.ref] = []
     original = stage.store._materialise
 
-    def spy(u: int, v: int):
-        w = original(u, v)
+    def spy(u: int, v: int, **kw: bool):
+        w = original(u, v, **kw)
         made.extend(weakref.ref(t) for t in w.values())
         return w
 
@@ -246,8 +247,8 @@ def test_nothing_keeps_mcpipes_materialised_weights() -> None:
     made.clear()
     original0 = s0.store._materialise
 
-    def spy0(u: int, v: int):
-        w = original0(u, v)
+    def spy0(u: int, v: int, **kw: bool):
+        w = original0(u, v, **kw)
         made.extend(weakref.ref(t) for t in w.values())
         return w
 

@@ -230,6 +230,7 @@ class TrainingProcess:
             input_shape=input_shape, store=store, microbatch=self.b, version=version,
             init=init, momentum=mom, device=self.device,
             chunk=chunk_elems(self.cfg.chunk_mib), lowrank=self.cfg.replay == "lowrank",
+            keep_rebuilt=self.cfg.mmap_threshold is None,
         )  # fmt: skip
         stage.store.timers = self.timers
         return stage

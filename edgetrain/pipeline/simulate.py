@@ -68,10 +68,13 @@ def run(
     device: torch.device | None = None,
     chunk_mib: float = 0.0,
     replay: str = "sequential",
+    keep_rebuilt: bool = False,
 ) -> SimResult:
     """Train ``epochs`` epochs of the pipeline cut at ``bounds`` with ``technique``'s store,
     every stage on ``device`` (None: the CPU), with chunked unit kernels of ``chunk_mib`` MiB
-    (0: off), as ``[pipeline] chunk_mib``, and mcPipe's ``replay`` (``[pipeline] replay``)."""
+    (0: off), as ``[pipeline] chunk_mib``, and mcPipe's ``replay`` (``[pipeline] replay``);
+    ``keep_rebuilt``: mcPipe's rebuilt weights into one kept buffer (as a run without
+    ``mmap_threshold``)."""
     hyper = hyper or Hyper(0.05)
     n = len(bounds)
     stages: list[Stage] = []
@@ -85,6 +88,7 @@ def run(
                 units, infos[lo:hi], technique, hyper, last=s == n - 1, seed=seed,
                 input_shape=infos[lo].in_shape, store=store, microbatch=microbatch,
                 device=device, chunk=chunk_elems(chunk_mib), lowrank=replay == "lowrank",
+                keep_rebuilt=keep_rebuilt,
             )
         )  # fmt: skip
     result = SimResult({}, modes=[st.choice.modes for st in stages])

@@ -137,13 +137,15 @@ def make_stage(
     device: torch.device | None = None,
     chunk: int = 0,
     lowrank: bool = False,
+    keep_rebuilt: bool = False,
 ) -> Stage:
     """The stage of ``units`` (``infos``: their table rows; ``input_shape``: the stage input's,
     per sample). ``init``/``momentum``/``version``: a resumed state. ``device`` (None: where the
     units are, the CPU): where the store keeps every weight, base and pending pair, and where
     the units' buffers go; the linearity probe runs before, on the CPU. ``chunk``: weight
     elements per chunk of the chunked unit kernels (0: off). ``lowrank``: mcPipe's Linear
-    layers forward through the low-rank replay (``[pipeline] replay = "lowrank"``)."""
+    layers forward through the low-rank replay (``[pipeline] replay = "lowrank"``).
+    ``keep_rebuilt``: mcPipe rebuilds each forward's weights into one kept buffer."""
     linear = (
         linear_units(units, input_shape)
         if store_mode(technique) == "pairs"
@@ -167,6 +169,7 @@ def make_stage(
         momentum,
         chunk=chunk,
         lowrank=lowrank,
+        keep_rebuilt=keep_rebuilt,
     )
     del weights
     free_module_params(units)

@@ -205,12 +205,18 @@ class StageStore:
         momentum: Sequence[Mapping[str, torch.Tensor] | None] | None = None,
         chunk: int = 0,
         lowrank: bool = False,
+        keep_rebuilt: bool = False,
     ) -> None:
         """``chunk``: weight elements per chunk of the chunked unit kernels
         (:mod:`edgetrain.pipeline.chunked`; 0: off), used by every mode alike. ``lowrank``:
         the Linear layers of ``pairs`` units under plain SGD forward through the low-rank
         replay (:mod:`edgetrain.pipeline.lowrank`) instead of materialising their newest
-        weight (those layers are not chunked)."""
+        weight (those layers are not chunked). ``keep_rebuilt``: a ``pairs`` unit rebuilds
+        its newest weights for each forward into one buffer it keeps between forwards,
+        instead of new tensors each time (a fresh weight-sized allocation page-faults its
+        memory in again: on the CPU it cost as much as the replay's arithmetic). The buffer is
+        the same transient the accountant counts during the rebuild; the process keeps it
+        between forwards, so leave it off where RSS must follow the store (memory runs)."""
         if not (len(units) == len(init) == len(modes)):
             raise ValueError("units, initial weights and modes must have one entry per unit")
         for m in modes:
@@ -230,6 +236,9 @@ class StageStore:
         # latest weights are stepped in place: the store then always holds the same tensors
         self.in_place = all(m == "latest" for m in modes)
         self._resident: int | None = None  # resident_bytes, until the held tensors change
+        # keep_rebuilt: per unit, the buffers (weights, momentum) a forward's rebuild reuses
+        self.keep_rebuilt = keep_rebuilt
+        self._rebuilt: list[tuple[Weights, Weights | None] | None] = [None] * len(self.units)
         for u, (weights, mode) in enumerate(zip(init, modes, strict=True)):
             w = {n: t.detach().clone().contiguous() for n, t in weights.items()}
             buf = None
@@ -304,7 +313,7 @@ class StageStore:
         if self.chunks[u] or self.lowrank[u]:  # those layers read their weights themselves
             return self._materialise_rest(u, v)
         with self.timers.time("replay_s"):
-            return self._materialise(u, v)
+            return self._materialise(u, v, reuse=True)
 
     # ------------------------------------------------------------------ chunked kernels
 
@@ -583,14 +592,26 @@ class StageStore:
             st.versions[self.base + 1] = base
         self.base += 1
 
-    def _materialise(self, u: int, v: int) -> Weights:
+    def _materialise(self, u: int, v: int, reuse: bool = False) -> Weights:
         """Unit ``u`` at version ``v`` > base: the pending pairs replayed onto the base, the
         first one stepping the base into a new tensor (no copy of the base first: a step into
-        ``out`` and in place give the same bits), the others in place."""
+        ``out`` and in place give the same bits), the others in place. ``reuse`` (a forward's
+        weights, dropped before the next): into the unit's kept buffer where the store keeps
+        one (``keep_rebuilt``), else into new tensors."""
         st = self.state[u]
         base = st.versions[self.base]
-        w = {n: torch.empty_like(t) for n, t in base.items()}
-        buf = {n: t.clone() for n, t in st.momentum.items()} if st.momentum is not None else None
+        kept = self._rebuilt[u] if reuse and self.keep_rebuilt else None
+        if kept is None:
+            w = {n: torch.empty_like(t) for n, t in base.items()}
+            mom = st.momentum
+            buf = {n: torch.empty_like(t) for n, t in mom.items()} if mom is not None else None
+            if reuse and self.keep_rebuilt:
+                self._rebuilt[u] = kept = (w, buf)
+        else:
+            w, buf = kept
+        if buf is not None and st.momentum is not None:
+            for n, t in st.momentum.items():
+                buf[n].copy_(t)
         size = _nbytes(w.values()) + (_nbytes(buf.values()) if buf is not None else 0)
         with self.acc.hold(size), torch.no_grad():
             for k, entry in enumerate(self.pending[: v - self.base]):
