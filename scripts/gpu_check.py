@@ -11,8 +11,9 @@ checks:
 
 1. ``training``: every family trains on the device: GoSGD and DLion (gossip), DynaComm and
    Mercury (parameter server), and the five pipeline techniques (Local, data parallelism,
-   PipeDream, GreedyUpdates, mcPipe; these with ``deterministic = true``, so that they also
-   serve check 2), 2 epochs each; each must complete above its accuracy floor.
+   PipeDream, GreedyUpdates, mcPipe, and mcPipe with ``replay = "lowrank"``; these with
+   ``deterministic = true``, so that they also serve check 2), 2 epochs each; each must
+   complete above its accuracy floor.
 2. ``determinism`` (issues 28 and 29): with ``[train] deterministic = true``, mcPipe's weights
    equal PipeDream's (check 1's runs), and check 4's runs give one ``model_sha256``: the two
    DynaComm runs alike, and the four schedules alike.
@@ -92,6 +93,13 @@ TRAINING: tuple[tuple[str, str, dict[str, Any], float], ...] = (
     ("pipedream", PIPELINE_RECIPE, {"train.technique": "pipedream"}, 0.5),
     ("greedy", PIPELINE_RECIPE, {"train.technique": "greedy"}, 0.5),
     ("mcpipe", PIPELINE_RECIPE, {"train.technique": "mcpipe"}, 0.5),
+    # mcPipe's low-rank replay (plain SGD; close to PipeDream, not bitwise: no determinism claim)
+    (
+        "mcpipe-lowrank",
+        PIPELINE_RECIPE,
+        {"train.technique": "mcpipe", "pipeline.replay": "lowrank", "train.momentum": 0.0},
+        0.5,
+    ),
 )
 TRAINING_EPOCHS = 2
 
