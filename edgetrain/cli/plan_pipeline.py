@@ -157,6 +157,7 @@ def plan_pipeline(
     from edgetrain.pipeline.partition import PartitionError
     from edgetrain.pipeline.partition_file import plan_document
     from edgetrain.pipeline.predict import OBJECTIVES, Shape, choose, store_of, unit_layers
+    from edgetrain.pipeline.store_mode import store_mode
     from edgetrain.pipeline.table import unit_table
     from edgetrain.plan.units import parse_bandwidth
     from edgetrain.profile.schema import read_profile
@@ -183,7 +184,7 @@ def plan_pipeline(
         extra = window_extra if window_extra is not None else cfg.window_extra
         uniform, store = cfg.window, cfg.store
         momentum = recipe.train.momentum > 0
-        lowrank = cfg.replay == "lowrank" and tech == "mcpipe"
+        lowrank = cfg.replay == "lowrank" and store_mode(tech) == "pairs"
         n = stages or recipe.role_names().count("stage")
         microbatches = cfg.microbatches
     else:

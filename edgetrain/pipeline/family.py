@@ -26,6 +26,7 @@ from edgetrain.comm.control import Controller, CoordinationPolicy, Decision, Eve
 from edgetrain.errors import RecipeError
 from edgetrain.pipeline import feed
 from edgetrain.pipeline.config import PipelineSection
+from edgetrain.pipeline.store_mode import store_mode
 from edgetrain.recipe import Recipe
 from edgetrain.rundir import read_run_json
 from edgetrain.runtime.base import FamilyDefaults, FinalModel, HandInError, WireLoad
@@ -84,9 +85,10 @@ def check_training(recipe: Recipe) -> None:
             f"[pipeline] split has {len(cfg.split)} entries for {stages} stage workers",
             "give one unit count per stage",
         )
-    if cfg.replay == "lowrank" and recipe.train.technique != "mcpipe":
+    if cfg.replay == "lowrank" and store_mode(recipe.train.technique) != "pairs":
         raise RecipeError(
-            f"[pipeline] replay = 'lowrank' is mcPipe's, not {recipe.train.technique}'s",
+            f"[pipeline] replay = 'lowrank' replays stored pairs (mcPipe's), which "
+            f"{recipe.train.technique} does not keep",
             "remove replay from [pipeline], or set [train] technique = 'mcpipe'",
         )
     if cfg.replay == "lowrank" and (recipe.train.momentum or recipe.train.weight_decay):
