@@ -140,18 +140,19 @@ class StageExecutor:
                     self._hooks.append(leaf.module.register_forward_hook(self._leaf_hook(u, li)))
         # chunked unit kernels (the store's run-level chunk size): the Linear/Conv layers it
         # chunks run their forward through the store's chunks, as an instance ``forward``
-        self._chunked: list[nn.Module] = []
+        # (``_replaced``: every layer whose forward this executor replaced)
+        self._replaced: list[nn.Module] = []
         for u, per in enumerate(store.chunks):
             for li, rows in per.items():
                 mod = self.units[u].leaves[li].module
                 mod.forward = self._chunked_forward(u, li, mod, rows)
-                self._chunked.append(mod)
+                self._replaced.append(mod)
         # low-rank replay: those Linear layers forward through the store's pairs
         for u, low in enumerate(store.lowrank):
             for li in sorted(low):
                 mod = self.units[u].leaves[li].module
                 mod.forward = self._lowrank_forward(u, li)
-                self._chunked.append(mod)
+                self._replaced.append(mod)
 
     # ------------------------------------------------------------------ hooks
 
@@ -356,9 +357,9 @@ class StageExecutor:
     def close(self) -> None:
         for h in self._hooks:
             h.remove()
-        for mod in self._chunked:  # the class's forward again
+        for mod in self._replaced:  # the class's forward again
             mod.__dict__.pop("forward", None)
-        self._chunked = []
+        self._replaced = []
 
 
 class _Nothing:

@@ -395,11 +395,13 @@ def shape_of(recipe: Recipe, setting: Setting, role: str) -> Any:
     """The cost model's :class:`~edgetrain.pipeline.predict.Shape` of ``recipe``: its ``role``
     workers (stages, or replicas of the whole model), the technique's weight store and
     window, and the stages' units."""
+    from edgetrain.pipeline.lowrank import unit_factors
     from edgetrain.pipeline.partition import bounds_of
     from edgetrain.pipeline.predict import Shape, min_max_bounds, store_of
 
     cfg = PipelineSection.of(recipe)
     workers = [i for i, r in enumerate(recipe.role_names()) if r == role]
+    infos = _unit_infos(recipe, [x.name for x in setting.layers])
     shape = Shape(
         workers=workers,
         bounds=[(0, len(setting.layers))],
@@ -409,10 +411,10 @@ def shape_of(recipe: Recipe, setting: Setting, role: str) -> Any:
         uniform=cfg.window,
         microbatches=cfg.microbatches,
         momentum=recipe.train.momentum > 0,
-        pair_elems=_unit_pairs(recipe, [x.name for x in setting.layers]),
+        pair_elems=tuple(u.pair_elems for u in infos) if infos is not None else None,
         replay_factor=(
-            _lowrank_factors(recipe, [x.name for x in setting.layers])
-            if cfg.replay == "lowrank"
+            unit_factors(microbatch_of(recipe), infos)
+            if infos is not None and cfg.replay == "lowrank"
             else None
         ),
     )
@@ -446,20 +448,6 @@ def _unit_infos(recipe: Recipe, names: Sequence[str]) -> list[Any] | None:
     if [u.name for u in infos] != list(names):
         return None
     return infos
-
-
-def _unit_pairs(recipe: Recipe, names: Sequence[str]) -> tuple[int, ...] | None:
-    """Each unit's input + output elements per sample (None: see :func:`_unit_infos`)."""
-    infos = _unit_infos(recipe, names)
-    return tuple(u.pair_elems for u in infos) if infos is not None else None
-
-
-def _lowrank_factors(recipe: Recipe, names: Sequence[str]) -> tuple[float, ...] | None:
-    """Each unit's low-rank replay over its sequential replay (None: see :func:`_unit_infos`)."""
-    from edgetrain.pipeline.lowrank import unit_factors
-
-    infos = _unit_infos(recipe, names)
-    return unit_factors(microbatch_of(recipe), infos) if infos is not None else None
 
 
 FAMILY = PipelineFamily()

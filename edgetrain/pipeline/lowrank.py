@@ -25,7 +25,6 @@ import torch.nn.functional as F
 
 # one pending update's term: (its learning rate, the layer input, the output error)
 Term = tuple[float, torch.Tensor, torch.Tensor]
-REPLAYS = ("sequential", "lowrank")
 
 
 def lowrank_linear(
@@ -70,8 +69,8 @@ def replay_factor(microbatch: int, leaves: Sequence[tuple[str, int, int, int]]) 
     for kind, x, y, params in leaves:
         if kind != "Linear":
             return 1.0
-        if params:
-            low += microbatch * (x + y)
+        if params:  # per sample row: its term against the b rows a pair kept, and dW's row
+            low += lowrank_macs(1, microbatch, x, y)
             full += x * y
     return min(1.0, low / full) if full else 1.0
 
@@ -102,7 +101,7 @@ class LowRankLayer(torch.autograd.Function):
         ctx: Any, x: torch.Tensor, source: LowRankSource, where: tuple[int, int, int]
     ) -> torch.Tensor:
         u, leaf, v = where
-        ctx.source, ctx.where, ctx.x_shape = source, where, x.shape
+        ctx.source, ctx.where = source, where
         return source.lowrank_forward(u, leaf, v, x)
 
     @staticmethod
@@ -115,7 +114,6 @@ class LowRankLayer(torch.autograd.Function):
 
 
 __all__ = [
-    "REPLAYS",
     "LowRankLayer",
     "correct",
     "lowrank_linear",
