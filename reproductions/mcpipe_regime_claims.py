@@ -121,7 +121,8 @@ def _error_claim(res: Mapping[str, Any], p: Any) -> list[Claim]:
                 sorted({e["seed"] for e in errors}),
                 med <= GOAL_ERROR,
                 "the profile was measured on one emulated laptop before the runs; the model "
-                "leaves out per-message costs and the optimiser step",
+                "leaves out the optimiser step beyond the profiled step and hosts sharing "
+                "physical cores, and counts a stage's loop CPU with a constant measured here",
                 {"runs": errors},
             )
         )

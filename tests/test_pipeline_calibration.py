@@ -4,6 +4,8 @@ calibrated model giving back what was measured, and bad figures refused."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from edgetrain.pipeline.calibration import Calibration, StageMeasure, calibrate
@@ -17,7 +19,8 @@ LAYERS = (
 )
 # worker 1 is twice as slow; 10 MB/s, no latency
 SETTING = Setting(devices=(Device("a"), Device("b", speed=0.5)), links=(Link(10e6),), layers=LAYERS)
-PAIRS = Shape(workers=(0, 1), bounds=((0, 1), (1, 3)), microbatch=16, store="pairs", extra=1)
+# the compute terms alone (a priori, a stage's loop and messages add their CPU: see the last test)
+PAIRS = Shape((0, 1), ((0, 1), (1, 3)), microbatch=16, store="pairs", extra=1, outside_s=0.0)
 
 
 def test_a_stage_cpu_as_seconds_per_microbatch_at_its_share() -> None:
@@ -49,7 +52,7 @@ def test_terms_from_predicted_and_measured_stages() -> None:
 
 
 def test_the_calibrated_model_gives_back_a_one_stage_run() -> None:
-    local = Shape(workers=(1,), bounds=((0, 3),), microbatch=16)
+    local = Shape(workers=(1,), bounds=((0, 3),), microbatch=16, outside_s=0.0)
     (cost,) = stage_costs(SETTING, local)
     assert cost.compute_s == pytest.approx(0.096)  # 0.048 at half speed
     # measured: 0.120 of compute and 0.008 outside per microbatch at the host's half core
@@ -69,10 +72,16 @@ def test_calibrated_stages_replay_and_outside() -> None:
     assert [s.replay_s for s in stages] == pytest.approx([0.015, 0.006])
     assert [s.outside_s for s in stages] == pytest.approx([0.002, 0.004])
     p = predict_pipelined("mcpipe", SETTING, cal.apply(PAIRS))
-    assert p.iteration_s == pytest.approx(0.082)  # stage 1 sets the pace
+    # stage 1 bounds the pace (82 ms); near balance, the waits add 5.07 ms
+    assert p.iteration_s == pytest.approx(0.087070, abs=1e-6)
     assert p.parts["overhead"] == pytest.approx(0.004)
-    # a priori: no outside term
-    assert predict_pipelined("mcpipe", SETTING, PAIRS).parts["overhead"] == 0.0
+    # a priori: the loop's CPU and one side of 2 x 64 kB of messages (stage 0 is the slowest)
+    a_priori = predict_pipelined("mcpipe", SETTING, replace(PAIRS, outside_s=None))
+    assert a_priori.parts["overhead"] == pytest.approx(1.5e-3 + 2 * 64_000 * 0.71e-9)
+    # calibrated, the run's figure replaces both: the terms a priori are left out of compute
+    costs = stage_costs(SETTING, replace(PAIRS, outside_s=None))
+    measured = [StageMeasure(100, 6.0, 3.0, 6.0, 1.0), StageMeasure(100, 2.4, 0.6, 2.4, 0.5)]
+    assert calibrate(costs, measured, [1.0, 0.5]).compute_scale == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,12 @@
 """The pipeline family's cost model against literal tables: per-stage compute with mcPipe's
-replay, the link, stage 0's window bound, Local, data parallelism, resident memory, the min-max
-partition against brute force, and the family hook on a recipe."""
+replay, the link, stage 0's window bound and the cycle's queueing, the loop's and messages' CPU
+a priori, Local, data parallelism, resident memory, the min-max partition against brute force,
+and the family hook on a recipe."""
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -27,7 +29,8 @@ LAYERS = (
 )
 # worker 1 is twice as slow; 10 MB/s, no latency
 SETTING = Setting(devices=(Device("a"), Device("b", speed=0.5)), links=(Link(10e6),), layers=LAYERS)
-TWO = Shape(workers=(0, 1), bounds=((0, 1), (1, 3)), microbatch=16, store="versions")
+# the compute and link terms alone (no CPU outside the compute blocks)
+TWO = Shape(workers=(0, 1), bounds=((0, 1), (1, 3)), microbatch=16, store="versions", outside_s=0.0)
 
 
 def test_stage_costs_literal() -> None:
@@ -40,23 +43,61 @@ def test_stage_costs_literal() -> None:
     assert stages[1].resident_bytes == 1_040_000
 
 
-def test_window_bound_then_compute_bound() -> None:
-    # m_0 = 2: one microbatch's round trip 0.030 + 0.0128 + 0.036 over two in flight
+def test_window_bound_then_compute_bound_and_the_wait_at_busy_stages() -> None:
+    # m_0 = 2: one microbatch's round trip 0.030 + 0.0128 + 0.036 over two in flight bounds the
+    # pace at 0.0394; with two in flight one waits at a busy stage now and then: the cycle's
+    # mean-value analysis (stations 30, 12.8 and 36 ms) gives 46.887 ms
     p = predict_pipelined("pipedream", SETTING, TWO)
-    assert p.iteration_s == pytest.approx((0.030 + 0.0128 + 0.036) / 2)
+    assert p.iteration_s == pytest.approx(0.046887, abs=1e-6)
+    assert p.parts["exposed_communication"] == pytest.approx(0.0394 - 0.036)
+    assert p.parts["queueing"] == pytest.approx(0.046887 - 0.0394, abs=1e-6)
     assert "window" in p.notes[0]
-    # one extra in flight: the slow stage sets the pace
-    deeper = Shape(workers=(0, 1), bounds=TWO.bounds, microbatch=16, store="versions", extra=1)
+    assert "near balance" in p.notes[1]
+    # one extra in flight: the slow stage bounds the pace (36 ms), the wait adds 2.07 ms
+    deeper = replace(TWO, extra=1)
     p = predict_pipelined("pipedream", SETTING, deeper)
-    assert p.iteration_s == pytest.approx(0.036)
+    assert p.iteration_s == pytest.approx(0.038073, abs=1e-6)
     assert p.parts["compute"] == pytest.approx(0.036)
     assert p.parts["exposed_communication"] == 0.0
+    assert p.parts["queueing"] == pytest.approx(0.002073, abs=1e-6)
     assert p.bytes_per_iteration == 2 * 64_000
     assert p.notes[0].startswith("stage 1 sets the pace")
+    assert "near balance" in p.notes[1]
+    # four extra: the wait is gone, the slow stage sets the pace
+    p = predict_pipelined("pipedream", SETTING, replace(TWO, extra=4))
+    assert p.iteration_s == pytest.approx(0.036)
+    assert len(p.notes) == 2
+
+
+def test_the_loop_and_the_messages_cpu_a_priori() -> None:
+    # 1.5 ms of the loop's CPU and one side of 2 x 64 kB of messages (0.71 ns a byte) per stage,
+    # over the device's speed; the profile's cores turn CPU seconds into the reference's
+    a_priori = replace(TWO, outside_s=None)
+    loop = 1.5e-3 + 2 * 64_000 * 0.71e-9
+    stages = stage_costs(SETTING, a_priori)
+    assert [s.outside_s for s in stages] == pytest.approx([loop, loop / 0.5])
+    assert [s.compute_s for s in stages] == pytest.approx([0.030 + loop, 0.036 + 2 * loop])
+    at_half = replace(SETTING, reference_cores=0.5)
+    assert stage_costs(at_half, a_priori)[0].outside_s == pytest.approx(loop / 0.5)
+    # a reference of two cores still gives a single-threaded loop one core
+    assert stage_costs(replace(SETTING, reference_cores=2.0), a_priori)[0].outside_s == (
+        pytest.approx(loop)
+    )
+    # Local sends nothing: the loop alone
+    local = Shape(workers=(0,), bounds=((0, 3),), microbatch=16)
+    assert stage_costs(SETTING, local)[0].outside_s == pytest.approx(1.5e-3)
+    # a middle stage sends and receives on both sides
+    three = Setting(
+        (Device("a"), Device("b"), Device("c")), (Link(10e6),), LAYERS, reference_cores=1.0
+    )
+    mid = stage_costs(three, Shape((0, 1, 2), ((0, 1), (1, 2), (2, 3)), 16))[1]
+    assert mid.outside_s == pytest.approx(1.5e-3 + 2 * (64_000 + 6_400) * 0.71e-9)
+    with pytest.raises(ValueError, match="reference_cores"):
+        Setting((Device("a"),), (Link(1e6),), LAYERS, reference_cores=0.0)
 
 
 def test_mcpipe_replays_its_pending_updates() -> None:
-    deeper = Shape(workers=(0, 1), bounds=TWO.bounds, microbatch=16, store="pairs", extra=1)
+    deeper = replace(TWO, store="pairs", extra=1)
     stages = stage_costs(SETTING, deeper)
     # m = 3 and 2: a weight gradient per pending update, a third of a unit's compute, but half
     # of the model's first unit's (no input error): 0.030 x (1 + 2/2) and 0.024 x (1 + 1/3)
@@ -65,31 +106,38 @@ def test_mcpipe_replays_its_pending_updates() -> None:
     # pairs: P + (m - 1) x b x (in + out) per sample = 1M + 2 x 16 x 2,000 floats
     assert stages[0].resident_bytes == (1_000_000 + 2 * 16 * 2_000) * 4
     p = predict_pipelined("mcpipe", SETTING, deeper)
-    assert p.iteration_s == pytest.approx(0.060)
+    # stage 0 dominates: the wait at busy stages adds 0.34 ms
+    assert p.iteration_s == pytest.approx(0.060344, abs=1e-6)
     assert p.parts["replay"] == pytest.approx(0.030)
     assert p.memory_bytes == {0: stages[0].resident_bytes, 1: stages[1].resident_bytes}
 
 
 def test_bubble_is_spread_over_the_epoch() -> None:
-    deeper = Shape(workers=(0, 1), bounds=TWO.bounds, microbatch=16, extra=1, microbatches=10)
+    deeper = replace(TWO, store="latest", extra=1, microbatches=10)
     p = predict_pipelined("greedy", SETTING, deeper)
-    fill = 0.030 + 0.0128 + 0.036 - 0.036
-    assert p.parts["bubble"] == pytest.approx(fill / 10)
-    assert p.iteration_s == pytest.approx(0.036 + fill / 10)
+    fill = 0.030 + 0.0128 + 0.036 - 0.038073
+    assert p.parts["bubble"] == pytest.approx(fill / 10, abs=1e-6)
+    assert p.iteration_s == pytest.approx(0.038073 + fill / 10, abs=1e-6)
 
 
 def test_local_and_dataparallel() -> None:
-    local = Shape(workers=(0,), bounds=((0, 3),), microbatch=16)
+    local = Shape(workers=(0,), bounds=((0, 3),), microbatch=16, outside_s=0.0)
     p = predict_pipelined("local", SETTING, local)
     assert p.iteration_s == pytest.approx(0.048)
     assert p.bytes_per_iteration == 0
-    dp = predict_dataparallel("dataparallel", SETTING, Shape((0, 1), (), 16))
+    dp = predict_dataparallel("dataparallel", SETTING, Shape((0, 1), (), 16, outside_s=0.0))
     # half a microbatch each at the slower replica's pace, then 5.04 MB to the other replica
     assert dp.parts["compute"] == pytest.approx(0.048)
     assert dp.parts["communication"] == pytest.approx(0.504)
     assert dp.iteration_s == pytest.approx(0.552)
     assert dp.bytes_per_iteration == 2 * 5_040_000
     assert "communication dominates" in dp.notes[0]
+    # a priori: the loop and one side of each 5.04 MB copy sent and received, at the slower
+    # replica's half speed
+    dp = predict_dataparallel("dataparallel", SETTING, Shape((0, 1), (), 16))
+    outside = (1.5e-3 + 2 * 5_040_000 * 0.71e-9) / 0.5
+    assert dp.parts["overhead"] == pytest.approx(outside)
+    assert dp.iteration_s == pytest.approx(0.552 + outside)
 
 
 def test_min_max_bounds_against_brute_force() -> None:
@@ -105,11 +153,11 @@ def test_min_max_bounds_against_brute_force() -> None:
         layers=layers,
     )
     for store in ("versions", "pairs"):
-        shape = Shape(workers=(0, 1, 2), bounds=((0, 5),) * 3, microbatch=8, store=store)
+        shape = Shape((0, 1, 2), ((0, 5),) * 3, microbatch=8, store=store, outside_s=0.0)
         got = min_max_bounds(setting, shape)
 
         def worst(b: list[tuple[int, int]], store: str = store) -> float:
-            stages = stage_costs(setting, Shape((0, 1, 2), b, 8, store=store))
+            stages = stage_costs(setting, Shape((0, 1, 2), b, 8, store=store, outside_s=0.0))
             return max(max(s.compute_s, s.link_s) for s in stages)
 
         best = min(
@@ -128,7 +176,10 @@ def test_the_family_hook_reads_the_recipe() -> None:
     )
     p = launcher_side("pipeline", "mcpipe").predict(recipe, SETTING)
     assert p is not None
-    assert p.iteration_s == pytest.approx(0.060)
+    # stage 0 at 60 + 1.59 ms (the loop and its messages, a priori), stage 1 at 48 + 3.18 ms:
+    # stage 0 bounds the pace, the wait at busy stages adds 1.18 ms
+    assert p.parts["compute"] == pytest.approx(0.0615909)
+    assert p.iteration_s == pytest.approx(0.062772, abs=1e-6)
     dp = parse_recipe(
         {
             "train": {"family": "pipeline", "technique": "dataparallel", "batch_size": 16},
@@ -136,6 +187,6 @@ def test_the_family_hook_reads_the_recipe() -> None:
         }
     )
     got = launcher_side("pipeline", "dataparallel").predict(dp, SETTING)
-    assert got is not None and got.iteration_s == pytest.approx(0.552)
+    assert got is not None and got.iteration_s == pytest.approx(0.5693136)
     with pytest.raises(ValueError, match="3 stage bounds for 2 workers"):
         stage_costs(SETTING, Shape((0, 1), ((0, 1), (1, 2), (2, 3)), 16))

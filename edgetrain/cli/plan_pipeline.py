@@ -291,12 +291,16 @@ def _predicted_lines(predicted: dict[str, Any] | None) -> list[str]:
         return ["no profile: costs are relative (multiply-accumulates); give --profile for "
                 "predicted seconds"]  # fmt: skip
     parts = predicted["parts"]
-    names = ("compute", "replay", "communication", "exposed_communication", "bubble")
+    names = (
+        "compute", "replay", "communication", "exposed_communication", "queueing", "overhead",
+        "bubble",
+    )  # fmt: skip
     text = ", ".join(f"{k.replace('_', ' ')} {parts[k] * 1e3:.2f}" for k in names if k in parts)
     rate = predicted.get("samples_per_s")
     head = f"predicted: {predicted['iteration_s'] * 1e3:.2f} ms per microbatch"
     head += f" ({rate:,.0f} samples/s)" if rate else ""
-    return [f"{head}; ms: {text}", *predicted["notes"][:1]]
+    notes = [n for n in predicted["notes"] if "samples/s predicted" not in n]
+    return [f"{head}; ms: {text}", *notes]
 
 
 def _render(

@@ -29,7 +29,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from edgetrain.runtime.predict import Setting
+from edgetrain.runtime.predict import WIRE_CPU_S_PER_BYTE, Setting
 
 FLOAT = 4  # bytes of a float32 entry: parameters travel and are summed as float32
 
@@ -49,7 +49,7 @@ class Constants:
     copy_s_per_byte: float = 36e-12  # a copy (a snapshot, the flat gradient, a check)
     take_s_per_byte: float = 181e-12  # a dense take: the float32 copy and its rounding residual
     step_s_per_byte: float = 93e-12  # the optimiser's step (SGD with momentum)
-    wire_s_per_byte: float = 0.71e-9  # one side of a message: encode and send, or receive
+    wire_s_per_byte: float = WIRE_CPU_S_PER_BYTE  # one side of a message: send or receive
     select_s_per_entry: float = 5.0e-9  # top-k (sparse.top_k's partition): per entry
     select_s_per_chosen: float = 19e-9  # ... and per entry chosen (with its gather)
     significance_s_per_entry: float = 6.05e-9  # Gaia's filter (|step acc| > v |w|, nonzero)

@@ -11,21 +11,30 @@ the model's first unit's, whose backward computes no input error; with low-rank 
 unit's share is scaled by ``b (in + out) / (in * out)``. A link carries the boundary
 unit's activation forward and an error of the same size back per microbatch.
 
-An asynchronous pipeline (PipeDream, mcPipe, GreedyUpdates) runs at the pace of its slowest
-stage or link, and no faster than stage 0's window allows (Little's law: ``m_0`` microbatches
-in flight over one microbatch's round trip through every stage and link); each epoch adds the
-fill and drain of the other stages. Local is one stage. Data parallelism splits every
-microbatch over R replicas (compute taken to scale as 1/R) and each replica then sends its
-whole gradient to every other replica, after its backward (not overlapped).
+Each stage also spends CPU per microbatch outside its compute blocks: the schedule's loop,
+its clock and heartbeats (:data:`STAGE_LOOP_CPU_S`), and its messages, the activations and
+errors it sends and receives (:data:`~edgetrain.runtime.predict.WIRE_CPU_S_PER_BYTE` a byte
+each side), CPU seconds of one core turned into the reference device's seconds by the cores
+the profile ran at (:meth:`~edgetrain.runtime.predict.Setting.cpu_s`).
+
+An asynchronous pipeline (PipeDream, mcPipe, GreedyUpdates) runs no faster than its slowest
+stage or link, nor than stage 0's window allows (Little's law: ``m_0`` microbatches in flight
+over one microbatch's round trip through every stage and link); where these bounds are close,
+a microbatch waits at busy stages and the pace is slower than all of them: the model takes
+the closed cycle's mean-value analysis (:mod:`edgetrain.pipeline.cycle`, fixed service times)
+and reports the wait beyond the bounds as ``queueing``. Each epoch adds the fill and drain of
+the other stages. Local is one stage. Data parallelism splits every microbatch over R replicas
+(compute taken to scale as 1/R) and each replica then sends its whole gradient to every other
+replica, after its backward (not overlapped), and encodes and decodes each copy.
 
 A :class:`Shape` may carry what a run measured (:mod:`edgetrain.pipeline.calibration`: the
 stages' compute over the profile's, the replay over the model's, and each stage's CPU per
-microbatch outside its compute blocks: messages, heartbeats, snapshots); a priori these are
-1, 1 and 0.
+microbatch outside its compute blocks, which replaces the loop and message terms above); a
+priori these are 1, 1 and None.
 
-Not modelled: the optimiser step's own time beyond the profiled Local step, the transport's
-per-message cost a priori, a CPU quota's stops on each hop, replicas sharing one link, compute
-that does not scale with a smaller slice.
+Not modelled: the optimiser step's own time beyond the profiled Local step, a CPU quota's
+stops inside a compute block (the profile's sustained pace averages them), hosts sharing
+physical cores, replicas sharing one link, compute that does not scale with a smaller slice.
 """
 
 from __future__ import annotations
@@ -35,10 +44,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from edgetrain.pipeline import bounds, schedule
+from edgetrain.pipeline import bounds, cycle, schedule
 from edgetrain.pipeline.partition import Cost, Partition, partition, partition_paced
 from edgetrain.pipeline.store_mode import store_mode
-from edgetrain.runtime.predict import Layer, Prediction, Setting
+from edgetrain.runtime.predict import WIRE_CPU_S_PER_BYTE, Layer, Prediction, Setting
 
 if TYPE_CHECKING:  # the unit table imports torch; the model only reads its fields
     from edgetrain.pipeline.table import UnitInfo
@@ -50,6 +59,12 @@ OBJECTIVES = ("time", "params", "memory")
 REPLAY_SHARE = 1.0 / 3.0
 # the model's first unit computes no input error: its weight gradient is half its backward + forward
 FIRST_UNIT_SHARE = 1.0 / 2.0
+# CPU seconds of one core a stage (or Local, or a replica) spends per microbatch outside its
+# compute blocks and messages: the schedule's loop, the clock and its pause ledger, heartbeats.
+# Measured on this project's 2-core machine: 1.3-2.5 ms over the stages of the mcPipe quick
+# reproduction of 2026-12-05 (commit a8c142e; process CPU less compute CPU per microbatch, less
+# the messages' share), Local's one stage included. A run's own figure replaces it (calibration).
+STAGE_LOOP_CPU_S = 1.5e-3
 
 
 @dataclass(frozen=True)
@@ -71,11 +86,12 @@ class Shape:
     # each unit's input + output elements per sample (the unit table's ``pair_elems``); None:
     # from the layers' activation bytes
     pair_elems: Sequence[int] | None = None
-    # calibrated on a run (a priori 1, 1, 0): the stages' compute and replay over the model's,
-    # and each stage's seconds per microbatch outside its compute blocks at speed 1
+    # calibrated on a run (a priori 1, 1, None): the stages' compute and replay over the
+    # model's, and each stage's seconds per microbatch outside its compute blocks at speed 1
+    # (None: the loop's and the messages' CPU, :func:`outside_a_priori`)
     compute_scale: float = 1.0
     replay_scale: float = 1.0
-    outside_s: float = 0.0
+    outside_s: float | None = None
     # per unit, its replay over the sequential replay's (``[pipeline] replay = "lowrank"``:
     # :func:`~edgetrain.pipeline.lowrank.replay_factor`); None: sequential replay
     replay_factor: Sequence[float] | None = None
@@ -131,7 +147,10 @@ def _stage(setting: Setting, shape: Shape, s: int) -> StageCost:
             for k, u in enumerate(part, start=lo)
         )
         replay = grads / speed * (m - 1) * shape.replay_scale
-    outside = shape.outside_s / speed if hi > lo else 0.0
+    outside = 0.0
+    if hi > lo:
+        given = shape.outside_s
+        outside = (given if given is not None else outside_a_priori(setting, shape, s)) / speed
     link_s = latency = 0.0
     if s + 1 < n:
         link = setting.link(worker, shape.workers[s + 1])
@@ -149,6 +168,19 @@ def _stage(setting: Setting, shape: Shape, s: int) -> StageCost:
     return StageCost(compute + replay + outside, replay, link_s, latency, resident, m, outside)
 
 
+def outside_a_priori(setting: Setting, shape: Shape, s: int) -> float:
+    """Stage ``s``'s seconds per microbatch outside its compute blocks at speed 1, a priori:
+    the loop's CPU and its messages' (an activation out and an error in to the next stage, an
+    activation in and an error out from the previous one, one side of each)."""
+    nbytes = 0
+    for a, b in ((s, s + 1), (s - 1, s)):
+        if a >= 0 and b < len(shape.bounds):
+            hi = shape.bounds[a][1]
+            if hi > 0:
+                nbytes += 2 * setting.layers[hi - 1].activation_bytes
+    return setting.cpu_s(STAGE_LOOP_CPU_S + nbytes * WIRE_CPU_S_PER_BYTE)
+
+
 def predict_pipelined(technique: str, setting: Setting, shape: Shape) -> Prediction:
     """A pipelined technique's (or Local's) time per microbatch, with its parts (``technique``
     names the prediction)."""
@@ -159,7 +191,8 @@ def predict_pipelined(technique: str, setting: Setting, shape: Shape) -> Predict
     link = max(st.link_s for st in stages)
     round_trip = sum(st.compute_s + st.link_s + 2 * st.latency_s for st in stages)
     window = round_trip / stages[0].m
-    period = max(compute, link, window)
+    bound = max(compute, link, window)
+    period = max(bound, cycle.period(_stations(stages), stages[0].m))
     # fill and drain: one microbatch crosses every stage and link once beyond the steady pace
     fill = max(0.0, round_trip - period)
     bubble = fill / shape.microbatches if shape.microbatches else 0.0  # None: steady state
@@ -169,15 +202,33 @@ def predict_pipelined(technique: str, setting: Setting, shape: Shape) -> Predict
         "replay": stages[slowest].replay_s,
         "communication": link,
         "exposed_communication": max(0.0, max(link, window) - compute),
+        "queueing": period - bound,
         "bubble": bubble,
         "overhead": stages[slowest].outside_s,
     }
     iteration = period + bubble
     nbytes = int(sum(2 * setting.layers[hi - 1].activation_bytes for _, hi in shape.bounds[:-1]))
     notes = [_pace_note(technique, stages, slowest, compute, link, window)]
+    if period > bound * 1.05:
+        notes.append(
+            f"stages near balance: a microbatch waits at busy stages, {(period - bound) * 1e3:.1f}"
+            f" ms per microbatch beyond the slowest bound ({bound * 1e3:.1f} ms)"
+        )
     notes.append(f"{shape.microbatch / iteration:,.0f} samples/s predicted")
     memory = {shape.workers[s]: st.resident_bytes for s, st in enumerate(stages)}
     return Prediction(technique, iteration, parts, nbytes, tuple(notes), memory)
+
+
+def _stations(stages: Sequence[StageCost]) -> list[cycle.Station]:
+    """The cycle a microbatch in stage 0's window goes round: each stage (its whole work), each
+    link (both directions) and the link's latency there and back."""
+    out = []
+    for st in stages:
+        out.append(cycle.Station(st.compute_s))
+        if st.link_s or st.latency_s:
+            out.append(cycle.Station(st.link_s))
+            out.append(cycle.Station(2 * st.latency_s, queue=False))
+    return out
 
 
 def _pace_note(
@@ -212,9 +263,14 @@ def predict_dataparallel(technique: str, setting: Setting, shape: Shape) -> Pred
     replicas = list(shape.workers)
     r = len(replicas)
     speed = min(setting.devices[w].speed for w in replicas)
-    compute = sum(u.forward_s + u.backward_s for u in setting.layers) / speed / r
-    compute = compute * shape.compute_scale + shape.outside_s / speed
     params = sum(u.param_bytes for u in setting.layers)
+    outside = shape.outside_s
+    if outside is None:
+        # the loop, and each copy of the gradient sent to and received from every other replica
+        wire = 2 * (r - 1) * params * WIRE_CPU_S_PER_BYTE
+        outside = setting.cpu_s(STAGE_LOOP_CPU_S + wire)
+    compute = sum(u.forward_s + u.backward_s for u in setting.layers) / speed / r
+    compute = compute * shape.compute_scale + outside / speed
     comm = 0.0
     if r > 1:
         links = [setting.link(a, b) for a in replicas for b in replicas if a != b]
@@ -226,7 +282,7 @@ def predict_dataparallel(technique: str, setting: Setting, shape: Shape) -> Pred
         "communication": comm,
         "exposed_communication": comm,
         "bubble": 0.0,
-        "overhead": shape.outside_s / speed,
+        "overhead": outside / speed,
     }
     iteration = compute + comm
     sizes = [

@@ -12,7 +12,12 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Device", "Layer", "Link", "Prediction", "Setting"]
+__all__ = ["WIRE_CPU_S_PER_BYTE", "Device", "Layer", "Link", "Prediction", "Setting"]
+
+# CPU seconds per byte of one side of a message (encode and send, or receive, check and
+# decode) on one core of this project's 2-core machine: half the inverse of edgetrain's
+# loopback throughput between two processes at 16 MiB (0.704 GB/s, benchmarks/transport)
+WIRE_CPU_S_PER_BYTE = 0.71e-9
 
 
 @dataclass(frozen=True)
@@ -66,12 +71,26 @@ class Layer:
 @dataclass(frozen=True)
 class Setting:
     """Where a run would go: one device per worker (in worker order), the links, the layers
-    (profiled at ``batch`` samples; None: at the recipe's ``[train] batch_size``)."""
+    (profiled at ``batch`` samples; None: at the recipe's ``[train] batch_size``) and the cores
+    the layers' seconds are at (``reference_cores``: a CPU quota's share where the profile ran
+    under one; None: not known, taken as one core), which turns a model's CPU seconds of work
+    into the reference device's seconds."""
 
     devices: Sequence[Device]
     links: Sequence[Link]
     layers: Sequence[Layer]
     batch: int | None = None
+    reference_cores: float | None = None
+
+    def __post_init__(self) -> None:
+        cores = self.reference_cores
+        if cores is not None and not (math.isfinite(cores) and cores > 0):
+            raise ValueError("a setting's reference_cores must be a positive number")
+
+    def cpu_s(self, work: float) -> float:
+        """``work`` CPU seconds of one thread on one core as seconds of the reference device
+        (which gives one thread at most one core)."""
+        return work / min(self.reference_cores or 1.0, 1.0)
 
     def at_batch(self, batch: int) -> Setting:
         """The same setting with its layers scaled linearly to ``batch`` samples (times and
@@ -89,7 +108,7 @@ class Setting:
             )
             for x in self.layers
         )
-        return Setting(self.devices, self.links, layers, batch)
+        return Setting(self.devices, self.links, layers, batch, self.reference_cores)
 
     def link(self, a: int, b: int) -> Link:
         """The link between workers ``a`` and ``b``: the one named for the pair, else the

@@ -227,4 +227,4 @@ def setting_from_testbed(
             links.append(Link(LOOPBACK_BPS, 0.0, a, b))
         else:
             links.append(Link(facts.path_bps(hosts[a], hosts[b]) / 8.0, latency_s, a, b))
-    return Setting(tuple(devices), tuple(links), tuple(layers), batch)
+    return Setting(tuple(devices), tuple(links), tuple(layers), batch, reference_cpu)
