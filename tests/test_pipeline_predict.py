@@ -13,6 +13,7 @@ import pytest
 from edgetrain.pipeline.predict import (
     Shape,
     min_max_bounds,
+    outside_a_priori,
     predict_dataparallel,
     predict_pipelined,
     stage_costs,
@@ -92,6 +93,10 @@ def test_the_loop_and_the_messages_cpu_a_priori() -> None:
     )
     mid = stage_costs(three, Shape((0, 1, 2), ((0, 1), (1, 2), (2, 3)), 16))[1]
     assert mid.outside_s == pytest.approx(1.5e-3 + 2 * (64_000 + 6_400) * 0.71e-9)
+    # a candidate stage alone (the partitioner's): what it would receive, from its first unit's
+    # input, and send
+    alone = Shape((0, 1, 2), ((0, 0), (1, 2), (0, 0)), 16)
+    assert outside_a_priori(three, alone, 1) == pytest.approx(mid.outside_s)
     with pytest.raises(ValueError, match="reference_cores"):
         Setting((Device("a"),), (Link(1e6),), LAYERS, reference_cores=0.0)
 

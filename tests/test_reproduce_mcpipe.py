@@ -195,6 +195,44 @@ def test_regime_claims_set_measured_direction_against_prediction() -> None:
     assert rec.direction_agrees is True and "compute x1.50" in rec.deviations
 
 
+def test_the_pipeline_predicted_fastest_against_local_to_the_late_target() -> None:
+    from types import SimpleNamespace
+
+    from reproductions.mcpipe_regime_claims import regime_claims
+
+    def row(arm: str, seed: int, late: float | None, **kw: object) -> dict:
+        point = {"train_s": 20.0, "accuracy": 0.97, "microbatches": 400}
+        return {"arm": arm, "seed": seed, "topology": 2, "curve": [point], "run": f"{arm}{seed}",
+                "time_to_late": late, "final_train_s": 20.0, **kw}  # fmt: skip
+
+    settings = {
+        "b-n2-1gbit": {"speedup": {"local": 1.0, "mcpipe": 1.2, "greedy": 1.4, "dp": 0.1}},
+        "b-n2-10mbit": {"speedup": {"local": 1.0, "mcpipe": 0.5, "pipedream": 0.6}},
+    }
+    res = {
+        "regime": {"chosen": "b", "settings": settings},
+        # GreedyUpdates predicted fastest: 8 s against Local's 10 and 12 s; never on seed 3 (a
+        # bound: Local's 10 s over its whole 20 s)
+        "accuracy": [row("local", s, t) for s, t in ((1, 10.0), (2, 12.0), (3, 10.0))]
+        + [row("greedy", s, t) for s, t in ((1, 8.0), (2, 8.0), (3, None))]
+        + [row("mcpipe", s, 5.0) for s in (1, 2, 3)],
+        # on the slow link PipeDream predicted the faster pipeline (still behind Local)
+        "extra": [row("pipedream", s, 40.0, setting="slow", run=f"x{s}") for s in (1, 2)],
+    }
+    p = SimpleNamespace(topologies=(2,), budget_s=20.0,
+                        extra=(("slow", None, 2, "10mbit", ("pipedream",)),))  # fmt: skip
+    got = {c.id: c for c in regime_claims(res, p)}
+    fast = got["R-MP-RT b-n2-1gbit"]
+    assert fast.details["arm"] == "greedy" and fast.paper_value == "> 1"
+    assert fast.details["per_seed"] == pytest.approx({1: 1.25, 2: 1.5, 3: 0.5})
+    assert fast.ours is not None and fast.ours.median == pytest.approx(1.25)
+    assert fast.direction_agrees is True and "a bound" in fast.deviations
+    slow = got["R-MP-RT b-n2-10mbit"]
+    assert slow.details["arm"] == "pipedream" and slow.paper_value == "<= 1"
+    assert slow.details["per_seed"] == pytest.approx({1: 0.25, 2: 0.3})
+    assert slow.direction_agrees is True and "a bound" not in slow.deviations
+
+
 def test_pilot_stages_as_measured() -> None:
     from reproductions.mcpipe_calibration import measures_of
 

@@ -172,12 +172,12 @@ def outside_a_priori(setting: Setting, shape: Shape, s: int) -> float:
     """Stage ``s``'s seconds per microbatch outside its compute blocks at speed 1, a priori:
     the loop's CPU and its messages' (an activation out and an error in to the next stage, an
     activation in and an error out from the previous one, one side of each)."""
+    lo, hi = shape.bounds[s]
     nbytes = 0
-    for a, b in ((s, s + 1), (s - 1, s)):
-        if a >= 0 and b < len(shape.bounds):
-            hi = shape.bounds[a][1]
-            if hi > 0:
-                nbytes += 2 * setting.layers[hi - 1].activation_bytes
+    if s + 1 < len(shape.bounds) and hi > 0:  # to the next stage: its last unit's output
+        nbytes += 2 * setting.layers[hi - 1].activation_bytes
+    if s > 0 and lo > 0:  # from the previous stage: the output of the unit before its first
+        nbytes += 2 * setting.layers[lo - 1].activation_bytes
     return setting.cpu_s(STAGE_LOOP_CPU_S + nbytes * WIRE_CPU_S_PER_BYTE)
 
 
