@@ -12,7 +12,7 @@ from edgetrain.experiment.report import Claim, Stat, above_bound
 from edgetrain.experiment.text import fmt
 from reproductions.mcpipe_measure import replay_share, same_snapshots
 from reproductions.mcpipe_recipes import CHUNK_MIB
-from reproductions.mcpipe_regime_claims import regime_claims
+from reproductions.mcpipe_regime_claims import regime_claims, time_to_late
 
 MiB = 2**20
 ARMS = ("local", "dataparallel", "pipedream", "greedy", "greedy-e2", "mcpipe")
@@ -139,11 +139,11 @@ def _behind(rows: Sequence[Row], n: int, budget: float) -> Claim:
         times = []
         for a in ("local", "dataparallel"):
             if a in r:
-                t = number(r[a]["time_to_late"])
-                if t is None:  # never reached it: at least the whole budget
+                t, bound = time_to_late(r[a], budget)  # never reached it: the whole budget
+                if bound:
                     bounds.append(True)
-                    t = max(budget, number(r[a]["final_train_s"]) or budget)
-                times.append(t)
+                if t is not None:
+                    times.append(t)
         return min(times) / mine if times and mine > 0 else None
 
     seeds, vals = _per_seed(rows, n, ratio)

@@ -13,6 +13,7 @@ from typing import Any
 from edgetrain.experiment.claims import Row, number
 from edgetrain.experiment.report import Claim, Stat
 from edgetrain.experiment.text import fmt
+from reproductions.mcpipe_plan import PIPELINES
 
 GOAL_ERROR = 0.15  # issue 29: median |measured / predicted - 1| of the time per microbatch
 
@@ -106,9 +107,6 @@ def regime_claims(res: Mapping[str, Any], p: Any) -> list[Claim]:
     return out + _calibrated_claim(res, p)
 
 
-PIPELINED = ("pipedream", "greedy", "mcpipe")
-
-
 def time_to_late(row: Mapping[str, Any], budget: float | None) -> tuple[float | None, bool]:
     """A run's training seconds to the late target, and whether that is a bound: a run that
     never reached it counts with its whole training time (at least the budget)."""
@@ -131,7 +129,7 @@ def _ahead_claims(res: Mapping[str, Any], p: Any) -> list[Claim]:
     for key, rows in setting_rows(res, p).items():
         speed = (settings.get(key) or {}).get("speedup") or {}
         measured = {r["arm"] for r in rows}
-        cands = [(v, a) for a, v in speed.items() if a in PIPELINED and a in measured and v]
+        cands = [(v, a) for a, v in speed.items() if a in PIPELINES and a in measured and v]
         if not cands or "local" not in measured:
             continue
         predicted, arm = max(cands)

@@ -225,8 +225,9 @@ def _stations(stages: Sequence[StageCost]) -> list[cycle.Station]:
     out = []
     for st in stages:
         out.append(cycle.Station(st.compute_s))
-        if st.link_s or st.latency_s:
+        if st.link_s:
             out.append(cycle.Station(st.link_s))
+        if st.latency_s:
             out.append(cycle.Station(2 * st.latency_s, queue=False))
     return out
 
