@@ -86,6 +86,33 @@ def test_history_fits_rg_and_finds_the_models_t0(tmp_path: Path) -> None:
     assert load_history(path, "mlp").t0 is None
 
 
+def test_a_history_that_misses_its_held_out_levels_gives_no_slowdown(tmp_path: Path) -> None:
+    # the slowdown jumps between 1 and 3 from level to level: no line through U predicts it
+    path = tmp_path / "bad.history.jsonl"
+    records = [
+        ContentionRecord("r1", "lenet5", 32, lv, (lv, 0.0, 0.0), 0.032, 0.032 * (1 + 2 * (i % 2)))
+        for i, lv in enumerate((0.0, 0.25, 0.5, 0.75, 1.0))
+    ]
+    append_history(path, records)
+    hist = load_history(path, "lenet5")
+    assert hist.held_out is not None and hist.held_out > 0.15
+    assert not hist.rg_used and hist.rg((0.5, 0.0, 0.0)) == 1.0
+    assert hist.records == 5 and hist.t0 == pytest.approx(0.001)  # the profile's t0 still counts
+    loose = load_history(path, "lenet5", max_error=10.0)
+    assert loose.rg_used and loose.held_out == hist.held_out
+    # a history that predicts its held-out levels is used (the linear one above: within 15%)
+    good = tmp_path / "good.history.jsonl"
+    append_history(
+        good,
+        [
+            ContentionRecord("r1", "lenet5", 32, lv, (lv, 0.0, 0.0), 0.032, 0.032 * (1 + lv))
+            for lv in (0.0, 0.25, 0.5, 0.75, 1.0)
+        ],
+    )
+    used = load_history(good, "lenet5")
+    assert used.rg_used and used.held_out is not None and used.held_out <= 0.15
+
+
 def test_cpu_cgroup_from_proc_text() -> None:
     v1 = "9:name=systemd:/\n4:memory:/x\n1:cpu:/edgetrain-emulate/eg/gpu-a\n0::/\n"
     assert cpu_cgroup(v1) == "/edgetrain-emulate/eg/gpu-a"

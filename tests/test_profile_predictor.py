@@ -13,6 +13,7 @@ from edgetrain.profile.predictor import (
     Predictor,
     append_history,
     held_out_mape,
+    history_error,
     platform_throughput,
     read_history,
 )
@@ -48,6 +49,18 @@ def test_held_out_mape_small_without_noise_larger_with() -> None:
     assert clean < 0.02 and set(per_level) == {0, 0.25, 0.5, 0.75, 1.0}
     noisy, _ = held_out_mape(_records("r", [0, 0.25, 0.5, 0.75, 1.0], 0.1, 1), "r")
     assert noisy > clean
+
+
+def test_history_error_is_the_mean_over_its_runs_of_the_held_out_error() -> None:
+    a = _records("a", [0, 0.25, 0.5, 0.75, 1.0], 0.0, 1)
+    b = _records("b", [0, 0.5, 1.0], 0.2, 2)
+    both = a + b
+    expected = (held_out_mape(both, "a")[0] + held_out_mape(both, "b")[0]) / 2
+    assert history_error(both) == pytest.approx(expected)
+    assert history_error(a) == pytest.approx(held_out_mape(a, "a")[0])
+    # one level of one run: nothing is left to train on when it is held out
+    assert history_error(a[:3]) is None
+    assert history_error([]) is None
 
 
 def test_history_round_trip_and_bad_lines(tmp_path: Path) -> None:

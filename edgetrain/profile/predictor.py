@@ -140,6 +140,18 @@ def held_out_mape(
     return float(np.mean(flat)), {lv: float(np.mean(e)) for lv, e in errors.items()}
 
 
+def history_error(records: Sequence[ContentionRecord]) -> float | None:
+    """The held-out error of a whole history: the mean over its runs of :func:`held_out_mape`
+    (None where no run has a level to hold out)."""
+    errors: list[float] = []
+    for run in sorted({r.run for r in records}):
+        try:
+            errors.append(held_out_mape(records, run)[0])
+        except EdgetrainError:
+            continue
+    return float(np.mean(errors)) if errors else None
+
+
 def read_history(path: Path) -> list[ContentionRecord]:
     """Records of earlier runs; unreadable lines are skipped."""
     out: list[ContentionRecord] = []

@@ -13,6 +13,12 @@ balancer is told depends on ``[edgegossip] balance``:
 - ``static``: 1 / t0 from before training, never changed;
 - ``off``: the balancer is off (r = 1); the measured throughput is still reported.
 
+RG(U) is used only where it predicts: the history's held-out error (each profiled level left
+out in turn, the figure ``edgetrain profile --contention`` prints) must be at most
+``[edgegossip] rg_max_error`` (default 15%). A regression that misses its own held-out levels
+by more than that adds its error to every prediction (an epoch's U moves RG, and t0 with it),
+so above it RG = 1 and t0 adapts alone, as without a history.
+
 Before the first epoch t0 is the profile's (its uncontended step time over its batch) when the
 history has the run's model, else the calibration's per-sample time over RG(U) at the time.
 """
@@ -28,6 +34,7 @@ from typing import Literal
 Mode = Literal["predictive", "reactive", "static", "off"]
 U = tuple[float, float, float]
 LAMBDA = 0.5
+RG_MAX_ERROR = 0.15  # the held-out error above which a history's RG(U) is not used
 NO_LOAD: U = (0.0, 0.0, 0.0)
 
 
@@ -48,24 +55,34 @@ class History:
     rg: Callable[[Sequence[float]], float]
     records: int
     t0: float | None  # seconds per sample uncontended (None: the history lacks the model)
+    held_out: float | None = None  # the history's held-out error (None: none measured)
+    rg_used: bool = False  # whether ``rg`` is the history's regression (else RG = 1)
 
     @classmethod
     def none(cls) -> History:
-        return cls(lambda _u: 1.0, 0, None)
+        return cls(_no_slowdown, 0, None)
 
 
-def load_history(path: Path, model: str) -> History:
-    """RG(U) fitted on the history at ``path`` (none there, or fewer than 2 records: RG = 1),
-    and the newest per-sample t0 the history measured for ``model``."""
-    from edgetrain.profile.predictor import Predictor, read_history
+def _no_slowdown(_u: Sequence[float]) -> float:
+    return 1.0
+
+
+def load_history(path: Path, model: str, max_error: float = RG_MAX_ERROR) -> History:
+    """RG(U) fitted on the history at ``path``, and the newest per-sample t0 the history
+    measured for ``model``. RG = 1 where there is no history there, fewer than 2 records, or a
+    held-out error above ``max_error`` (or none measurable)."""
+    from edgetrain.profile.predictor import Predictor, history_error, read_history
 
     records = read_history(path)
     if len(records) < 2:
         return History.none()
-    predictor = Predictor().fit(records)
     mine = [r for r in records if r.model == model and r.batch > 0]
     t0 = mine[-1].t0 / mine[-1].batch if mine else None
-    return History(predictor.predict_rg, len(records), t0)
+    held_out = history_error(records)
+    if held_out is None or held_out > max_error:
+        return History(_no_slowdown, len(records), t0, held_out, False)
+    predictor = Predictor().fit(records)
+    return History(predictor.predict_rg, len(records), t0, held_out, True)
 
 
 class LivePredictor:

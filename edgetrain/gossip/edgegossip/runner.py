@@ -122,9 +122,17 @@ class EdgeGossip(GoSGD):
         history = History.none()
         if eg.history:
             path = Path(eg.history.replace("{host}", ctx.host)).expanduser()
-            history = load_history(path, ctx.recipe.model.name)
+            history = load_history(path, ctx.recipe.model.name, eg.rg_max_error)
             if not history.records:
                 log.warning("no contention history at %s: RG(U) = 1", path)
+            elif not history.rg_used:
+                log.warning(
+                    "contention history at %s: held-out error %s above rg_max_error %.0f%%: "
+                    "RG(U) = 1, t0 adapts alone",
+                    path,
+                    "unmeasured" if history.held_out is None else f"{history.held_out:.0%}",
+                    100 * eg.rg_max_error,
+                )
         self.predictor.history = history
         scope = resolve_scope(eg.monitor)
         self.sampler = Sampler(
@@ -154,6 +162,8 @@ class EdgeGossip(GoSGD):
             "aggregate_s": self.aggregate_s,
             "points": len(self.offsets) - 1,
             "rg_records": history.records,
+            "rg_held_out": history.held_out,
+            "rg_used": history.rg_used,
             "monitor": scope.path if scope else "machine",
             "monitor_cores": self.sampler.cores,
         }
