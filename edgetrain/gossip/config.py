@@ -89,7 +89,7 @@ class EdgeGossipSection(Section):
     # RG(U) is used only where the history's held-out error (what `edgetrain profile
     # --contention` prints) is at most this; above it RG = 1 and t0 adapts alone. On the
     # emulated testbed the histories missed their held-out levels by 24-222% (the paper: 4.3%),
-    # and with them the in-run error on the host that missed most was 18-28% a run.
+    # and with them the in-run error of the host that missed most was 18-30% a run (R-EG-1, R-EG-8).
     rg_max_error: float = Field(0.15, ge=0)
     # Whose load is co-running: auto (an emulated host's cgroup, else the machine), machine,
     # or cgroup (the worker's own cgroup, whatever it is).
