@@ -56,11 +56,15 @@ class History:
     records: int
     t0: float | None  # seconds per sample uncontended (None: the history lacks the model)
     held_out: float | None = None  # the history's held-out error (None: none measured)
-    rg_used: bool = False  # whether ``rg`` is the history's regression (else RG = 1)
 
     @classmethod
     def none(cls) -> History:
         return cls(_no_slowdown, 0, None)
+
+    @property
+    def rg_used(self) -> bool:
+        """Whether RG(U) is a regression (else RG = 1)."""
+        return self.rg is not _no_slowdown
 
 
 def _no_slowdown(_u: Sequence[float]) -> float:
@@ -80,9 +84,9 @@ def load_history(path: Path, model: str, max_error: float = RG_MAX_ERROR) -> His
     t0 = mine[-1].t0 / mine[-1].batch if mine else None
     held_out = history_error(records)
     if held_out is None or held_out > max_error:
-        return History(_no_slowdown, len(records), t0, held_out, False)
+        return History(_no_slowdown, len(records), t0, held_out)
     predictor = Predictor().fit(records)
-    return History(predictor.predict_rg, len(records), t0, held_out, True)
+    return History(predictor.predict_rg, len(records), t0, held_out)
 
 
 class LivePredictor:
