@@ -7,6 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
+from edgetrain.gossip.edgegossip.predictor import RG_MAX_ERROR
 from edgetrain.section import Section
 
 
@@ -90,7 +91,7 @@ class EdgeGossipSection(Section):
     # --contention` prints) is at most this; above it RG = 1 and t0 adapts alone. On the
     # emulated testbed the histories missed their held-out levels by 24-222% (the paper: 4.3%),
     # and with them the in-run error of the host that missed most was 18-30% a run (R-EG-1, R-EG-8).
-    rg_max_error: float = Field(0.15, ge=0)
+    rg_max_error: float = Field(RG_MAX_ERROR, ge=0)
     # Whose load is co-running: auto (an emulated host's cgroup, else the machine), machine,
     # or cgroup (the worker's own cgroup, whatever it is).
     monitor: Literal["auto", "machine", "cgroup"] = "auto"
