@@ -27,8 +27,6 @@ from edgetrain.comm.transport import Transport
 from edgetrain.comm.wire import DEFAULT_LIMITS, Limits, Message
 from edgetrain.errors import RunError
 
-# A wait asks the coordinator for its state after this many heartbeat intervals of silence,
-# and gives up on a coordinator that answers none of this many such requests in a row.
 # what a worker waiting for the coordinator's message of a kind is waiting for (activity)
 WAITS = {
     protocol.WELCOME: "its welcome",
@@ -37,8 +35,13 @@ WAITS = {
     protocol.DRAIN: "the drain (every worker done)",
     protocol.REWIND: "the rewind (the lost stage back)",
 }
+# A wait asks the coordinator for its state after this many heartbeat intervals of silence,
+# and gives up on a coordinator that answers none of this many such requests in a row.
 SYNC_AFTER_HEARTBEATS = 3
 UNANSWERED_SYNCS = 4
+# A message whose tensors are larger than this is announced in a heartbeat before it is sent
+# (:func:`activity.sending`): it may hold the worker's link, and its heartbeats, for seconds.
+BULK_BYTES = 256 * 1024
 
 Serve = Sequence[tuple[zmq.Socket[bytes], Callable[[], None]]]
 
@@ -73,6 +76,7 @@ class CoordinatorClient:
         self.heartbeat_s = heartbeat_s
         self.sock = self._make_socket(protocol.socket_identity(self.name))
         self._heartbeat: Heartbeat | None = None
+        self._bulk_until = 0.0  # until when our last bulk send may hold the link (monotonic)
         self._order = InOrder()
         self._ready: deque[Message] = deque()
         self._heard = time.monotonic()  # when the coordinator last said anything
@@ -120,6 +124,12 @@ class CoordinatorClient:
         if self.auth is not None:
             meta = {**(meta or {}), protocol.AUTH: self.auth}
         msg = self.transport.message(kind, meta, tensors, step=step, epoch=epoch)
+        nbytes = sum(int(getattr(t, "nbytes", 0)) for t in (tensors or {}).values())
+        if nbytes > BULK_BYTES:
+            activity.sending(nbytes)
+            self._bulk_until = time.monotonic() + activity.transfer_s(nbytes)
+            if self._heartbeat is not None:  # the announcement goes ahead of the bytes
+                self._heartbeat.beat_now()
         try:
             self.transport.send(self.sock, msg, peer=protocol.COORDINATOR)
         except zmq.Again:
@@ -168,7 +178,8 @@ class CoordinatorClient:
         quiet = now - max(self._heard, since)
         if now - max(self._heard, since, self._synced) < every:
             return
-        if quiet >= (UNANSWERED_SYNCS + 1) * every:
+        # our own bulk send in flight holds our requests, and so the answers, behind it
+        if now - max(self._heard, since, self._bulk_until) >= (UNANSWERED_SYNCS + 1) * every:
             raise RunError(
                 f"worker {self.worker_id}: the coordinator at {self.endpoint} has not answered "
                 f"for {quiet:.0f} s; is the launcher gone or the network down?"
@@ -268,10 +279,17 @@ class Heartbeat(threading.Thread):
         self.interval_s = interval_s
         self.client = client
         self._stop_event = threading.Event()
+        self._wake = threading.Event()  # beat now, not at the interval's end
+        # beats begun (the activity read) and handed to the socket, counted
+        self._beats_begun = self._beats_sent = 0
+        self._beat = threading.Condition()
 
     def run(self) -> None:
         try:
             while True:
+                with self._beat:
+                    self._beats_begun += 1
+                    beat = self._beats_begun
                 meta: dict[str, Any] = {"ack": 0, "doing": activity.snapshot()}
                 if self.client is not None:
                     meta["ack"] = self.client.acked
@@ -280,11 +298,25 @@ class Heartbeat(threading.Thread):
                 msg = Message(protocol.HEARTBEAT, self.sender, self.run_id, meta=meta)
                 with contextlib.suppress(zmq.Again):
                     channel.send(self.sock, msg, flags=zmq.NOBLOCK)
-                if self._stop_event.wait(self.interval_s):
+                with self._beat:
+                    self._beats_sent = beat
+                    self._beat.notify_all()
+                self._wake.wait(self.interval_s)
+                self._wake.clear()
+                if self._stop_event.is_set():
                     return
         finally:
             self.sock.close(linger=0)
 
+    def beat_now(self, timeout_s: float = 1.0) -> bool:
+        """Send a heartbeat now (with the activity as it is now) and wait, at most
+        ``timeout_s``, until it is handed to the socket; False if it was not in time."""
+        with self._beat:
+            after = self._beats_begun  # a beat begun later reads the activity as it is now
+            self._wake.set()
+            return self._beat.wait_for(lambda: self._beats_sent > after, timeout_s)
+
     def stop(self) -> None:
         self._stop_event.set()
+        self._wake.set()
         self.join(timeout=5)

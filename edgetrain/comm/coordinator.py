@@ -65,6 +65,18 @@ def silence_limit(status: str, heartbeat_s: float) -> float:
     return max(limit, SETUP_GRACE_S) if status == "registered" else limit
 
 
+def bulk_until(heard_at: float, doing: dict[str, Any] | None, arrived: float = 0.0) -> float | None:
+    """Until when (monotonic) a heartbeat heard at ``heard_at`` that says ``doing`` excuses
+    its worker's silence: its announced bulk send's start plus
+    :func:`~edgetrain.comm.activity.transfer_s`. None without one, or when the send began
+    before ``arrived``, when its worker's last bulk message came (a late heartbeat of a send
+    already here). Pure."""
+    if doing is None or "sending" not in doing:
+        return None
+    began = heard_at - float(doing["sending_for_s"])
+    return None if began <= arrived else began + activity.transfer_s(int(doing["sending"]))
+
+
 @dataclass
 class WorkerInfo:
     """What the coordinator knows of one worker."""
@@ -84,6 +96,10 @@ class WorkerInfo:
     # what its last heartbeat said it was doing (:mod:`edgetrain.comm.activity`), and when
     activity: dict[str, Any] | None = None
     activity_at: float | None = None
+    # until when (monotonic) its last announced bulk send excuses its silence, and when its
+    # last bulk message (a hand-in) arrived
+    bulk_until: float = 0.0
+    bulk_arrived: float = 0.0
 
     @property
     def label(self) -> str:
@@ -309,12 +325,15 @@ class Coordinator:
 
     def check_heartbeats(self, now: float) -> list[Event]:
         """Fail every registered worker silent for more than three heartbeat intervals, or
-        :data:`SETUP_GRACE_S` while it sets up (after :attr:`on_silent` had a chance to capture
-        its stacks)."""
+        :data:`SETUP_GRACE_S` while it sets up, and past the time its announced bulk send
+        may take (:func:`bulk_until`), after :attr:`on_silent` had a chance to capture its
+        stacks."""
         events: list[Event] = []
         for info in self.workers.values():
             limit = silence_limit(info.status, self.heartbeat_s)
             if info.status in ("pending", "final", "failed") or now - info.last_seen <= limit:
+                continue
+            if now <= info.bulk_until:  # its heartbeats wait behind the bytes it announced
                 continue
             reason = (
                 f"stopped heartbeating (nothing for {now - info.last_seen:.1f} s, "
@@ -496,12 +515,16 @@ class Coordinator:
                 doing = activity.parse(msg.meta.get("doing"))
                 if doing is not None:
                     info.activity, info.activity_at = doing, time.time()
+                    until = bulk_until(info.last_seen, doing, info.bulk_arrived)
+                    info.bulk_until = max(info.bulk_until, until or 0.0)
             return []
         if msg.type != protocol.REGISTER and info.status == "pending":
             self.traffic.drop("not_registered", msg.sender)
             return []
         self._routes[wid] = identity  # replies go where the worker last spoke from
         info.last_seen = time.monotonic()
+        if msg.type in (protocol.CHECKPOINT, protocol.FINAL):  # the bulk it announced is here
+            info.bulk_until, info.bulk_arrived = 0.0, info.last_seen
         handler = {
             protocol.REGISTER: self._on_register,
             protocol.READY: self._on_ready,
@@ -590,6 +613,7 @@ class Coordinator:
         left = info.error
         info.status, info.error, info.error_kind = "registered", None, None
         info.endpoints, info.activity, info.activity_at = {}, None, None
+        info.bulk_until = info.bulk_arrived = 0.0
         meta: dict[str, Any] = {
             "recipe": self.recipe,
             "num_workers": self.num_workers,
