@@ -87,8 +87,14 @@ def test_an_announced_hand_in_excuses_silence_until_it_arrives(ctx: zmq.Context)
             break
     heard = coord.workers[0].last_seen
     assert coord.workers[0].bulk_until == pytest.approx(heard - 0.5 + 16.0)
-    coord.workers[1].last_seen = heard + 12.0  # worker 1 heard of, worker 0 not, 14 s later
-    assert coord.check_heartbeats(heard + 14.0) == []  # 16 MB take 16 s at 1 Mbit/s
+    coord.workers[1].last_seen = heard + 17.0  # worker 1 heard of, worker 0 not, 18 s later
+    assert coord.check_heartbeats(heard + 18.0) == []  # 2 MB: 16 s at 1 Mbit/s, + 3 s
+    coord.workers[1].last_seen = heard + 19.0
+    failed = [e.worker for e in coord.check_heartbeats(heard + 19.2) if e.kind == "failed"]
+    assert failed == [0]  # past it: lost, though its hand-in never came
+    hb.close()
+    coord, (a, _b) = started(ctx, n=2, heartbeat_s=1.0)  # again, and the hand-in comes
+    coord.workers[0].bulk_until = time.monotonic() + 60.0
     a.send(protocol.CHECKPOINT, {"handin": {}}, epoch=1, tensors={"w": np.zeros(4, np.float32)})
     for _ in range(250):
         coord.poll(20)
@@ -99,7 +105,6 @@ def test_an_announced_hand_in_excuses_silence_until_it_arrives(ctx: zmq.Context)
     coord.workers[1].last_seen = now
     failed = [e.worker for e in coord.check_heartbeats(now) if e.kind == "failed"]
     assert failed == [0]
-    hb.close()
 
 
 @pytest.mark.timeout(60)

@@ -333,7 +333,7 @@ class Coordinator:
             limit = silence_limit(info.status, self.heartbeat_s)
             if info.status in ("pending", "final", "failed") or now - info.last_seen <= limit:
                 continue
-            if now <= info.bulk_until:  # its heartbeats wait behind the bytes it announced
+            if now - info.bulk_until <= limit:  # heartbeats wait behind the bytes it announced
                 continue
             reason = (
                 f"stopped heartbeating (nothing for {now - info.last_seen:.1f} s, "
