@@ -95,7 +95,8 @@ def per_microbatch(
 
 
 def simulated_sha(recipe_text: str, seed: int, split: Sequence[int]) -> str:
-    """The ``model_sha256`` the simulator trains from a (one-epoch) pipeline recipe."""
+    """The ``model_sha256`` the simulator trains from a (one-epoch) pipeline recipe, with the
+    recipe's kernels: its chunks (``chunk_mib``), replay and rebuild buffer."""
     import torch
 
     from edgetrain.pipeline.config import PipelineSection
@@ -116,6 +117,7 @@ def simulated_sha(recipe_text: str, seed: int, split: Sequence[int]) -> str:
             epochs=recipe.train.epochs, microbatch=cfg.microbatch or recipe.train.batch_size,
             hyper=hyper_of(recipe), seed=recipe.run.seed, extra=cfg.window_extra,
             uniform=cfg.window, cap=cfg.microbatches, store=cfg.store,
+            chunk_mib=cfg.chunk_mib, replay=cfg.replay, keep_rebuilt=cfg.mmap_threshold is None,
         )  # fmt: skip
     finally:
         torch.set_num_threads(before)

@@ -241,3 +241,40 @@ def test_replay_share_is_read_from_cpu_time_where_the_stage_measured_it() -> Non
         time.sleep(0.05)
     assert t.get("wait_s") >= 0.05 and t.cpu_get("wait_s") < 0.04
     assert t.cpu_get("replay_s") > 0
+
+
+SIM_RECIPE = """
+[run]
+name = "sim"
+seed = {{seed}}
+[data]
+dataset = "digits"
+[model]
+name = "mlp"
+[train]
+family = "pipeline"
+technique = "mcpipe"
+epochs = 1
+batch_size = 16
+[pipeline]
+microbatch = 16
+microbatches = 6
+split = [1, 2]
+chunk_mib = {chunk}
+[[workers]]
+role = "stage"
+count = 2
+"""
+
+
+def test_the_reproductions_simulator_uses_the_recipes_chunks() -> None:
+    """The mcPipe reproduction's T14 check (a run's weights against the in-process
+    simulator's) replays a run with the recipe's kernels: chunked unit kernels change the
+    floating-point sums, so a chunked run matched only a chunked simulation (the full run of
+    2026-12-05: 04fd17b3 against 16de1b67 before)."""
+    from reproductions.mcpipe_sim import simulated_sha
+
+    chunked = simulated_sha(SIM_RECIPE.format(chunk=CHUNK_MIB), 1, [1, 2])
+    plain = simulated_sha(SIM_RECIPE.format(chunk=0), 1, [1, 2])
+    assert chunked != plain
+    assert simulated_sha(SIM_RECIPE.format(chunk=CHUNK_MIB), 1, [1, 2]) == chunked
