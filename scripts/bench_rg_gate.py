@@ -27,6 +27,7 @@ sys.path.insert(0, str(REPO))
 GOAL = 0.15
 ARMS = ("edgegossip", "eg-rg-always")
 DEFAULT_OUT = "benchmarks/edgegossip-predictor/rg-gate.json"
+RUN_FIELDS = ("arm", "seed", "run", "status", "train_s", "final_accuracy", "predictor_mape_by_host")
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -95,9 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         "history_held_out_pct": {h: round(100 * v["mape_held_out"], 1) for h, v in r5.items()},
         "arms": summarise(rows),
         "testbed_verification": tables,
-        "runs": [{k: r.get(k) for k in ("arm", "seed", "run", "status", "train_s",
-                                        "final_accuracy", "predictor_mape_by_host")}
-                 for r in rows],  # fmt: skip
+        "runs": [{k: r.get(k) for k in RUN_FIELDS} for r in rows],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
