@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import zmq
 
-from edgetrain.comm import activity, channel, protocol
+from edgetrain.comm import activity, channel, protocol, wire
 from edgetrain.comm.channel import Traffic
 from edgetrain.comm.client import BULK_BYTES, CoordinatorClient, Heartbeat
 from edgetrain.comm.coordinator import bulk_until
@@ -122,6 +122,44 @@ def test_a_worker_behind_its_own_bulk_send_does_not_give_up(ctx: zmq.Context, bu
             client.wait_for(protocol.STOP, 3.0)
         expected = "no 'stop' from the coordinator in 3 s" if bulk else "has not answered for"
         assert expected in str(failed.value)
+    finally:
+        client.close()
+        router.close(linger=0)
+
+
+def test_the_coordinator_announces_a_bulk_message_ahead_of_it(ctx: zmq.Context) -> None:
+    """The other direction (a rewind's or a resumed welcome's weights): a ``state`` with the
+    bytes goes first, so the worker's wait allows them their time."""
+    coord, (a, _b) = started(ctx, n=2)
+    for tensors, announced in (({"w": np.zeros(8, np.float32)}, False),
+                               ({"w": np.zeros(BULK_BYTES, np.float32)}, True)):  # fmt: skip
+        coord._transmit(0, wire.Message(protocol.PEERS, protocol.COORDINATOR, coord.run_id,
+                                   meta={"seq": 99}, tensors=tensors))  # fmt: skip
+        got = []
+        while a.sock.poll(2000 if not got else 200):
+            msg = channel.recv(a.sock, RUN)
+            assert msg is not None
+            got.append(msg[1])
+        kinds = [m.type for m in got]
+        assert kinds == ([protocol.STATE, protocol.PEERS] if announced else [protocol.PEERS])
+        if announced:
+            assert got[0].meta["incoming"] == 4 * BULK_BYTES
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_waits_for_an_announced_message_from_the_coordinator(ctx: zmq.Context) -> None:
+    router = ctx.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    client = CoordinatorClient(ctx, f"tcp://127.0.0.1:{port}", 0, RUN, Traffic(), heartbeat_s=0.1)
+    try:
+        client.send(protocol.SYNC, {"have": 0})
+        assert router.poll(5000)
+        identity = router.recv_multipart()[0]
+        state = wire.Message(protocol.STATE, protocol.COORDINATOR, RUN, meta={"incoming": 10**6})
+        channel.send(router, state, identity=identity)
+        with pytest.raises(RunError) as failed:  # 8 s allowed for 1 MB: the wait's own timeout
+            client.wait_for(protocol.STOP, 3.0)
+        assert "no 'stop' from the coordinator in 3 s" in str(failed.value)
     finally:
         client.close()
         router.close(linger=0)

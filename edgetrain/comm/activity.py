@@ -28,6 +28,9 @@ _sending: tuple[int, float] | None = None  # bytes of the last bulk send, since 
 # full queue drops heartbeat packets so that TCP backs off), and so do its other messages to
 # the coordinator; neither side takes that silence for a lost peer.
 MIN_LINK_BPS = 1_000_000
+# A message whose tensors are larger than this is announced before it is sent: a worker's in a
+# heartbeat (:func:`sending`), the coordinator's in a ``state`` message ahead of it.
+BULK_BYTES = 256 * 1024
 MAX_BYTES = 10**13  # an announced bulk send this large or larger is not one (from the network)
 
 
@@ -62,6 +65,11 @@ def sending(nbytes: int) -> None:
     global _sending
     with _lock:
         _sending = (int(nbytes), time.monotonic())
+
+
+def tensor_bytes(tensors: Mapping[str, Any]) -> int:
+    """The bytes of a message's tensors (anything without ``nbytes`` counts 0). Pure."""
+    return sum(int(getattr(t, "nbytes", 0)) for t in tensors.values())
 
 
 def transfer_s(nbytes: int) -> float:

@@ -41,7 +41,7 @@ SYNC_AFTER_HEARTBEATS = 3
 UNANSWERED_SYNCS = 4
 # A message whose tensors are larger than this is announced in a heartbeat before it is sent
 # (:func:`activity.sending`): it may hold the worker's link, and its heartbeats, for seconds.
-BULK_BYTES = 256 * 1024
+BULK_BYTES = activity.BULK_BYTES
 
 Serve = Sequence[tuple[zmq.Socket[bytes], Callable[[], None]]]
 
@@ -124,7 +124,7 @@ class CoordinatorClient:
         if self.auth is not None:
             meta = {**(meta or {}), protocol.AUTH: self.auth}
         msg = self.transport.message(kind, meta, tensors, step=step, epoch=epoch)
-        nbytes = sum(int(getattr(t, "nbytes", 0)) for t in (tensors or {}).values())
+        nbytes = activity.tensor_bytes(tensors or {})
         if nbytes > BULK_BYTES:
             activity.sending(nbytes)
             self._bulk_until = time.monotonic() + activity.transfer_s(nbytes)
@@ -149,6 +149,12 @@ class CoordinatorClient:
             return
         self._heard = time.monotonic()
         if msg.type == protocol.STATE:
+            incoming = msg.meta.get("incoming")  # the bytes of the coordinator's next message
+            if isinstance(incoming, int) and not isinstance(incoming, bool):
+                if 0 <= incoming < activity.MAX_BYTES:  # its answers wait behind them
+                    until = self._heard + activity.transfer_s(incoming)
+                    self._bulk_until = max(self._bulk_until, until)
+                return
             phase = msg.meta.get("phase")
             self.phase = phase if isinstance(phase, str) else None
             return

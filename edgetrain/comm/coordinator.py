@@ -461,6 +461,14 @@ class Coordinator:
         if route is None:  # it never proved itself: nothing can reach it (resent later)
             log.info("no route to worker %d for %s yet", worker_id, msg.type)
             return
+        nbytes = activity.tensor_bytes(msg.tensors)
+        if nbytes > activity.BULK_BYTES:  # ahead of it: the worker waits for those bytes
+            meta = {"incoming": nbytes}
+            self._send_raw(route, worker_id, Message(protocol.STATE, protocol.COORDINATOR,
+                                                     self.run_id, meta=meta))  # fmt: skip
+        self._send_raw(route, worker_id, msg)
+
+    def _send_raw(self, route: bytes, worker_id: int, msg: Message) -> None:
         try:
             channel.send(
                 self._sock,
