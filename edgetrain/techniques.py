@@ -38,6 +38,9 @@ class TechniqueSpec:
     sections: tuple[str, ...]
     summary: str
     side: str | None = None
+    # the technique its paper measures it against, on the same family ("edgetrain advise"
+    # says what one predicts over the other); None: a baseline itself
+    baseline: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,7 @@ FAMILIES: dict[str, FamilySpec] = {
                 "EdgeGossip: GoSGD with per-epoch data shares r_i balanced on predicted speed, "
                 "loss-ranked aggregated subsets",
                 side="edgetrain.gossip.edgegossip.side:SIDE",
+                baseline="gosgd",
             ),
             "dlion": TechniqueSpec(
                 "dlion",
@@ -103,6 +107,7 @@ FAMILIES: dict[str, FamilySpec] = {
                 "DLion: capacity-aware batches, adaptive LR/BS, partial gradients per link, "
                 "weight exchange",
                 side="edgetrain.gossip.exchange.dlion:SIDE",
+                baseline="gaia",
             ),
             "gaia": TechniqueSpec(
                 "gaia",
@@ -138,7 +143,12 @@ FAMILIES["ps"] = FamilySpec(
     techniques={
         **{
             name: TechniqueSpec(
-                name, "edgetrain.ps.scheduled:make_runner", ("trainer", "server"), ("ps",), summary
+                name,
+                "edgetrain.ps.scheduled:make_runner",
+                ("trainer", "server"),
+                ("ps",),
+                summary,
+                baseline=None if name == "sequential" else "sequential",
             )
             for name, summary in (
                 ("sequential", "parameter server: pull everything, compute, push everything"),
@@ -163,6 +173,7 @@ FAMILIES["ps"] = FamilySpec(
             side="edgetrain.ps.mercury.side:SIDE",
             summary="Mercury: every trainer also a shard server; group-wise importance sampling, "
             "importance-aware resharding, BACC scheduler",
+            baseline="multips-sgd",
         ),
         "multips-sgd": TechniqueSpec(
             "multips-sgd",
@@ -193,6 +204,7 @@ FAMILIES["pipeline"] = FamilySpec(
             ("pipeline",),
             summary,
             side=f"edgetrain.pipeline.{name}:SIDE" if own_side else None,
+            baseline={"local": None, "mcpipe": "pipedream"}.get(name, "local"),
         )
         # name, roles, whether its module declares a side, summary
         for name, roles, own_side, summary in (

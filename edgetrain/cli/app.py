@@ -11,6 +11,7 @@ import typer
 
 import edgetrain
 from edgetrain.cli import (
+    advise_cmd,
     aggregate_cmd,
     check_cmd,
     compare_cmd,
@@ -101,6 +102,7 @@ app.command("join")(join_cmd.join)
 app.command("techniques")(techniques_cmd.techniques)
 app.add_typer(profile_cmd.app, name="profile")
 app.command("plan")(plan_cmd.plan)
+app.command("advise")(advise_cmd.advise)
 app.command("aggregate")(aggregate_cmd.aggregate)
 app.command("aggregate-eval")(aggregate_cmd.aggregate_eval)
 app.add_typer(keys_cmd.app, name="keys")

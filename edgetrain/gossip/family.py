@@ -66,6 +66,12 @@ class GossipFamily(FamilyDefaults):
         """GoSGD's drain accounting."""
         return GossipController()
 
+    def layout(self, recipe: Recipe, slots: int) -> Sequence[tuple[str, int]] | None:
+        """A trainer on every slot; gossip needs two."""
+        if slots < 2:
+            raise ValueError("gossip needs at least 2 workers to exchange")
+        return [("trainer", slots)]
+
     def report(self, run: RunRecord) -> dict[str, Any] | None:
         """Finish-time spread per epoch."""
         from edgetrain.gossip.spread_report import gossip_report

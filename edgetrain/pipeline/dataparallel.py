@@ -82,7 +82,17 @@ def predict(recipe: Recipe, setting: Setting) -> Prediction:
     return predict_dataparallel(recipe.train.technique, setting, shape_of(recipe, setting, REPLICA))
 
 
+def layout(recipe: Recipe, slots: int) -> list[tuple[str, int]]:
+    """A replica on as many slots as split the microbatch evenly (at least 2)."""
+    batch = microbatch_of(recipe)
+    fits = [r for r in range(min(slots, batch), 1, -1) if batch % r == 0]
+    if not fits:
+        raise ValueError(f"data parallelism needs 2 replicas that split the microbatch of {batch}")
+    return [(REPLICA, fits[0])]
+
+
 SIDE = TechniqueSide(
+    layout=layout,
     check=check,
     predict=predict,
     check_run_dir=check_run_dir,

@@ -291,6 +291,12 @@ class PipelineFamily(FamilyDefaults):
     def check(self, recipe: Recipe) -> None:
         check_pipelined(recipe)
 
+    def layout(self, recipe: Recipe, slots: int) -> Sequence[tuple[str, int]] | None:
+        """A stage on every slot (no evaluator: it scores outside the training clock)."""
+        if slots < 2:
+            raise ValueError("a pipeline needs at least 2 stages")
+        return [(STAGE, slots)]
+
     def check_run_dir(self, recipe: Recipe, run_dir: Path | None) -> None:
         """A ``[pipeline] plan`` must be readable and fit the model before the run starts
         (``run_dir`` None: the launch makes a new directory, which holds no plan)."""

@@ -196,6 +196,13 @@ class PsFamily(FamilyDefaults):
 
         return report_files(report_dir, technique_report)
 
+    def layout(self, recipe: Recipe, slots: int) -> Sequence[tuple[str, int]] | None:
+        """One server shard (on a host labelled ``ps`` where there is one) and a trainer on
+        every other slot."""
+        if slots < 2:
+            raise ValueError("a parameter-server run needs 2 workers: a server and a trainer")
+        return [("server", 1), ("trainer", slots - 1)]
+
     def predict(self, recipe: Recipe, setting: Setting) -> Prediction | None:
         """The scheduled techniques' cost model (:mod:`edgetrain.ps.schedule_cost`)."""
         from dataclasses import replace

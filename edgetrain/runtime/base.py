@@ -142,6 +142,13 @@ class Family(Protocol):
         devices and links; None where the technique has no cost model yet."""
         ...
 
+    def layout(self, recipe: Recipe, slots: int) -> Sequence[tuple[str, int]] | None:
+        """The workers a run of this technique would have on ``slots`` worker slots (one
+        device each), as ``(role, count)`` groups in worker order, for ``edgetrain advise``;
+        None: the family's default role on every slot. ValueError (naming why) where the
+        technique cannot run on that many."""
+        ...
+
 
 @dataclass(frozen=True)
 class WireLoad:
@@ -156,7 +163,8 @@ class FamilyDefaults:
     """Defaults for a family's optional hooks: subclass it and write what the family does.
 
     ``check_run_dir`` and ``reads``: nothing read from the run directory; ``artifacts``: no files;
-    ``report``: nothing added; ``report_files``: none; ``predict``: no cost model."""
+    ``report``: nothing added; ``report_files``: none; ``predict``: no cost model; ``layout``:
+    the family's default role on every slot."""
 
     def check_run_dir(self, recipe: Recipe, run_dir: Path | None) -> None:
         return None
@@ -177,6 +185,9 @@ class FamilyDefaults:
         return []
 
     def predict(self, recipe: Recipe, setting: Setting) -> Prediction | None:
+        return None
+
+    def layout(self, recipe: Recipe, slots: int) -> Sequence[tuple[str, int]] | None:
         return None
 
 
@@ -203,6 +214,7 @@ class TechniqueSide:
     report: Callable[[RunRecord], dict[str, Any] | None] | None = None
     report_files: Callable[[Path, Mapping[str, Any]], list[str]] | None = None
     predict: Callable[[Recipe, Setting], Prediction | None] | None = None
+    layout: Callable[[Recipe, int], Sequence[tuple[str, int]] | None] | None = None
 
 
 class HandInError(EdgetrainError):

@@ -204,9 +204,25 @@ def setting_from_testbed(
 ) -> Setting:
     """The setting of ``workers`` workers (default: every slot) placed on the testbed's hosts
     (``batch``: the samples the layers were profiled at, None: the recipe's batch)."""
+    hosts = worker_hosts(facts, workers)
+    return setting_on_hosts(
+        facts, hosts, layers, reference_cpu=reference_cpu, latency_s=latency_s, batch=batch
+    )
+
+
+def setting_on_hosts(
+    facts: TestbedFacts,
+    hosts: Sequence[str],
+    layers: Sequence[Layer],
+    *,
+    reference_cpu: float,
+    latency_s: float = 0.0,
+    batch: int | None = None,
+) -> Setting:
+    """The setting of one worker on each of ``hosts`` (worker i on ``hosts[i]``, a host named
+    as often as it runs workers, which then share its CPU share)."""
     if not reference_cpu > 0:
         raise ValueError("reference_cpu (the cores the profile was measured with) must be > 0")
-    hosts = worker_hosts(facts, workers)
     per_host = {name: hosts.count(name) for name in set(hosts)}
     devices = []
     for name in hosts:

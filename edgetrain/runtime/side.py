@@ -87,6 +87,11 @@ class Launcher:
     def predict(self, recipe: Recipe, setting: Setting) -> Prediction | None:
         return (self.side.predict or self.family.predict)(recipe, setting)
 
+    def layout(self, recipe: Recipe, slots: int) -> Sequence[tuple[str, int]] | None:
+        # a plugin family written before the hook existed has none: its default role throughout
+        hook = self.side.layout or getattr(self.family, "layout", None)
+        return hook(recipe, slots) if hook is not None else None
+
 
 def launcher_side(family: str, technique: str) -> Launcher:
     """The composed launcher side of ``technique`` on ``family`` (imports both packages)."""

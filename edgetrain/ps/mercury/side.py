@@ -177,7 +177,15 @@ def _wire_load(recipe: Recipe, data_bytes: int) -> WireLoad:
     return WireLoad(recipe.train.batch_size, data_bytes)
 
 
+def _layout(recipe: Recipe, slots: int) -> list[tuple[str, int]]:
+    """Every device a trainer and a shard."""
+    if slots < 2:
+        raise ValueError("Mercury's layout needs at least 2 devices")
+    return [("trainer", slots)]
+
+
 SIDE = TechniqueSide(
+    layout=_layout,
     check=check,
     reads=lambda recipe: {},  # its own controller: no [ps] plan is read
     check_run_dir=lambda recipe, run_dir: None,  # (nor checked)

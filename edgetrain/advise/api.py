@@ -1,0 +1,132 @@
+"""One answer: every chosen technique's candidate run on an environment, its cost model's
+prediction, the ranking and the document ``RUN/advice.json`` holds. Pure given its inputs (the
+recipe, the environment, the profiled layers): no files, no processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from edgetrain import techniques
+from edgetrain.advise.candidates import Candidate, candidate
+from edgetrain.advise.environment import Environment
+from edgetrain.advise.rank import Entry, Memory, Ranked, rank
+from edgetrain.errors import EdgetrainError
+from edgetrain.recipe import Recipe
+from edgetrain.runtime.predict import Layer, Prediction
+
+__all__ = ["SCHEMA", "advice", "entries", "samples_per_iteration"]
+
+SCHEMA = 1
+
+
+def samples_per_iteration(recipe: Recipe) -> int:
+    """The samples one predicted iteration trains: every data worker's batch (gossip, the
+    parameter servers), or one microbatch where no role trains on a shard (a pipeline, whose
+    data-parallel replicas split the microbatch)."""
+    spec = recipe.family_spec
+    workers = sum(1 for r in recipe.role_names() if r in spec.data_roles)
+    return recipe.train.batch_size * max(1, workers)
+
+
+def entries(
+    recipe: Recipe, env: Environment, layers: Sequence[Layer], pairs: Sequence[tuple[str, str]]
+) -> list[tuple[Entry, Candidate]]:
+    """Each (family, technique) pair's entry, beside its candidate run."""
+    from edgetrain.runtime.side import launcher_side
+
+    out = []
+    for family, technique in pairs:
+        base = techniques.technique_spec(family, technique).baseline
+        cand = candidate(recipe, family, technique, env, layers)
+        if cand.error is not None or cand.recipe is None or cand.setting is None:
+            out.append((Entry(family, technique, None, baseline=base, error=cand.error), cand))
+            continue
+        try:
+            pred = launcher_side(family, technique).predict(cand.recipe, cand.setting)
+        except (ValueError, KeyError, ZeroDivisionError, EdgetrainError) as exc:
+            why = exc.problem if isinstance(exc, EdgetrainError) else str(exc)
+            out.append((Entry(family, technique, None, baseline=base, error=why), cand))
+            continue
+        if pred is None:
+            entry = Entry(family, technique, None, baseline=base, error="no cost model yet")
+        else:
+            entry = Entry(
+                family,
+                technique,
+                pred,
+                samples_per_iteration(cand.recipe),
+                _memory(pred, cand),
+                base,
+            )
+        out.append((entry, cand))
+    return out
+
+
+def _memory(pred: Prediction, cand: Candidate) -> tuple[Memory, ...]:
+    assert cand.setting is not None
+    devices = cand.setting.devices
+    return tuple(
+        Memory(w, devices[w].name, int(b), devices[w].memory_bytes)
+        for w, b in sorted(pred.memory_bytes.items())
+        if 0 <= w < len(devices)
+    )
+
+
+def advice(
+    recipe: Recipe,
+    env: Environment,
+    layers: Sequence[Layer],
+    pairs: Sequence[tuple[str, str]],
+    train_samples: int | None,
+    what_if: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The document: the environment, every ranked technique with its parts and reasons, and
+    those that cannot be predicted here with why."""
+    found = entries(recipe, env, layers, pairs)
+    cands = {e.technique: c for e, c in found}
+    ranked, missing = rank([e for e, _ in found], train_samples)
+    return {
+        "schema": SCHEMA,
+        "model": recipe.model.name,
+        "batch_size": recipe.train.batch_size,
+        "train_samples": train_samples,
+        "environment": env.as_dict(),
+        "what_if": list(what_if),
+        "best": ranked[0].entry.technique if ranked else None,
+        "ranking": [_row(r, cands[r.entry.technique]) for r in ranked],
+        "not_predicted": [
+            {"family": e.family, "technique": e.technique, "why": e.error or "no prediction"}
+            for e in missing
+        ],
+        "caveat": "speed only: the time to a target accuracy also depends on the epochs each "
+        "technique needs, which these cost models do not predict",
+    }
+
+
+def _row(r: Ranked, cand: Candidate) -> dict[str, Any]:
+    e, p = r.entry, r.entry.prediction
+    assert p is not None
+    return {
+        "place": r.place,
+        "family": e.family,
+        "technique": e.technique,
+        "iteration_s": p.iteration_s,
+        "samples_per_iteration": e.samples,
+        "samples_per_s": e.rate,
+        "epoch_s": r.epoch_s,
+        "parts": {k: float(v) for k, v in p.parts.items()},
+        "bytes_per_iteration": p.bytes_per_iteration,
+        "fits": e.fits,
+        "memory": [
+            {"worker": m.worker, "device": m.device, "need_bytes": m.need, "have_bytes": m.have}
+            for m in e.memory
+        ],
+        "workers": [
+            {"role": role, "host": host} for role, host in zip(cand.roles, cand.hosts, strict=True)
+        ],
+        "baseline": e.baseline,
+        "reasons": list(r.reasons),
+        "notes": list(p.notes),
+    }

@@ -1,0 +1,153 @@
+"""Each technique's run on an environment: its recipe (the user's, with the technique and its
+workers changed), the host each worker would run on, and the cost model's setting. Pure: the
+recipe is validated in memory, nothing is read or started.
+
+Workers: the user's own ``[[workers]]`` where they fit the hosts' slots and the technique
+accepts them (its roles, its family's check), else the technique's ``layout`` hook on the
+slots (a trainer per slot for gossip and Mercury, one server and trainers for the scheduled
+parameter servers, a stage per slot for a pipeline, one stage for Local). Placement: as launch
+places workers (:func:`edgetrain.launch.placement.place`: labels, then the family's preferred
+label, then in order); a technique with fewer workers than slots takes the fastest hosts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from edgetrain import techniques
+from edgetrain.advise.environment import Environment
+from edgetrain.errors import EdgetrainError
+from edgetrain.recipe import Recipe, parse_recipe
+from edgetrain.runtime.predict import Layer, Setting
+from edgetrain.runtime.setting_build import setting_on_hosts
+
+__all__ = ["Candidate", "candidate", "chosen_techniques"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One technique as it would run here: its recipe, each worker's role and host, its
+    setting; ``error``: why it cannot run here (then the rest is None)."""
+
+    family: str
+    technique: str
+    recipe: Recipe | None = None
+    roles: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
+    setting: Setting | None = None
+    error: str | None = None
+
+
+def chosen_techniques(recipe: Recipe, names: Sequence[str] | None) -> list[tuple[str, str]]:
+    """(family, technique) pairs: ``names`` (each known, or EdgetrainError), else every
+    registered technique, the recipe's family first."""
+    fams = techniques.families()
+    if names:
+        out = []
+        for name in names:
+            fam = techniques.family_of(name)
+            if fam is None:
+                raise EdgetrainError(
+                    f"--techniques: '{name}' is not a technique",
+                    f"known: {', '.join(t for f in fams.values() for t in f.techniques)}",
+                )
+            if (fam, name) not in out:
+                out.append((fam, name))
+        return out
+    order = [recipe.train.family] + [f for f in fams if f != recipe.train.family]
+    return [(f, t) for f in order for t in fams[f].techniques]
+
+
+def candidate(
+    recipe: Recipe, family: str, technique: str, env: Environment, layers: Sequence[Layer]
+) -> Candidate:
+    """``technique`` on ``env``: its recipe, placement and setting, or why not."""
+    from edgetrain.runtime.side import launcher_side
+
+    side = launcher_side(family, technique)
+    slots = env.slots
+    own = _own_recipe(recipe, family, technique, slots, side)
+    if own is None:
+        try:
+            groups = side.layout(recipe, slots)
+        except ValueError as exc:
+            return Candidate(family, technique, error=str(exc))
+        if groups is None:
+            groups = [(techniques.family_spec(family).default_role, slots)]
+        try:
+            own = _recipe_with(recipe, family, technique, groups)
+            side.check(own)
+        except EdgetrainError as exc:
+            return Candidate(family, technique, error=exc.problem)
+    roles = tuple(own.role_names())
+    try:
+        hosts = tuple(place_workers(own, env))
+    except EdgetrainError as exc:
+        return Candidate(family, technique, own, roles, error=exc.problem)
+    setting = setting_on_hosts(
+        env.facts, hosts, layers, reference_cpu=env.reference_cpu, latency_s=env.latency_s,
+        batch=recipe.train.batch_size,
+    )  # fmt: skip
+    return Candidate(family, technique, own, roles, hosts, setting)
+
+
+def _own_recipe(
+    recipe: Recipe, family: str, technique: str, slots: int, side: Any
+) -> Recipe | None:
+    """The user's recipe with only the technique changed, where its workers fill the slots
+    and the technique accepts them; else None."""
+    if recipe.train.family != family or recipe.num_workers != slots:
+        return None
+    groups = [(g.role or recipe.family_spec.default_role, g.count) for g in recipe.workers]
+    roles = techniques.technique_spec(family, technique).roles
+    if any(role not in roles for role, _ in groups):
+        return None
+    try:
+        own = _recipe_with(recipe, family, technique, None)
+        side.check(own)
+    except EdgetrainError:
+        return None
+    return own
+
+
+def _recipe_with(
+    recipe: Recipe, family: str, technique: str, groups: Sequence[tuple[str, int]] | None
+) -> Recipe:
+    """The recipe with the technique (and, given ``groups``, the workers) replaced; where the
+    user's family sections no longer fit (a per-worker list of another length), the
+    technique's sections at their defaults."""
+    data = recipe.model_dump(mode="json", exclude_unset=True)  # what the user wrote
+    data["train"] = {**data.get("train", {}), "family": family, "technique": technique}
+    if not techniques.family_spec(family).deferred_eval:
+        data["train"]["eval_deferred"] = False
+    if groups is not None:
+        data["workers"] = [{"role": role, "count": n} for role, n in groups if n > 0]
+        if data.get("data", {}).get("partition") == "fractions":
+            data["data"] = {**data["data"], "partition": "iid", "fractions": None}
+    try:
+        return parse_recipe(data, f"the recipe as {technique}")
+    except EdgetrainError:
+        for section in techniques.technique_spec(family, technique).sections:
+            data.pop(section, None)
+        return parse_recipe(data, f"the recipe as {technique}")
+
+
+def place_workers(recipe: Recipe, env: Environment) -> list[str]:
+    """The host of each worker, as launch places them; fewer workers than slots take the
+    fastest slots (PlacementError: labels no slot carries)."""
+    from edgetrain.launch.placement import Need, place
+
+    spec = recipe.family_spec
+    needs = [
+        Need(role, tuple(g.labels), spec.placement.get(role))
+        for role, g in zip(recipe.role_names(), recipe.expanded_workers(), strict=True)
+    ]
+    slots = env.slot_hosts()
+    cpu = {h.name: h.cpu for h in env.facts.hosts}
+    if len(needs) < len(slots):
+        fastest = sorted(range(len(slots)), key=lambda k: -cpu[slots[k]])[: len(needs)]
+        slots = [slots[k] for k in sorted(fastest)]
+    labels = [env.labels.get(host, ()) for host in slots]
+    return [slots[k] for k in place(needs, labels)]

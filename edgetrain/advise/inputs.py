@@ -1,0 +1,187 @@
+"""What ``edgetrain advise`` reads: the hosts (a hosts file, with the testbed table ``emulate
+up`` writes or without; ``-H``; a testbed spec; or local processes), the profiles in
+``RUN/profiles/`` of the recipe's model, the training split's size, and, where this machine
+can measure what is missing, a short profile of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgetrain.advise.environment import Environment, HostEntry, from_profiles, local
+from edgetrain.errors import EdgetrainError
+from edgetrain.recipe import Recipe
+from edgetrain.runtime.predict import Layer
+
+__all__ = ["Inputs", "gather", "read_profiles"]
+
+LOCAL_PROFILE = "local"  # the name of the profile advise measures on this machine
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """An environment, the reference profile's layers at the recipe's batch, the training
+    split's size (None: its data cannot be read here) and where each came from."""
+
+    env: Environment
+    layers: tuple[Layer, ...]
+    train_samples: int | None
+    profile: str
+    measured: Path | None  # the profile advise measured and kept, if any
+
+
+def read_profiles(run_dir: Path | None, model: str) -> dict[str, dict[str, Any]]:
+    """``RUN/profiles/<host>.json`` of ``model`` with layer times, by host (a file that is not
+    a valid profile is skipped: ``edgetrain profile`` rewrites it)."""
+    from edgetrain.profile.schema import ProfileError, read_profile
+
+    out: dict[str, dict[str, Any]] = {}
+    if run_dir is None:
+        return out
+    for path in sorted((run_dir / "profiles").glob("*.json")):
+        try:
+            doc = read_profile(path)
+        except ProfileError:
+            continue
+        if doc.get("model") == model and doc.get("layers"):
+            out[path.stem] = doc
+    return out
+
+
+def _dataset(recipe: Recipe) -> tuple[int | None, tuple[int, int, int] | None, int]:
+    """The training split's size and a sample's shape (None, None where the data cannot be
+    read here), and the classes."""
+    from edgetrain.data.loaders import load_dataset
+
+    try:
+        data = load_dataset(recipe.data, recipe.run.seed)
+    except (EdgetrainError, OSError, ValueError):
+        return None, None, 10
+    return len(data.y_train), data.input_shape, data.classes
+
+
+def _measure(
+    recipe: Recipe,
+    run_dir: Path | None,
+    shape: tuple[int, int, int] | None,
+    classes: int,
+    progress: Callable[[str, int, int], None] | None,
+) -> tuple[dict[str, Any], Path | None]:
+    """A short profile of the recipe's model on this machine, one thread (as a worker runs)."""
+    from edgetrain.profile.run import ProfileRequest, make_profile, save_profile
+
+    if shape is None:
+        raise EdgetrainError(
+            "no profile of the model, and its data cannot be read here to measure one",
+            "profile it (edgetrain profile --model ... --run-dir RUN) or fix [data]",
+        )
+    req = ProfileRequest(
+        host=LOCAL_PROFILE,
+        model=recipe.model.name,
+        model_options=dict(recipe.model.options),
+        input_shape=shape,
+        classes=classes,
+        batch_sizes=(recipe.train.batch_size,),
+        repeats=5,
+        warmup=2,
+        min_time_s=0.5,
+        threads=1,
+    )
+    data = make_profile(req, progress)
+    path = save_profile(run_dir, data) if run_dir is not None else None
+    return data, path
+
+
+def _reference_cpu(profile: Mapping[str, Any], default: float | None = None) -> float:
+    """The cores a profile's layer times are at: its quota's, else ``default`` (its host's CPU
+    share on a testbed), else its torch threads up to its cores."""
+    from edgetrain.runtime.setting_build import profile_cores
+
+    device = profile.get("device") or {}
+    cores = float(device.get("cores") or 1)
+    threads = device.get("torch_threads")
+    fallback = default or (min(float(threads), cores) if isinstance(threads, int) else cores)
+    return profile_cores(profile, fallback)
+
+
+def gather(
+    recipe: Recipe,
+    run_dir: Path | None,
+    hosts: Any | None,
+    testbed: Path | None,
+    progress: Callable[[str, int, int], None] | None = None,
+    default_bps: float | None = None,
+) -> Inputs:
+    """The environment and layers for ``recipe``: ``hosts`` (a validated hosts file) or
+    ``testbed`` (a spec), else local processes; the profiles of ``run_dir``, measuring one
+    on this machine where none exists and this machine's profile can serve as the reference
+    (local processes, or a testbed whose CPU shares are relative to it); ``default_bps``: the
+    link rate of a host whose profile probed none."""
+    from edgetrain.runtime.setting_build import TestbedFacts, layers_from_profile, sustained_scale
+
+    train, shape, classes = _dataset(recipe)
+    profiles = read_profiles(run_dir, recipe.model.name)
+    facts = None
+    if testbed is not None:
+        from edgetrain.emulate.spec import load_spec
+        from edgetrain.emulate.topology import build
+
+        spec = load_spec(testbed)
+        facts = build(spec, spec.subnet or "10.0.0.0/24").facts()
+        labels = {h.name: tuple(h.labels) for s in spec.sites for h in s.hosts}
+    elif hosts is not None and isinstance(hosts.testbed, dict):
+        try:
+            facts = TestbedFacts.from_dict(hosts.testbed)
+        except ValueError as exc:
+            raise EdgetrainError(f"the hosts file's testbed table: {exc}") from None
+        labels = {h.label: tuple(h.labels) for h in hosts.hosts}
+    measured = None
+    if hosts is not None and facts is None:
+        entries = [
+            HostEntry(h.label, h.workers, h.memory, h.site, tuple(h.labels)) for h in hosts.hosts
+        ]
+        lacking = [h.name for h in entries if h.name not in profiles]
+        if lacking:
+            raise EdgetrainError(
+                f"no profile of {recipe.model.name} for host(s) {', '.join(lacking)} in "
+                f"{(run_dir / 'profiles') if run_dir else 'a run directory (no --run-dir)'}",
+                f"on each, run: edgetrain profile --model {recipe.model.name} --input CxHxW "
+                "--peer tcp://ANOTHER-HOST:PORT --host-name NAME --run-dir RUN, and copy "
+                "RUN/profiles/NAME.json here (or give the hosts file a testbed table)",
+            )
+        ref = entries[0].name
+        cpu = _reference_cpu(profiles[ref])
+        try:
+            env = from_profiles(entries, profiles, ref, cpu, default_bps)
+        except ValueError as exc:
+            raise EdgetrainError(
+                f"{exc}: its profile has no link probe",
+                "probe the link: edgetrain profile --peer tcp://HOST:PORT --run-dir RUN on it "
+                "(beside 'edgetrain profile serve' on another host), or use --what-if "
+                "bandwidth=RATE",
+            ) from None
+        profile_name = ref
+    else:
+        if profiles:
+            profile_name, profile = next(iter(profiles.items()))
+        else:
+            profile, measured = _measure(recipe, run_dir, shape, classes, progress)
+            profile_name = LOCAL_PROFILE
+        if facts is not None:
+            shares = {h.name: h.cpu for h in facts.hosts}
+            cpu = _reference_cpu(profile, shares.get(profile_name))
+            env = Environment(facts, cpu, 0.0, labels, f"testbed {facts.name}")
+        else:
+            import os
+
+            cores = float(len(os.sched_getaffinity(0)))
+            slowdowns = [g.slowdown for g in recipe.expanded_workers()]
+            env = local(cores, slowdowns, _reference_cpu(profile))
+        profiles = {profile_name: profile}
+    profile = profiles[profile_name]
+    scale = sustained_scale(profile)
+    layers = layers_from_profile(profile, recipe.train.batch_size, scale)
+    return Inputs(env, layers, train, profile_name, measured)

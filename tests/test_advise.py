@@ -1,0 +1,423 @@
+"""``edgetrain advise``: the ranking and its reasons against literal tables, the what-if
+changes, each technique's layout and placement, the environment from profiles, and the command
+end to end on literal profiles (in-process) and measuring its own (a process)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgetrain.advise import whatif
+from edgetrain.advise.api import advice, samples_per_iteration
+from edgetrain.advise.candidates import candidate, chosen_techniques, place_workers
+from edgetrain.advise.environment import Environment, HostEntry, from_profiles, local
+from edgetrain.advise.plot import split
+from edgetrain.advise.rank import Entry, Memory, rank, reasons
+from edgetrain.errors import EdgetrainError
+from edgetrain.recipe import parse_recipe
+from edgetrain.runtime.predict import Layer, Prediction
+from edgetrain.runtime.setting_build import HostFacts
+from edgetrain.runtime.setting_build import TestbedFacts as Facts
+from tests.helpers.cli import run_cli
+
+MiB, GiB = 2**20, 2**30
+
+# lenet5's profiled layers (names as the zoo's units), at batch 32, 1 thread
+LAYERS = [
+    ("1", 624, 602112, 0.00056, 0.00042),
+    ("4", 9664, 204800, 0.00087, 0.00090),
+    ("8", 192480, 15360, 0.00041, 0.00037),
+    ("10", 40656, 10752, 0.00004, 0.00010),
+    ("12", 3400, 1280, 0.00008, 0.00017),
+]
+
+
+def profile(host: str, scale: float = 1.0, links: list[dict] | None = None) -> dict:
+    """A literal profile of lenet5 on ``host``, its times ``scale`` times the reference's."""
+    return {
+        "schema_version": 1,
+        "host": host,
+        "created": "2026-12-06T00:00:00+00:00",
+        "device": {
+            "cpu_model": "test",
+            "cores": 2,
+            "memory_bytes": 4 * GiB,
+            "torch_threads": 1,
+            "cuda": None,
+        },
+        "model": "lenet5",
+        "input": [1, 8, 8],
+        "batch_sizes": [32],
+        "layers": [
+            {
+                "name": n,
+                "param_bytes": p,
+                "activation_bytes": a,
+                "fwd_s": f * scale,
+                "bwd_s": b * scale,
+                "fwd_iqr_s": 0.0,
+                "bwd_iqr_s": 0.0,
+            }
+            for n, p, a, f, b in LAYERS
+        ],  # fmt: skip
+        "step_s": 0.0039 * scale,
+        "throughput": {"32": 32 / (0.0039 * scale)},
+        "links": links or [],
+        "peak_memory_bytes": None,
+        "compute_source": "measured",
+    }
+
+
+def layers() -> list[Layer]:
+    return [Layer(n, f, b, p, a) for n, p, a, f, b in LAYERS]
+
+
+RECIPE = {
+    "data": {"dataset": "digits"},
+    "model": {"name": "lenet5"},
+    "train": {"family": "ps", "technique": "dynacomm", "batch_size": 32},
+    "workers": [{"role": "server", "count": 1}, {"count": 2}],
+}
+
+
+def recipe(**train: object) -> object:
+    return parse_recipe({**RECIPE, "train": {**RECIPE["train"], **train}})
+
+
+def env(*hosts: HostFacts, labels: dict | None = None) -> Environment:
+    return Environment(Facts("t", hosts, {}), 1.0, 0.0, labels or {}, "test")
+
+
+def host(name: str, cpu: float = 1.0, mbit: int = 100, workers: int = 1, **kw) -> HostFacts:
+    return HostFacts(name, cpu, mbit * 10**6, workers, **kw)
+
+
+# ---- the ranking (pure) ----------------------------------------------------------------------
+
+
+def pred(name: str, it: float, **parts: float) -> Prediction:
+    return Prediction(name, it, parts)
+
+
+def test_rank_orders_by_samples_per_second_and_fitting_first() -> None:
+    entries = [
+        Entry("ps", "sequential", pred("sequential", 0.010), 64),  # 6,400/s
+        Entry("pipeline", "local", pred("local", 0.004), 32),  # 8,000/s
+        Entry("gossip", "gosgd", pred("gosgd", 0.005), 64),  # 12,800/s, does not fit
+        Entry("ps", "mercury", None, error="no cost model yet"),
+    ]
+    entries[2] = Entry(
+        "gossip", "gosgd", pred("gosgd", 0.005), 64, (Memory(0, "jetson", 3 * GiB, 2 * GiB),)
+    )
+    ranked, missing = rank(entries, train_samples=1600)
+    assert [r.entry.technique for r in ranked] == ["local", "sequential", "gosgd"]
+    assert [r.place for r in ranked] == [1, 2, 3]
+    assert ranked[0].epoch_s == pytest.approx(0.2)  # 1600 / 8000
+    assert ranked[1].epoch_s == pytest.approx(0.25)
+    assert [m.technique for m in missing] == ["mercury"]
+    assert "does not fit: worker 0 needs 3.00 GiB, device jetson has 2.00 GiB" in ranked[2].reasons
+    assert ranked[0].reasons[0] == "fastest predicted: 8,000 samples/s"
+    assert ranked[1].reasons[0] == "1.25x the time of local per sample"
+    assert rank(entries, None)[0][0].epoch_s is None
+
+
+def test_reasons_balance_pace_baseline_and_note() -> None:
+    comm = Entry(
+        "ps",
+        "dynacomm",
+        Prediction("dynacomm", 0.09, {"compute": 0.01, "communication": 0.08}, notes=("n1", "n2")),
+        32,
+        baseline="sequential",
+    )
+    base = Entry("ps", "sequential", pred("sequential", 0.1, compute=0.01, communication=0.08), 32)
+    lines = reasons(comm, comm, {"dynacomm": comm, "sequential": base})
+    assert lines == [
+        "fastest predicted: 356 samples/s",
+        "communication dominates (8.0x compute): overlapping it with compute can hide at most "
+        "11% of a sequential iteration",
+        "11% faster than its baseline sequential",
+        "n1",
+    ]
+    even = Entry("g", "x", pred("x", 0.02, compute=0.01, communication=0.008), 32)
+    assert reasons(even, comm, {})[1] == (
+        "compute and communication comparable (0.80x): overlap can hide up to 44%"
+    )
+    cpu = Entry("g", "y", pred("y", 0.02, compute=0.01, communication=0.001), 32)
+    assert reasons(cpu, comm, {})[1] == "compute dominates (10.0x communication)"
+    paced = Entry("g", "z", Prediction("z", 0.03, {}, per_worker={0: 0.01, 1: 0.01, 2: 0.03}), 32)
+    assert reasons(paced, comm, {})[1] == "the slowest worker (2) sets the pace: 3.0x the median"
+    slower = Entry("g", "w", pred("w", 0.2), 32, baseline="sequential")
+    assert (
+        reasons(slower, comm, {"sequential": base})[1] == "50% slower than its baseline sequential"
+    )
+
+
+def test_plot_split_adds_up_to_the_iteration_per_sample() -> None:
+    row = {
+        "samples_per_iteration": 10,
+        "iteration_s": 0.010,
+        "parts": {"compute": 0.006, "exposed_communication": 0.003, "overhead": 0.004},
+    }
+    got = split(row)
+    assert got == pytest.approx(
+        {"compute": 600.0, "exposed_communication": 300.0, "overhead": 100.0, "other": 0.0}
+    )
+    assert split({**row, "parts": {}})["other"] == pytest.approx(1000.0)
+
+
+# ---- what-if (pure) ----------------------------------------------------------------------------
+
+
+def test_what_if_changes() -> None:
+    base = Environment(
+        Facts("t", (host("a", site="s1"), host("b", site="s2")), {"s1": 10**9, "s2": 10**9}),
+        1.0,
+    )
+    got = whatif.apply(base, whatif.parse(["bandwidth=10mbit,rtt=20ms", "hosts=+2"]))
+    assert [h.name for h in got.facts.hosts] == ["a", "b", "b+1", "b+2"]
+    assert {h.link_bps for h in got.facts.hosts} == {10**7}
+    assert got.facts.wan_bps == {"s1": 10**7, "s2": 10**7}
+    assert got.latency_s == pytest.approx(0.010)
+    assert [h.name for h in whatif.apply(base, whatif.parse(["hosts=1"])).facts.hosts] == ["a"]
+    small = whatif.apply(base, whatif.parse(["cpu=0.5", "memory=2g", "wan=50mbit"]))
+    assert {(h.cpu, h.memory) for h in small.facts.hosts} == {(0.5, 2 * GiB)}
+    assert small.facts.wan_bps == {"s1": 5 * 10**7, "s2": 5 * 10**7}
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("bandwidth", "expected KEY=VALUE"),
+        ("speed=2", "expected KEY=VALUE with KEY one of"),
+        ("bandwidth=fast", "is not a rate"),
+        ("rtt=soon", "write a round trip like 20ms"),
+        ("hosts=two", "write hosts=+2"),
+        ("cpu=0", "cpu is a share of cores"),
+        ("memory=1k", "below 32 MiB"),
+    ],
+)
+def test_what_if_refuses_bad_changes(text: str, fragment: str) -> None:
+    with pytest.raises(whatif.WhatIfError) as info:
+        whatif.parse([text])
+    assert fragment in str(info.value)
+
+
+def test_what_if_host_count_and_wan_limits() -> None:
+    one_site = env(host("a"), host("b"))
+    with pytest.raises(whatif.WhatIfError, match="leaves 0 hosts"):
+        whatif.apply(one_site, whatif.parse(["hosts=-2"]))
+    with pytest.raises(whatif.WhatIfError, match="on one site"):
+        whatif.apply(one_site, whatif.parse(["wan=10mbit"]))
+
+
+# ---- the environment from profiles (pure) --------------------------------------------------
+
+
+def test_environment_from_each_hosts_profile() -> None:
+    probes = [{"peer": "tcp://b:1", "bandwidth_Bps": 12.5e6, "rtt_s": 0.004, "dt_s": 1e-4}]
+    profiles = {"a": profile("a", links=probes), "b": profile("b", 2.0)}
+    hosts = [HostEntry("a", 1, None, None, ("ps",)), HostEntry("b", 2, 1 * GiB)]
+    got = from_profiles(hosts, profiles, "a", 1.0, default_bps=8e6)
+    a, b = got.facts.hosts
+    assert (a.cpu, a.link_bps, a.memory) == (1.0, 100_000_000, 4 * GiB)
+    assert (b.cpu, b.link_bps, b.memory, b.workers) == (0.5, 8_000_000, 1 * GiB, 2)
+    assert got.latency_s == pytest.approx(0.002)
+    assert got.labels == {"a": ("ps",), "b": ()}
+    with pytest.raises(ValueError, match="host b has no link figure"):
+        from_profiles(hosts, profiles, "a", 1.0)
+    with pytest.raises(ValueError, match="host c has no profile"):
+        from_profiles([HostEntry("c")], profiles, "a", 1.0)
+
+
+def test_local_environment_shares_this_machines_cores() -> None:
+    got = local(2.0, [1.0, 1.0, 1.0, 3.0], reference_cpu=1.0)
+    assert [round(h.cpu, 4) for h in got.facts.hosts] == [0.5, 0.5, 0.5, 0.1667]
+    assert got.slots == 4
+
+
+# ---- candidates: layout and placement -------------------------------------------------------
+
+
+def test_every_family_lays_out_its_workers_on_the_slots() -> None:
+    r = recipe()
+    e = env(host("a", 2.0), host("b"), host("c", 0.5), labels={"c": ("ps",)})
+    got = {t: candidate(r, f, t, e, layers()) for f, t in chosen_techniques(r, None)}
+    assert got["dynacomm"].roles == ("server", "trainer", "trainer")  # the user's own
+    assert got["dynacomm"].hosts == ("c", "a", "b")  # the server on the host labelled ps
+    assert got["mercury"].roles == ("trainer",) * 3
+    assert got["gosgd"].roles == ("trainer",) * 3
+    assert got["pipedream"].roles == ("stage",) * 3
+    assert got["local"].roles == ("stage",)
+    assert got["local"].hosts == ("a",)  # the fastest host
+    assert got["dataparallel"].roles == ("replica",) * 2  # 3 do not split a microbatch of 32
+    assert all(c.error is None for c in got.values())
+    two = env(host("a"))
+    alone = candidate(r, "gossip", "gosgd", two, layers())
+    assert alone.error == "gossip needs at least 2 workers to exchange"
+    assert samples_per_iteration(got["gosgd"].recipe) == 96
+    assert samples_per_iteration(got["dynacomm"].recipe) == 64
+    assert samples_per_iteration(got["pipedream"].recipe) == 32
+
+
+def test_placement_follows_labels_like_launch() -> None:
+    r = parse_recipe({**RECIPE, "workers": [{"count": 2}, {"role": "server", "labels": ["big"]}]})
+    e = env(host("a"), host("b"), host("c"), labels={"a": ("big",)})
+    assert place_workers(r, e) == ["b", "c", "a"]
+    bad = env(host("a"), host("b"), host("c"))
+    with pytest.raises(EdgetrainError, match="needs a host labelled big"):
+        place_workers(r, bad)
+
+
+def test_chosen_techniques() -> None:
+    r = recipe()
+    assert chosen_techniques(r, ["mcpipe", "dynacomm", "mcpipe"]) == [
+        ("pipeline", "mcpipe"),
+        ("ps", "dynacomm"),
+    ]
+    assert chosen_techniques(r, None)[0] == ("ps", "sequential")
+    with pytest.raises(EdgetrainError, match="'nope' is not a technique"):
+        chosen_techniques(r, ["nope"])
+
+
+def test_advice_document_ranks_a_slow_link_against_a_fast_one() -> None:
+    r = recipe()
+    fast = env(host("a", mbit=10_000), host("b", mbit=10_000), host("c", mbit=10_000))
+    slow = whatif.apply(fast, whatif.parse(["bandwidth=1mbit"]))
+    pairs = [("ps", "sequential"), ("ps", "dynacomm"), ("pipeline", "local")]
+    doc_fast = advice(r, fast, layers(), pairs, 1437)
+    doc_slow = advice(r, slow, layers(), pairs, 1437, ["bandwidth=1mbit"])
+    assert doc_slow["what_if"] == ["bandwidth=1mbit"]
+    assert doc_slow["best"] == "local"  # 250 KB per iteration each way over 1 Mbit/s
+    its = {x["technique"]: x["iteration_s"] for x in doc_slow["ranking"]}
+    fast_its = {x["technique"]: x["iteration_s"] for x in doc_fast["ranking"]}
+    assert its["sequential"] > 10 * fast_its["sequential"]
+    assert its["local"] == pytest.approx(fast_its["local"])
+    row = next(x for x in doc_slow["ranking"] if x["technique"] == "dynacomm")
+    assert row["workers"] == [
+        {"role": "server", "host": "a"},
+        {"role": "trainer", "host": "b"},
+        {"role": "trainer", "host": "c"},
+    ]
+    assert row["epoch_s"] == pytest.approx(1437 / row["samples_per_s"])
+    assert any("communication dominates" in line for line in row["reasons"])
+    json.dumps(doc_slow)  # plain data
+
+
+# ---- the command --------------------------------------------------------------------------------
+
+DYNACOMM = """\
+[data]
+dataset = "digits"
+[model]
+name = "lenet5"
+[train]
+family = "ps"
+technique = "dynacomm"
+batch_size = 32
+[[workers]]
+role = "server"
+[[workers]]
+count = 2
+"""
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    (run / "profiles").mkdir(parents=True)
+    (run / "profiles" / "ref.json").write_text(json.dumps(profile("ref")))
+    (tmp_path / "r.toml").write_text(DYNACOMM)
+    return run
+
+
+def test_advise_on_a_testbed_spec_writes_advice_json(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recipe_path = run_dir.parent / "r.toml"
+    plot = run_dir.parent / "advice.png"
+    code, out, err = run_cli(
+        capsys, "advise", str(recipe_path), "--testbed", "recipes/testbeds/mercury-4u.toml",
+        "--run-dir", str(run_dir), "--techniques", "sequential,dynacomm,gosgd,local",
+        "--what-if", "bandwidth=10mbit", "--plot", str(plot), "--format", "json",
+    )  # fmt: skip
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc == json.loads((run_dir / "advice.json").read_text())
+    assert doc["environment"]["name"] == "mercury-4u"
+    assert {h["link_bps"] for h in doc["environment"]["hosts"]} == {10**7}
+    assert sorted(x["technique"] for x in doc["ranking"]) == [
+        "dynacomm", "gosgd", "local", "sequential",
+    ]  # fmt: skip
+    assert doc["train_samples"] == 1437 and doc["profile"] == "ref"
+    assert plot.stat().st_size > 1000
+    code, out, _ = run_cli(capsys, "advise", str(recipe_path), "--run-dir", str(run_dir))
+    assert code == 0
+    assert "fastest predicted" in out and "wrote" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--what-if", "speed=2"], "expected KEY=VALUE"),
+        (["--techniques", "nope"], "'nope' is not a technique"),
+        (["--techniques", ","], "--techniques is empty"),
+        (["--testbed", "x.toml", "-H", "a:2"], "give --testbed or the hosts"),
+        (["-H", "a:1,b:2"], "no profile of lenet5 for host(s) a, b"),
+        (["--what-if", "hosts=-9"], "that leaves"),
+    ],
+)
+def test_advise_bad_input_is_one_line(
+    run_dir: Path, capsys: pytest.CaptureFixture[str], args: list[str], fragment: str
+) -> None:
+    before = sorted(p.name for p in run_dir.iterdir())
+    code, out, err = run_cli(
+        capsys, "advise", str(run_dir.parent / "r.toml"), "--run-dir", str(run_dir), *args
+    )
+    assert code == 2
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert fragment in err
+    assert sorted(p.name for p in run_dir.iterdir()) == before  # no advice.json written
+
+
+def test_advise_hosts_with_their_profiles(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    probes = [{"peer": "tcp://x:1", "bandwidth_Bps": 1.25e6, "rtt_s": 0.01, "dt_s": 1e-4}]
+    for name, scale in (("a", 1.0), ("b", 1.0), ("c", 4.0)):
+        path = run_dir / "profiles" / f"{name}.json"
+        path.write_text(json.dumps(profile(name, scale, probes)))
+    code, out, err = run_cli(
+        capsys, "advise", str(run_dir.parent / "r.toml"), "-H", "a:1,b:1,c:1",
+        "--run-dir", str(run_dir), "--techniques", "gosgd,sequential", "--format", "json",
+    )  # fmt: skip
+    assert code == 0, err
+    doc = json.loads(out)
+    cpus = {h["name"]: h["cpu"] for h in doc["environment"]["hosts"]}
+    assert cpus == pytest.approx({"a": 1.0, "b": 1.0, "c": 0.25})
+    assert {h["link_bps"] for h in doc["environment"]["hosts"]} == {10**7}
+    assert doc["environment"]["latency_s"] == pytest.approx(0.005)
+
+
+@pytest.mark.timeout(240)
+def test_advise_measures_a_profile_of_this_machine_when_none_exists(tmp_path: Path) -> None:
+    """A separate process, as a user runs it: no profile anywhere, so advise measures one
+    (seconds), keeps it in the run directory and answers from it."""
+    (tmp_path / "r.toml").write_text(DYNACOMM)
+    run = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "edgetrain", "advise", str(tmp_path / "r.toml"), "--run-dir",
+         str(run), "--techniques", "dynacomm,gosgd,mcpipe", "--format", "json"],
+        capture_output=True, text=True, timeout=200,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert (run / "profiles" / "local.json").is_file()
+    assert doc["profile"] == "local"
+    assert doc["environment"]["source"] == "local processes on this machine"
+    assert {x["technique"] for x in doc["ranking"]} == {"dynacomm", "gosgd", "mcpipe"}
+    for row in doc["ranking"]:
+        assert row["iteration_s"] > 0 and row["reasons"]
