@@ -17,12 +17,14 @@ from edgetrain.advise.candidates import candidate, chosen_techniques, place_work
 from edgetrain.advise.environment import Environment, HostEntry, from_profiles, local
 from edgetrain.advise.plot import split
 from edgetrain.advise.rank import Entry, Memory, rank, reasons
+from edgetrain.advise.remote import parse_remote, remote_command
 from edgetrain.errors import EdgetrainError
 from edgetrain.recipe import parse_recipe
 from edgetrain.runtime.predict import Layer, Prediction
 from edgetrain.runtime.setting_build import HostFacts
 from edgetrain.runtime.setting_build import TestbedFacts as Facts
 from tests.helpers.cli import run_cli
+from tests.helpers.sshd import Sshd, sshd  # noqa: F401 - the fixture
 
 MiB, GiB = 2**20, 2**30
 
@@ -366,7 +368,7 @@ def test_advise_on_a_testbed_spec_writes_advice_json(
         (["--techniques", "nope"], "'nope' is not a technique"),
         (["--techniques", ","], "--techniques is empty"),
         (["--testbed", "x.toml", "-H", "a:2"], "give --testbed or the hosts"),
-        (["-H", "a:1,b:2"], "no profile of lenet5 for host(s) a, b"),
+        (["-H", "nohost.invalid:1,b:2"], "nohost.invalid"),
         (["--what-if", "hosts=-9"], "that leaves"),
     ],
 )
@@ -421,3 +423,77 @@ def test_advise_measures_a_profile_of_this_machine_when_none_exists(tmp_path: Pa
     assert {x["technique"] for x in doc["ranking"]} == {"dynacomm", "gosgd", "mcpipe"}
     for row in doc["ranking"]:
         assert row["iteration_s"] > 0 and row["reasons"]
+
+
+# ---- profiles over ssh -----------------------------------------------------------------------
+
+
+def test_remote_command_and_what_a_host_prints() -> None:
+    cmd = remote_command(
+        "/opt/py", "/srv/x y", "jet-1", "mlp", {"hidden": [8, 8]}, (1, 8, 8), 10, 16, "tcp://h:5"
+    )
+    assert cmd == (
+        "cd '/srv/x y' && /opt/py -m edgetrain profile --model mlp --input 1x8x8 --classes 10 "
+        "--batch-sizes 16 --repeats 5 --warmup 2 --min-time 0.5 --threads 1 --host-name jet-1 "
+        "--format json --model-option 'hidden=[8,8]' --peer tcp://h:5 --probe-timeout 10"
+    )
+    good = json.dumps(profile("a"))
+    assert parse_remote(good, "a", "lenet5")["host"] == "a"
+    with pytest.raises(ValueError, match="its profile is of lenet5 on a"):
+        parse_remote(good, "b", "lenet5")
+    with pytest.raises(ValueError, match="no valid profile"):
+        parse_remote('{"host": "a"}', "a", "lenet5")
+    with pytest.raises(ValueError, match="no valid profile"):
+        parse_remote("Traceback (most recent call last):", "a", "lenet5")
+    with pytest.raises(ValueError, match="over 4 MiB"):
+        parse_remote(" " * (4 * MiB + 1), "a", "lenet5")
+
+
+@pytest.mark.system
+@pytest.mark.timeout(300)
+def test_advise_profiles_each_host_over_ssh(tmp_path: Path, sshd: Sshd) -> None:  # noqa: F811
+    """Two hosts (one real sshd on 127.0.0.1) without profiles: advise, a separate process,
+    profiles each over ssh with its link probed back to it, keeps the profiles and ranks."""
+    opts = ", ".join(json.dumps(o) for o in sshd.ssh_options)
+    text = f"ssh_options = [{opts}]\n"
+    for name in ("h0", "h1"):
+        text += (
+            f'\n[[hosts]]\nname = "{name}"\naddress = "{sshd.address}"\nport = {sshd.port}\n'
+            f'user = "{sshd.user}"\nidentity = "{sshd.identity}"\npython = "{sys.executable}"\n'
+        )
+    (tmp_path / "hosts.toml").write_text(text)
+    (tmp_path / "r.toml").write_text(DYNACOMM)
+    run = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "edgetrain", "advise", str(tmp_path / "r.toml"), "--hosts",
+         str(tmp_path / "hosts.toml"), "--run-dir", str(run), "--techniques",
+         "gosgd,sequential,local", "--format", "json"],
+        capture_output=True, text=True, timeout=280,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    for name in ("h0", "h1"):
+        kept = json.loads((run / "profiles" / f"{name}.json").read_text())
+        assert kept["host"] == name and kept["model"] == "lenet5"
+        assert kept["links"] and kept["links"][0]["bandwidth_Bps"] > 0  # probed back to advise
+    assert doc["environment"]["source"] == "each host's profile"
+    assert [h["name"] for h in doc["environment"]["hosts"]] == ["h0", "h1"]
+    assert {x["technique"] for x in doc["ranking"]} == {"gosgd", "sequential", "local"}
+
+
+def test_memory_is_a_whole_replica_where_the_model_predicts_none() -> None:
+    from edgetrain.advise.api import replica_bytes
+
+    params, acts = 246_824, 834_304  # LAYERS' sums
+    assert replica_bytes(layers(), 32, 1) == 3 * params + 2 * acts
+    assert replica_bytes(layers(), 32, 2) == 4 * params + 2 * acts
+    r = recipe()
+    small = env(host("a", memory=2**20), host("b", memory=2**20), host("c", memory=2**20))
+    doc = advice(r, small, layers(), [("gossip", "gosgd"), ("pipeline", "local")], None)
+    gosgd = next(x for x in doc["ranking"] if x["technique"] == "gosgd")
+    assert not gosgd["fits"] and gosgd["memory_source"] == "a whole replica per worker"
+    assert gosgd["memory"][0] == {
+        "worker": 0, "device": "a", "need_bytes": 3 * params + 2 * acts, "have_bytes": 2**20,
+    }  # fmt: skip
+    assert any(line.startswith("does not fit: worker 0 needs") for line in gosgd["reasons"])
+    assert doc["ranking"][-1]["technique"] == "gosgd"  # after every technique that fits

@@ -16,7 +16,7 @@ from edgetrain.errors import EdgetrainError
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.predict import Layer, Prediction
 
-__all__ = ["SCHEMA", "advice", "entries", "samples_per_iteration"]
+__all__ = ["SCHEMA", "advice", "entries", "replica_bytes", "samples_per_iteration"]
 
 SCHEMA = 1
 
@@ -64,12 +64,34 @@ def entries(
     return out
 
 
+def replica_bytes(layers: Sequence[Layer], batch: int, optimizer_copies: int) -> int:
+    """A whole-model worker's resident training bytes (pure): the weights, their gradients and
+    ``optimizer_copies`` more (momentum 1, Adam 2), and one batch's activations twice (kept for
+    the backward pass, and their gradients); ``layers`` are profiled at ``batch`` samples."""
+    params = sum(x.param_bytes for x in layers)
+    return params * (2 + optimizer_copies) + 2 * sum(x.activation_bytes for x in layers)
+
+
+def _copies(recipe: Recipe) -> int:
+    if recipe.train.optimizer == "adam":
+        return 2
+    return 1 if recipe.train.momentum > 0 else 0
+
+
 def _memory(pred: Prediction, cand: Candidate) -> tuple[Memory, ...]:
-    assert cand.setting is not None
+    """Each worker's predicted bytes beside its device's memory: the technique's own model's
+    where it predicts memory, else every data worker a whole replica (:func:`replica_bytes`)."""
+    assert cand.setting is not None and cand.recipe is not None
     devices = cand.setting.devices
+    need = dict(pred.memory_bytes)
+    if not need:
+        data_roles = cand.recipe.family_spec.data_roles
+        setting = cand.setting.at_batch(cand.recipe.train.batch_size)
+        each = replica_bytes(setting.layers, cand.recipe.train.batch_size, _copies(cand.recipe))
+        need = {w: each for w, role in enumerate(cand.roles) if role in data_roles}
     return tuple(
         Memory(w, devices[w].name, int(b), devices[w].memory_bytes)
-        for w, b in sorted(pred.memory_bytes.items())
+        for w, b in sorted(need.items())
         if 0 <= w < len(devices)
     )
 
@@ -123,6 +145,7 @@ def _row(r: Ranked, cand: Candidate) -> dict[str, Any]:
             {"worker": m.worker, "device": m.device, "need_bytes": m.need, "have_bytes": m.have}
             for m in e.memory
         ],
+        "memory_source": "the cost model" if p.memory_bytes else "a whole replica per worker",
         "workers": [
             {"role": role, "host": host} for role, host in zip(cand.roles, cand.hosts, strict=True)
         ],

@@ -1,7 +1,8 @@
 """What ``edgetrain advise`` reads: the hosts (a hosts file, with the testbed table ``emulate
 up`` writes or without; ``-H``; a testbed spec; or local processes), the profiles in
-``RUN/profiles/`` of the recipe's model, the training split's size, and, where this machine
-can measure what is missing, a short profile of its own.
+``RUN/profiles/`` of the recipe's model, the training split's size; and what is missing, a
+short profile measured here (local processes, a testbed) or on each host over ssh (real hosts:
+:mod:`edgetrain.advise.remote`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ class Inputs:
     layers: tuple[Layer, ...]
     train_samples: int | None
     profile: str
-    measured: Path | None  # the profile advise measured and kept, if any
+    measured: Path | None  # the profile advise measured here and kept, if any
+    remote: tuple[str, ...] = ()  # the hosts advise profiled over ssh
 
 
 def read_profiles(run_dir: Path | None, model: str) -> dict[str, dict[str, Any]]:
@@ -139,19 +141,31 @@ def gather(
             raise EdgetrainError(f"the hosts file's testbed table: {exc}") from None
         labels = {h.label: tuple(h.labels) for h in hosts.hosts}
     measured = None
+    remote: tuple[str, ...] = ()
     if hosts is not None and facts is None:
         entries = [
             HostEntry(h.label, h.workers, h.memory, h.site, tuple(h.labels)) for h in hosts.hosts
         ]
         lacking = [h.name for h in entries if h.name not in profiles]
         if lacking:
-            raise EdgetrainError(
-                f"no profile of {recipe.model.name} for host(s) {', '.join(lacking)} in "
-                f"{(run_dir / 'profiles') if run_dir else 'a run directory (no --run-dir)'}",
-                f"on each, run: edgetrain profile --model {recipe.model.name} --input CxHxW "
-                "--peer tcp://ANOTHER-HOST:PORT --host-name NAME --run-dir RUN, and copy "
-                "RUN/profiles/NAME.json here (or give the hosts file a testbed table)",
-            )
+            if shape is None:
+                raise EdgetrainError(
+                    f"no profile of {recipe.model.name} for host(s) {', '.join(lacking)}, and "
+                    "the recipe's data cannot be read here to measure them",
+                    "fix [data], or run edgetrain profile on each and copy RUN/profiles/NAME.json",
+                )
+            from edgetrain.advise.remote import profile_hosts
+            from edgetrain.profile.run import save_profile
+
+            measured_now = profile_hosts(
+                hosts, lacking, recipe.model.name, dict(recipe.model.options), shape, classes,
+                recipe.train.batch_size, progress,
+            )  # fmt: skip
+            for doc in measured_now.values():
+                if run_dir is not None:
+                    save_profile(run_dir, doc)
+            profiles = {**profiles, **measured_now}
+            remote = tuple(measured_now)
         ref = entries[0].name
         cpu = _reference_cpu(profiles[ref])
         try:
@@ -184,4 +198,4 @@ def gather(
     profile = profiles[profile_name]
     scale = sustained_scale(profile)
     layers = layers_from_profile(profile, recipe.train.batch_size, scale)
-    return Inputs(env, layers, train, profile_name, measured)
+    return Inputs(env, layers, train, profile_name, measured, remote)

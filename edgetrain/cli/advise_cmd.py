@@ -108,6 +108,7 @@ def advise(
     doc = advice(loaded, env, inputs.layers, pairs, inputs.train_samples, [str(c) for c in changes])
     doc["recipe"] = str(recipe)
     doc["profile"] = inputs.profile
+    doc["profiled_over_ssh"] = list(inputs.remote)
     if not doc["ranking"]:
         raise EdgetrainError(
             "no technique could be predicted here: "
@@ -125,6 +126,8 @@ def advise(
         render(doc, console)
         if inputs.measured is not None:
             console.print(f"measured a profile of this machine: {inputs.measured}", highlight=False)
+        if inputs.remote:
+            console.print(f"profiled over ssh: {', '.join(inputs.remote)}", highlight=False)
         if run_dir is not None:
             console.print(f"wrote {run_dir / ADVICE_JSON}", highlight=False, soft_wrap=True)
         if plot is not None:

@@ -1,0 +1,135 @@
+"""Profiles advise measures on hosts over ssh, where ``RUN/profiles/`` has none: ``edgetrain
+profile`` of the recipe's model on each host (one thread, as a worker runs), with its link
+probed to a probe server this process runs for the while (the machine launch's coordinator
+would run on). What a host prints is checked before it is kept: at most
+:data:`MAX_PROFILE_BYTES`, JSON (never unpickled), the profile schema, the host's own name and
+the recipe's model.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from edgetrain.errors import EdgetrainError
+
+__all__ = ["MAX_PROFILE_BYTES", "parse_remote", "profile_hosts", "remote_command"]
+
+MAX_PROFILE_BYTES = 4 * 2**20
+PROFILE_TIMEOUT_S = 300.0
+
+
+def remote_command(
+    python: str,
+    workdir: str | None,
+    name: str,
+    model: str,
+    options: Mapping[str, Any],
+    shape: tuple[int, int, int],
+    classes: int,
+    batch: int,
+    peer: str | None,
+) -> str:
+    """The shell command that profiles ``model`` on a host and prints the profile as JSON."""
+    args = [python, "-m", "edgetrain", "profile", "--model", model, "--input",
+            "x".join(map(str, shape)), "--classes", str(classes), "--batch-sizes", str(batch),
+            "--repeats", "5", "--warmup", "2", "--min-time", "0.5", "--threads", "1",
+            "--host-name", name, "--format", "json"]  # fmt: skip
+    for key, value in options.items():
+        args += ["--model-option", f"{key}={json.dumps(value, separators=(',', ':'))}"]
+    if peer is not None:
+        args += ["--peer", peer, "--probe-timeout", "10"]
+    cd = f"cd {shlex.quote(workdir)} && " if workdir else ""
+    return cd + " ".join(shlex.quote(a) for a in args)
+
+
+def parse_remote(out: str, name: str, model: str) -> dict[str, Any]:
+    """A host's printed profile, checked (ValueError naming what is wrong)."""
+    from edgetrain.profile.schema import ProfileError, validate_profile
+
+    if len(out.encode()) > MAX_PROFILE_BYTES:
+        raise ValueError(f"it printed over {MAX_PROFILE_BYTES // 2**20} MiB")
+    try:
+        doc = json.loads(out)
+        doc = validate_profile(doc)
+    except (json.JSONDecodeError, ProfileError) as exc:
+        raise ValueError(f"it printed no valid profile ({exc})") from None
+    if doc.get("host") != name or doc.get("model") != model:
+        raise ValueError(f"its profile is of {doc.get('model')} on {doc.get('host')}")
+    return doc
+
+
+@contextmanager
+def _probe_server(bind: str, address: str) -> Iterator[str]:
+    """A link-probe server here for the block; yields the endpoint hosts reach it at."""
+    from edgetrain.profile.probe import ProbeServer
+
+    stop = threading.Event()
+    with ProbeServer(bind, 0) as server:
+        port = server.endpoint.rsplit(":", 1)[1]
+        thread = threading.Thread(target=server.serve, args=(stop,), daemon=True)
+        thread.start()
+        try:
+            yield f"tcp://{address}:{port}"
+        finally:
+            stop.set()
+            thread.join(timeout=5)
+
+
+def profile_hosts(
+    hosts: Any,
+    names: Sequence[str],
+    model: str,
+    options: Mapping[str, Any],
+    shape: tuple[int, int, int],
+    classes: int,
+    batch: int,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """A profile of each host of ``hosts`` (a validated hosts file) named in ``names``, in turn
+    (one at a time: profiles taken side by side would slow each other on shared hardware)."""
+    from edgetrain.launch.ssh_argv import ssh_command
+
+    by_name = {h.label: h for h in hosts.hosts}
+    out = {}
+    with _probe_server(hosts.bind_address(), hosts.coordinator_address()) as peer:
+        for k, name in enumerate(names):
+            if progress is not None:
+                progress(f"profiling {name} over ssh", k, len(names))
+            host = by_name[name]
+            remote = remote_command(
+                hosts.python_for(host), host.workdir, name, model, options, shape, classes,
+                batch, peer,
+            )  # fmt: skip
+            try:
+                proc = subprocess.run(
+                    ssh_command(hosts, host, remote),
+                    capture_output=True,
+                    text=True,
+                    timeout=PROFILE_TIMEOUT_S + hosts.connect_timeout_s,
+                )
+            except subprocess.TimeoutExpired:
+                raise EdgetrainError(
+                    f"profiling host {name} over ssh took over {PROFILE_TIMEOUT_S:.0f} s",
+                    "check the host (edgetrain hosts check), or profile it there and copy "
+                    "RUN/profiles/NAME.json here",
+                ) from None
+            if proc.returncode != 0:
+                tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+                raise EdgetrainError(
+                    f"cannot profile host {name} over ssh: {tail[:300]}",
+                    "check it with edgetrain hosts check HOSTS.toml, or profile it there and "
+                    "copy RUN/profiles/NAME.json here",
+                )
+            try:
+                out[name] = parse_remote(proc.stdout, name, model)
+            except ValueError as exc:
+                raise EdgetrainError(
+                    f"host {name}'s profile over ssh: {exc}", "run edgetrain profile there"
+                ) from None
+    return out
