@@ -497,3 +497,58 @@ def test_memory_is_a_whole_replica_where_the_model_predicts_none() -> None:
     }  # fmt: skip
     assert any(line.startswith("does not fit: worker 0 needs") for line in gosgd["reasons"])
     assert doc["ranking"][-1]["technique"] == "gosgd"  # after every technique that fits
+
+
+def test_a_technique_takes_its_sections_defaults_where_the_users_do_not_fit_it() -> None:
+    r = parse_recipe(
+        {
+            "data": {"dataset": "digits"},
+            "model": {"name": "lenet5"},
+            "train": {"family": "ps", "technique": "mercury", "batch_size": 16, "lr": 0.004},
+            "mercury": {"scheduler": "bacc", "resharding": "aware"},
+            "workers": [{"count": 3}],
+        }
+    )
+    e = env(host("a"), host("b"), host("c"))
+    own = candidate(r, "ps", "mercury", e, layers())
+    base = candidate(r, "ps", "multips-sgd", e, layers())
+    assert own.error is None and base.error is None
+    assert own.recipe is not None and base.recipe is not None
+    assert own.recipe.model_dump()["mercury"]["scheduler"] == "bacc"  # the user's, kept
+    assert "mercury" not in base.recipe.model_dump(exclude_unset=True)  # its defaults
+
+
+def test_hosts_for_keeps_only_the_hosts_a_run_uses() -> None:
+    from edgetrain.advise.candidates import hosts_for
+
+    text = (
+        'ssh_options = ["-o", "X=1"]\n\n[[hosts]]\nname = "a"\naddress = "10.0.0.1"\n'
+        'workers = 2\n\n[[hosts]]\naddress = "b"\n\n[[hosts]]\naddress = "c"\n'
+    )
+    from edgetrain.tomlconfig import loads
+
+    got = loads(hosts_for(text, ["c", "a", "a"]))
+    assert got["ssh_options"] == ["-o", "X=1"]
+    assert got["hosts"] == [
+        {"name": "a", "address": "10.0.0.1", "workers": 2},
+        {"address": "c", "workers": 1},
+    ]
+
+
+def test_advise_writes_a_recipe_each_ranked_technique_launches_with(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from edgetrain.recipe import load_recipe
+
+    code, _, err = run_cli(
+        capsys, "advise", str(run_dir.parent / "r.toml"), "--run-dir", str(run_dir),
+        "--testbed", "recipes/testbeds/mercury-4u.toml", "--techniques", "dynacomm,local",
+    )  # fmt: skip
+    assert code == 0, err
+    doc = json.loads((run_dir / "advice.json").read_text())
+    files = {r["technique"]: r["recipe_file"] for r in doc["ranking"]}
+    assert files == {"dynacomm": "advice/dynacomm.toml", "local": "advice/local.toml"}
+    dyn, _ = load_recipe(run_dir / files["dynacomm"])
+    assert (dyn.train.technique, dyn.role_names()) == ("dynacomm", ["server"] + ["trainer"] * 3)
+    local_recipe, _ = load_recipe(run_dir / files["local"])
+    assert local_recipe.role_names() == ["stage"]

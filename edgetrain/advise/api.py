@@ -103,12 +103,16 @@ def advice(
     pairs: Sequence[tuple[str, str]],
     train_samples: int | None,
     what_if: Sequence[str] = (),
+    recipes: dict[str, Candidate] | None = None,
 ) -> dict[str, Any]:
     """The document: the environment, every ranked technique with its parts and reasons, and
-    those that cannot be predicted here with why."""
+    those that cannot be predicted here with why; ``recipes``, given, receives each ranked
+    technique's candidate run (its recipe and placement, for files a user can launch)."""
     found = entries(recipe, env, layers, pairs)
     cands = {e.technique: c for e, c in found}
     ranked, missing = rank([e for e, _ in found], train_samples)
+    if recipes is not None:
+        recipes.update({r.entry.technique: cands[r.entry.technique] for r in ranked})
     return {
         "schema": SCHEMA,
         "model": recipe.model.name,

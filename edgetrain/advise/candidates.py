@@ -23,7 +23,7 @@ from edgetrain.recipe import Recipe, parse_recipe
 from edgetrain.runtime.predict import Layer, Setting
 from edgetrain.runtime.setting_build import setting_on_hosts
 
-__all__ = ["Candidate", "candidate", "chosen_techniques"]
+__all__ = ["Candidate", "candidate", "chosen_techniques", "hosts_for", "recipe_text"]
 
 
 @dataclass(frozen=True)
@@ -77,8 +77,7 @@ def candidate(
         if groups is None:
             groups = [(techniques.family_spec(family).default_role, slots)]
         try:
-            own = _recipe_with(recipe, family, technique, groups)
-            side.check(own)
+            own = _recipe_with(recipe, family, technique, groups, side)
         except EdgetrainError as exc:
             return Candidate(family, technique, error=exc.problem)
     roles = tuple(own.role_names())
@@ -105,33 +104,40 @@ def _own_recipe(
     if any(role not in roles for role, _ in groups):
         return None
     try:
-        own = _recipe_with(recipe, family, technique, None)
-        side.check(own)
+        return _recipe_with(recipe, family, technique, None, side)
     except EdgetrainError:
         return None
-    return own
 
 
 def _recipe_with(
-    recipe: Recipe, family: str, technique: str, groups: Sequence[tuple[str, int]] | None
+    recipe: Recipe,
+    family: str,
+    technique: str,
+    groups: Sequence[tuple[str, int]] | None,
+    side: Any,
 ) -> Recipe:
-    """The recipe with the technique (and, given ``groups``, the workers) replaced; where the
-    user's family sections no longer fit (a per-worker list of another length), the
-    technique's sections at their defaults."""
+    """The recipe with the technique (and, given ``groups``, the workers) replaced, as the
+    technique's check accepts it; where the user's sections for it do not fit (a per-worker
+    list of another length, a key another technique of the section reads), the technique's
+    sections at their defaults."""
     data = recipe.model_dump(mode="json", exclude_unset=True)  # what the user wrote
     data["train"] = {**data.get("train", {}), "family": family, "technique": technique}
     if not techniques.family_spec(family).deferred_eval:
-        data["train"]["eval_deferred"] = False
+        data["train"].pop("eval_deferred", None)  # the gossip family's alone
     if groups is not None:
         data["workers"] = [{"role": role, "count": n} for role, n in groups if n > 0]
         if data.get("data", {}).get("partition") == "fractions":
             data["data"] = {**data["data"], "partition": "iid", "fractions": None}
     try:
-        return parse_recipe(data, f"the recipe as {technique}")
+        own = parse_recipe(data, f"the recipe as {technique}")
+        side.check(own)
+        return own
     except EdgetrainError:
         for section in techniques.technique_spec(family, technique).sections:
             data.pop(section, None)
-        return parse_recipe(data, f"the recipe as {technique}")
+        own = parse_recipe(data, f"the recipe as {technique}")
+        side.check(own)
+        return own
 
 
 def place_workers(recipe: Recipe, env: Environment) -> list[str]:
@@ -151,3 +157,27 @@ def place_workers(recipe: Recipe, env: Environment) -> list[str]:
         slots = [slots[k] for k in sorted(fastest)]
     labels = [env.labels.get(host, ()) for host in slots]
     return [slots[k] for k in place(needs, labels)]
+
+
+def recipe_text(cand: Candidate) -> str:
+    """The candidate's recipe as TOML: what the user wrote, with the technique and workers
+    advise chose."""
+    from edgetrain.tomlconfig import recipe_toml
+
+    assert cand.recipe is not None
+    return recipe_toml(cand.recipe.model_dump(mode="json", exclude_unset=True))
+
+
+def hosts_for(hosts_text: str, placed: Sequence[str]) -> str:
+    """A hosts file's text with only the hosts ``placed`` names, each with as many worker
+    slots as workers placed on it (launch fills every slot), the rest of the file kept."""
+    from edgetrain.tomlconfig import dumps, loads
+
+    doc = loads(hosts_text)
+    count = {h: list(placed).count(h) for h in placed}
+    doc["hosts"] = [
+        {**h, "workers": count[h.get("name") or h["address"]]}
+        for h in doc.get("hosts") or []
+        if (h.get("name") or h["address"]) in count
+    ]
+    return dumps(doc)

@@ -105,7 +105,10 @@ def advise(
         env = whatif.apply(inputs.env, changes)
     except whatif.WhatIfError as exc:
         raise EdgetrainError(str(exc)) from None
-    doc = advice(loaded, env, inputs.layers, pairs, inputs.train_samples, [str(c) for c in changes])
+    cands: dict[str, Any] = {}
+    doc = advice(
+        loaded, env, inputs.layers, pairs, inputs.train_samples, [str(c) for c in changes], cands
+    )
     doc["recipe"] = str(recipe)
     doc["profile"] = inputs.profile
     doc["profiled_over_ssh"] = list(inputs.remote)
@@ -116,6 +119,7 @@ def advise(
             "give more hosts (each technique's needs are in docs/advise.md)",
         )
     if run_dir is not None:
+        _write_recipes(run_dir, doc, cands, found[1] if found else None)
         atomic_write_json(run_dir / ADVICE_JSON, doc)
     if plot is not None:
         from edgetrain.advise.plot import plot_advice
@@ -134,6 +138,28 @@ def advise(
             console.print(f"wrote {plot}", highlight=False, soft_wrap=True)
 
     emit(doc, fmt, text)
+
+
+def _write_recipes(
+    run_dir: Path, doc: dict[str, Any], cands: dict[str, Any], hosts_text: str | None
+) -> None:
+    """``RUN/advice/<technique>.toml`` for each ranked technique (the recipe advise predicted,
+    ready to launch), and beside it, where the hosts came from a hosts file and the technique
+    uses fewer of its slots, ``<technique>.hosts.toml`` with only the hosts it uses."""
+    from edgetrain.advise.candidates import hosts_for, recipe_text
+    from edgetrain.rundir import atomic_write_text
+
+    for row in doc["ranking"]:
+        cand = cands[row["technique"]]
+        path = run_dir / "advice" / f"{row['technique']}.toml"
+        atomic_write_text(path, recipe_text(cand))
+        row["recipe_file"] = str(path.relative_to(run_dir))
+        if hosts_text is not None and len(cand.hosts) < sum(
+            h["workers"] for h in doc["environment"]["hosts"]
+        ):
+            hosts = path.with_suffix(".hosts.toml")
+            atomic_write_text(hosts, hosts_for(hosts_text, cand.hosts))
+            row["hosts_file"] = str(hosts.relative_to(run_dir))
 
 
 def _progress(enabled: bool) -> AbstractContextManager[Any]:
