@@ -132,22 +132,6 @@ def figures(settings: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _hosts_for(hosts_file: Path, placed: list[str], out: Path) -> Path:
-    """A hosts file of the testbed's with only the hosts a run uses, each with as many slots
-    as workers placed on it (launch needs every slot filled)."""
-    from edgetrain import tomlconfig
-
-    doc = tomlconfig.loads(hosts_file.read_text())
-    names = {h: placed.count(h) for h in placed}
-    doc["hosts"] = [
-        {**h, "workers": names[h.get("name") or h["address"]]}
-        for h in doc["hosts"]
-        if (h.get("name") or h["address"]) in names
-    ]
-    out.write_text(tomlconfig.dumps(doc))
-    return out
-
-
 def _advise(recipe: Path, hosts: Path, adv: Path) -> tuple[dict[str, Any], float]:
     import subprocess
 
@@ -167,7 +151,7 @@ def _advise(recipe: Path, hosts: Path, adv: Path) -> tuple[dict[str, Any], float
 def one_setting(case: Case, work: Path, root: Path, say: Any, tables: dict[str, str]) -> dict:
     from edgetrain import tomlconfig
     from edgetrain.advise.api import entries
-    from edgetrain.advise.candidates import chosen_techniques
+    from edgetrain.advise.candidates import chosen_techniques, hosts_for
     from edgetrain.advise.inputs import gather
     from edgetrain.experiment.arms import Arm
     from edgetrain.experiment.runner import Runner
@@ -205,7 +189,8 @@ def one_setting(case: Case, work: Path, root: Path, say: Any, tables: dict[str, 
             text = tomlconfig.recipe_toml(data).replace("{", "{{").replace("}", "}}")
             text = text.replace("seed = 1\n", "seed = {seed}\n", 1)
             arm = Arm(technique, text)
-            placed = _hosts_for(tb.hosts_file, list(cand.hosts), out / f"hosts-{technique}.toml")
+            placed = out / f"hosts-{technique}.toml"
+            placed.write_text(hosts_for(tb.hosts_file.read_text(), cand.hosts))
             summary = runner.summary(arm, 1, None, placed)
             run = out / "runs" / f"{technique}-s1"
             manifest = json.loads((run / "manifest.json").read_text())

@@ -552,3 +552,98 @@ def test_advise_writes_a_recipe_each_ranked_technique_launches_with(
     assert (dyn.train.technique, dyn.role_names()) == ("dynacomm", ["server"] + ["trainer"] * 3)
     local_recipe, _ = load_recipe(run_dir / files["local"])
     assert local_recipe.role_names() == ["stage"]
+
+
+def test_a_profile_of_another_size_of_the_model_is_skipped(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = profile("big")
+    other["layers"][2]["param_bytes"] *= 2  # another width of the same model name
+    (run_dir / "profiles" / "a-big.json").write_text(json.dumps(other))
+    wrong_input = {**profile("tiny"), "input": [1, 28, 28]}
+    (run_dir / "profiles" / "b-tiny.json").write_text(json.dumps(wrong_input))
+    code, out, err = run_cli(
+        capsys, "advise", str(run_dir.parent / "r.toml"), "--run-dir", str(run_dir),
+        "--techniques", "gosgd", "--format", "json",
+    )  # fmt: skip
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["profile"] == "ref"
+    assert doc["skipped_profiles"] == [
+        "a-big.json: its model has 439,304 bytes of parameters, the recipe's 246,824",
+        "b-tiny.json: its input is [1, 28, 28], the recipe's data [1, 8, 8]",
+    ]
+
+
+def test_a_model_that_fits_no_device_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from edgetrain.models import build_model
+
+    wide = {"hidden": [4096, 4096]}  # 17 M parameters: 200 MB a replica with momentum
+    params = sum(4 * p.numel() for p in build_model("mlp", (1, 8, 8), 10, wide).parameters())
+    big = profile("ref")
+    big["model"] = "mlp"
+    big["layers"] = [{**big["layers"][0], "name": "0", "param_bytes": params}]
+    (tmp_path / "r.toml").write_text(
+        DYNACOMM.replace('name = "lenet5"', 'name = "mlp"\noptions = { hidden = [4096, 4096] }')
+    )
+    run = tmp_path / "run"
+    (run / "profiles").mkdir(parents=True)
+    (run / "profiles" / "ref.json").write_text(json.dumps(big))
+    spec = tmp_path / "small.toml"
+    spec.write_text(
+        'name = "small"\n\n[[sites]]\nname = "s"\nlan = "100mbit"\n'
+        + "".join(f'\n[[sites.hosts]]\nname = "h{i}"\ncpu = 0.5\nmemory = "1g"\n' for i in range(3))
+    )
+    args = ["advise", str(tmp_path / "r.toml"), "--run-dir", str(run), "--testbed", str(spec),
+            "--techniques", "gosgd,sequential"]  # fmt: skip
+    code, _, err = run_cli(capsys, *args)
+    assert code == 0, err  # 1 GiB devices hold it
+    before = (run / "advice.json").read_text()
+    code, _, err = run_cli(capsys, *args, "--what-if", "memory=64m")
+    assert code == 2
+    assert err.startswith("error: mlp fits no device's memory with any technique: the least is")
+    assert "the largest device has 0.06 GiB" in err and err.count("\n") == 1
+    assert (run / "advice.json").read_text() == before  # the earlier answer kept
+
+
+def test_bytes_split_by_link_class_over_the_pairs_that_carry_them() -> None:
+    from edgetrain.advise.api import by_link_class
+
+    sites = {"a": "s1", "b": "s2", "c": "s1"}
+    got = by_link_class(1200, [(0, 1), (0, 2), (1, 2)], ["a", "a", "b"], sites)
+    assert got == {"loopback": 400, "lan": 0, "wan": 800}
+    assert by_link_class(600, [(0, 1), (1, 2)], ["a", "c", "b"], sites) == {
+        "loopback": 0, "lan": 300, "wan": 300,
+    }  # fmt: skip
+    assert by_link_class(600, [(0, 1)], ["x", "y"], {}) == {"loopback": 0, "lan": 600, "wan": 0}
+    assert by_link_class(600, [], ["a"], sites) == {"loopback": 0, "lan": 0, "wan": 0}
+
+
+def test_each_family_says_which_pairs_carry_its_traffic() -> None:
+    from edgetrain.runtime.side import launcher_side
+
+    r = recipe()  # server, trainer, trainer
+    e = env(host("a"), host("b"), host("c"), host("d"))
+    got = {t: candidate(r, f, t, e, layers()) for f, t in chosen_techniques(r, None)}
+
+    def pairs(t: str) -> object:
+        c = got[t]
+        return launcher_side(c.family, c.technique).traffic(c.recipe)
+
+    assert pairs("dynacomm") == [(1, 0), (2, 0), (3, 0)]  # each trainer with the server
+    assert pairs("mercury") is None and pairs("gosgd") is None  # every pair
+    assert pairs("pipedream") == [(0, 1), (1, 2), (2, 3)]
+    assert pairs("dataparallel") == [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
+    assert pairs("local") == []
+    wan = Environment(
+        Facts("w", (host("a", site="s1"), host("b", site="s1"), host("c", site="s2")), {}), 1.0
+    )
+    doc = advice(r, wan, layers(), [("ps", "sequential")], None)
+    row = doc["ranking"][0]
+    assert row["workers"][0] == {"role": "server", "host": "a"}
+    assert row["bytes_per_link_class"]["wan"] == pytest.approx(
+        row["bytes_per_iteration"] / 2, abs=1
+    )
+    assert any("cross the WAN (50% of its traffic)" in line for line in row["reasons"])

@@ -42,6 +42,7 @@ LAYERS: list[str] = [
     "report",
     "launch",
     "emulate",  # builds testbeds for launch: writes hosts files, reaches hosts over its ssh
+    "advise",  # every technique's cost model on hosts and links; profiles hosts over ssh
     "experiment",  # the library under the paper reproductions (reproductions/, outside)
     "cli",
     "__main__",

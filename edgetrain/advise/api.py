@@ -5,7 +5,7 @@ recipe, the environment, the profiled layers): no files, no processes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from edgetrain import techniques
@@ -16,7 +16,14 @@ from edgetrain.errors import EdgetrainError
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.predict import Layer, Prediction
 
-__all__ = ["SCHEMA", "advice", "entries", "replica_bytes", "samples_per_iteration"]
+__all__ = [
+    "SCHEMA",
+    "advice",
+    "by_link_class",
+    "entries",
+    "replica_bytes",
+    "samples_per_iteration",
+]
 
 SCHEMA = 1
 
@@ -52,6 +59,11 @@ def entries(
         if pred is None:
             entry = Entry(family, technique, None, baseline=base, error="no cost model yet")
         else:
+            links = launcher_side(family, technique).traffic(cand.recipe)
+            if links is None:
+                n = len(cand.hosts)
+                links = [(a, b) for a in range(n) for b in range(a + 1, n)]
+            sites = {h.name: h.site for h in env.facts.hosts}
             entry = Entry(
                 family,
                 technique,
@@ -59,9 +71,29 @@ def entries(
                 samples_per_iteration(cand.recipe),
                 _memory(pred, cand),
                 base,
+                bytes_by_class=by_link_class(pred.bytes_per_iteration, links, cand.hosts, sites),
             )
         out.append((entry, cand))
     return out
+
+
+def by_link_class(
+    nbytes: int,
+    pairs: Sequence[tuple[int, int]],
+    hosts: Sequence[str],
+    sites: Mapping[str, str | None],
+) -> dict[str, int]:
+    """``nbytes`` split evenly over the worker ``pairs`` that carry the traffic, summed by
+    link class (pure): ``loopback`` (one host), ``lan`` (one site, or no sites named), ``wan``
+    (two sites)."""
+    out = {"loopback": 0.0, "lan": 0.0, "wan": 0.0}
+    pairs = [(a, b) for a, b in pairs if 0 <= a < len(hosts) and 0 <= b < len(hosts)]
+    share = nbytes / len(pairs) if pairs and nbytes > 0 else 0.0
+    for a, b in pairs:
+        ha, hb = hosts[a], hosts[b]
+        cls = "loopback" if ha == hb else "wan" if sites.get(ha) != sites.get(hb) else "lan"
+        out[cls] += share
+    return {k: int(round(v)) for k, v in out.items()}
 
 
 def replica_bytes(layers: Sequence[Layer], batch: int, optimizer_copies: int) -> int:
@@ -144,6 +176,7 @@ def _row(r: Ranked, cand: Candidate) -> dict[str, Any]:
         "epoch_s": r.epoch_s,
         "parts": {k: float(v) for k, v in p.parts.items()},
         "bytes_per_iteration": p.bytes_per_iteration,
+        "bytes_per_link_class": dict(e.bytes_by_class),
         "fits": e.fits,
         "memory": [
             {"worker": m.worker, "device": m.device, "need_bytes": m.need, "have_bytes": m.have}

@@ -33,24 +33,58 @@ class Inputs:
     profile: str
     measured: Path | None  # the profile advise measured here and kept, if any
     remote: tuple[str, ...] = ()  # the hosts advise profiled over ssh
+    skipped: tuple[str, ...] = ()  # profiles of the model's name but not the recipe's model
 
 
-def read_profiles(run_dir: Path | None, model: str) -> dict[str, dict[str, Any]]:
-    """``RUN/profiles/<host>.json`` of ``model`` with layer times, by host (a file that is not
-    a valid profile is skipped: ``edgetrain profile`` rewrites it)."""
+def read_profiles(
+    run_dir: Path | None, model: str, fits: Callable[[dict[str, Any]], str | None] | None = None
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """``RUN/profiles/<host>.json`` of ``model`` with layer times, by host, and a line for each
+    profile of the model skipped because ``fits`` found it of another size or input (a file
+    that is not a valid profile is skipped silently: ``edgetrain profile`` rewrites it)."""
     from edgetrain.profile.schema import ProfileError, read_profile
 
     out: dict[str, dict[str, Any]] = {}
+    skipped: list[str] = []
     if run_dir is None:
-        return out
+        return out, skipped
     for path in sorted((run_dir / "profiles").glob("*.json")):
         try:
             doc = read_profile(path)
         except ProfileError:
             continue
-        if doc.get("model") == model and doc.get("layers"):
+        if doc.get("model") != model or not doc.get("layers"):
+            continue
+        why = fits(doc) if fits is not None else None
+        if why is None:
             out[path.stem] = doc
-    return out
+        else:
+            skipped.append(f"{path.name}: {why}")
+    return out, skipped
+
+
+def profile_fits(
+    recipe: Recipe, shape: tuple[int, int, int] | None, classes: int
+) -> Callable[[dict[str, Any]], str | None]:
+    """A check that a profile of the recipe's model name is of the recipe's model: the same
+    input (where the data can be read here) and the same parameter bytes (the model's
+    options: an MLP's widths, say). Returns why not, or None."""
+    want: int | None = None
+    if shape is not None:
+        from edgetrain.models import build_model
+
+        model = build_model(recipe.model.name, shape, classes, dict(recipe.model.options))
+        want = sum(4 * p.numel() for p in model.parameters())
+
+    def check(doc: dict[str, Any]) -> str | None:
+        if shape is not None and list(doc.get("input") or []) != list(shape):
+            return f"its input is {doc.get('input')}, the recipe's data {list(shape)}"
+        have = sum(int(x.get("param_bytes", 0)) for x in doc.get("layers") or [])
+        if want is not None and have != want:
+            return f"its model has {have:,} bytes of parameters, the recipe's {want:,}"
+        return None
+
+    return check
 
 
 def _dataset(recipe: Recipe) -> tuple[int | None, tuple[int, int, int] | None, int]:
@@ -125,7 +159,9 @@ def gather(
     from edgetrain.runtime.setting_build import TestbedFacts, layers_from_profile, sustained_scale
 
     train, shape, classes = _dataset(recipe)
-    profiles = read_profiles(run_dir, recipe.model.name)
+    profiles, skipped = read_profiles(
+        run_dir, recipe.model.name, profile_fits(recipe, shape, classes)
+    )
     facts = None
     if testbed is not None:
         from edgetrain.emulate.spec import load_spec
@@ -198,4 +234,4 @@ def gather(
     profile = profiles[profile_name]
     scale = sustained_scale(profile)
     layers = layers_from_profile(profile, recipe.train.batch_size, scale)
-    return Inputs(env, layers, train, profile_name, measured, remote)
+    return Inputs(env, layers, train, profile_name, measured, remote, tuple(skipped))

@@ -52,6 +52,8 @@ class Entry:
     memory: tuple[Memory, ...] = ()
     baseline: str | None = None
     error: str | None = None
+    # predicted bytes per iteration by link class: loopback, lan (within a site), wan
+    bytes_by_class: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -112,6 +114,10 @@ def reasons(e: Entry, best: Entry | None, by_name: Mapping[str, Entry]) -> list[
     pace = _pace(p)
     if pace:
         out.append(pace)
+    wan = e.bytes_by_class.get("wan", 0)
+    if wan > 0:
+        share = wan / max(1, sum(e.bytes_by_class.values()))
+        out.append(f"{wan / 1e6:.2f} MB an iteration cross the WAN ({share:.0%} of its traffic)")
     base = by_name.get(e.baseline or "")
     if base is not None and base.rate > 0:
         gain = e.rate / base.rate - 1

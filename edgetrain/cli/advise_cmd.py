@@ -112,12 +112,15 @@ def advise(
     doc["recipe"] = str(recipe)
     doc["profile"] = inputs.profile
     doc["profiled_over_ssh"] = list(inputs.remote)
+    doc["skipped_profiles"] = list(inputs.skipped)
     if not doc["ranking"]:
         raise EdgetrainError(
             "no technique could be predicted here: "
             + "; ".join(f"{m['technique']}: {m['why']}" for m in doc["not_predicted"]),
             "give more hosts (each technique's needs are in docs/advise.md)",
         )
+    if not any(row["fits"] for row in doc["ranking"]):
+        raise EdgetrainError(*_no_fit(doc))
     if run_dir is not None:
         _write_recipes(run_dir, doc, cands, found[1] if found else None)
         atomic_write_json(run_dir / ADVICE_JSON, doc)
@@ -130,6 +133,8 @@ def advise(
         render(doc, console)
         if inputs.measured is not None:
             console.print(f"measured a profile of this machine: {inputs.measured}", highlight=False)
+        for line in inputs.skipped:
+            console.print(f"skipped profile {line}", highlight=False, soft_wrap=True)
         if inputs.remote:
             console.print(f"profiled over ssh: {', '.join(inputs.remote)}", highlight=False)
         if run_dir is not None:
@@ -138,6 +143,26 @@ def advise(
             console.print(f"wrote {plot}", highlight=False, soft_wrap=True)
 
     emit(doc, fmt, text)
+
+
+def _no_fit(doc: dict[str, Any]) -> tuple[str, str]:
+    """The one line for a model no technique fits on any device: the least any technique's
+    largest worker needs, and the most any device has."""
+    GiB = 2**30
+
+    def worst(row: dict[str, Any]) -> dict[str, Any]:
+        return max(row["memory"], key=lambda m: m["need_bytes"])
+
+    least = min(doc["ranking"], key=lambda r: worst(r)["need_bytes"])
+    need = worst(least)
+    have = max((h.get("memory") or 0) for h in doc["environment"]["hosts"])
+    return (
+        f"{doc['model']} fits no device's memory with any technique: the least is "
+        f"{least['technique']}'s worker {need['worker']} at {need['need_bytes'] / GiB:.2f} GiB, "
+        f"the largest device has {have / GiB:.2f} GiB",
+        "use a smaller model or batch, or hosts with more memory (--what-if memory=SIZE "
+        "predicts with more)",
+    )
 
 
 def _write_recipes(

@@ -91,8 +91,15 @@ def layout(recipe: Recipe, slots: int) -> list[tuple[str, int]]:
     return [(REPLICA, fits[0])]
 
 
+def traffic(recipe: Recipe) -> list[tuple[int, int]]:
+    """Every pair of replicas (each sends its gradient to every other)."""
+    replicas = recipe.ids_of(REPLICA)
+    return [(a, b) for i, a in enumerate(replicas) for b in replicas[i + 1 :]]
+
+
 SIDE = TechniqueSide(
     layout=layout,
+    traffic=traffic,
     check=check,
     predict=predict,
     check_run_dir=check_run_dir,

@@ -297,6 +297,11 @@ class PipelineFamily(FamilyDefaults):
             raise ValueError("a pipeline needs at least 2 stages")
         return [(STAGE, slots)]
 
+    def traffic(self, recipe: Recipe) -> Sequence[tuple[int, int]] | None:
+        """Each stage with the next (activations one way, errors back)."""
+        stages = recipe.ids_of(STAGE)
+        return list(zip(stages, stages[1:], strict=False))
+
     def check_run_dir(self, recipe: Recipe, run_dir: Path | None) -> None:
         """A ``[pipeline] plan`` must be readable and fit the model before the run starts
         (``run_dir`` None: the launch makes a new directory, which holds no plan)."""

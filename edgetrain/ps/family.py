@@ -203,6 +203,11 @@ class PsFamily(FamilyDefaults):
             raise ValueError("a parameter-server run needs 2 workers: a server and a trainer")
         return [("server", 1), ("trainer", slots - 1)]
 
+    def traffic(self, recipe: Recipe) -> Sequence[tuple[int, int]] | None:
+        """Each trainer with each server shard (none: Mercury's devices, every pair)."""
+        trainers, servers = recipe.ids_of("trainer"), recipe.ids_of("server")
+        return [(t, s) for t in trainers for s in servers] or None
+
     def predict(self, recipe: Recipe, setting: Setting) -> Prediction | None:
         """The scheduled techniques' cost model (:mod:`edgetrain.ps.schedule_cost`)."""
         from dataclasses import replace

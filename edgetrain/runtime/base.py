@@ -149,6 +149,12 @@ class Family(Protocol):
         technique cannot run on that many."""
         ...
 
+    def traffic(self, recipe: Recipe) -> Sequence[tuple[int, int]] | None:
+        """The pairs of workers (ids) the run's peer traffic flows between, each taken to
+        carry an equal share of the predicted bytes (``edgetrain advise`` splits them by link
+        class); None: every pair of workers."""
+        ...
+
 
 @dataclass(frozen=True)
 class WireLoad:
@@ -164,7 +170,7 @@ class FamilyDefaults:
 
     ``check_run_dir`` and ``reads``: nothing read from the run directory; ``artifacts``: no files;
     ``report``: nothing added; ``report_files``: none; ``predict``: no cost model; ``layout``:
-    the family's default role on every slot."""
+    the family's default role on every slot; ``traffic``: every pair of workers."""
 
     def check_run_dir(self, recipe: Recipe, run_dir: Path | None) -> None:
         return None
@@ -188,6 +194,9 @@ class FamilyDefaults:
         return None
 
     def layout(self, recipe: Recipe, slots: int) -> Sequence[tuple[str, int]] | None:
+        return None
+
+    def traffic(self, recipe: Recipe) -> Sequence[tuple[int, int]] | None:
         return None
 
 
@@ -215,6 +224,7 @@ class TechniqueSide:
     report_files: Callable[[Path, Mapping[str, Any]], list[str]] | None = None
     predict: Callable[[Recipe, Setting], Prediction | None] | None = None
     layout: Callable[[Recipe, int], Sequence[tuple[str, int]] | None] | None = None
+    traffic: Callable[[Recipe], Sequence[tuple[int, int]] | None] | None = None
 
 
 class HandInError(EdgetrainError):

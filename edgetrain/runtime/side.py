@@ -92,6 +92,10 @@ class Launcher:
         hook = self.side.layout or getattr(self.family, "layout", None)
         return hook(recipe, slots) if hook is not None else None
 
+    def traffic(self, recipe: Recipe) -> Sequence[tuple[int, int]] | None:
+        hook = self.side.traffic or getattr(self.family, "traffic", None)
+        return hook(recipe) if hook is not None else None
+
 
 def launcher_side(family: str, technique: str) -> Launcher:
     """The composed launcher side of ``technique`` on ``family`` (imports both packages)."""

@@ -1,0 +1,72 @@
+"""scripts/bench_advise.py's pure part: which techniques a setting launches, each setting's
+verdict and the two figures (literal rows); an unknown setting refused in one line, nothing
+run."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_advise.py"
+
+
+def _module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_advise", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_launched_is_the_top_three_and_each_other_familys_best() -> None:
+    bench = _module()
+    ranking = [
+        {"technique": t, "family": f, "fits": fits}
+        for t, f, fits in [
+            ("a", "gossip", True), ("x", "ps", False), ("b", "gossip", True),
+            ("c", "gossip", True), ("d", "ps", True), ("e", "gossip", True),
+            ("f", "pipeline", True), ("g", "pipeline", True),
+        ]
+    ]  # fmt: skip
+    assert bench.launched(ranking) == ["a", "b", "c", "d", "f"]
+
+
+def _run(t: str, predicted: float, measured: float | None, error: float | None) -> dict:
+    return {"technique": t, "predicted_rate": predicted, "measured_rate": measured, "error": error}
+
+
+def test_judge_and_figures() -> None:
+    bench = _module()
+    right = bench.judge([_run("a", 100, 95, 0.1), _run("b", 90, 100, -0.2)])
+    assert right == {
+        "predicted": ["a", "b"], "measured": ["b", "a"], "best_right": True,
+        "best_over_measured_best": 0.95,
+    }  # fmt: skip
+    wrong = bench.judge([_run("a", 100, 80, 0.3), _run("b", 90, 100, 0.05)])
+    assert wrong["best_right"] is False
+    unmeasured = bench.judge([_run("a", 100, None, None), _run("b", 90, 100, 0.05)])
+    assert unmeasured["best_right"] is None
+    settings = [
+        {"verdict": right, "runs": [_run("a", 1, 1, 0.1), _run("b", 1, 1, -0.2)]},
+        {"verdict": wrong, "runs": [_run("a", 1, 1, 0.3), _run("b", 1, 1, 0.05)]},
+        {"verdict": unmeasured, "runs": [_run("a", 1, None, None)]},
+    ]
+    assert bench.figures(settings) == {
+        "predicted_best_share": 0.5, "settings_judged": 2,
+        "median_iteration_error": 0.15, "runs_measured": 4,
+    }  # fmt: skip
+
+
+def test_an_unknown_setting_is_one_line(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--settings", "nope", "--work", str(tmp_path / "w")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: unknown setting(s) nope; known: dynacomm,")
+    assert proc.stderr.count("\n") == 1
+    assert not (tmp_path / "w").exists()
