@@ -46,12 +46,13 @@ def entries(
     out = []
     for family, technique in pairs:
         base = techniques.technique_spec(family, technique).baseline
-        cand = candidate(recipe, family, technique, env, layers)
+        side = launcher_side(family, technique)
+        cand = candidate(recipe, family, technique, env, layers, side)
         if cand.error is not None or cand.recipe is None or cand.setting is None:
             out.append((Entry(family, technique, None, baseline=base, error=cand.error), cand))
             continue
         try:
-            pred = launcher_side(family, technique).predict(cand.recipe, cand.setting)
+            pred = side.predict(cand.recipe, cand.setting)
         except (ValueError, KeyError, ZeroDivisionError, EdgetrainError) as exc:
             why = exc.problem if isinstance(exc, EdgetrainError) else str(exc)
             out.append((Entry(family, technique, None, baseline=base, error=why), cand))
@@ -59,7 +60,7 @@ def entries(
         if pred is None:
             entry = Entry(family, technique, None, baseline=base, error="no cost model yet")
         else:
-            links = launcher_side(family, technique).traffic(cand.recipe)
+            links = side.traffic(cand.recipe)
             if links is None:
                 n = len(cand.hosts)
                 links = [(a, b) for a in range(n) for b in range(a + 1, n)]

@@ -61,12 +61,18 @@ def chosen_techniques(recipe: Recipe, names: Sequence[str] | None) -> list[tuple
 
 
 def candidate(
-    recipe: Recipe, family: str, technique: str, env: Environment, layers: Sequence[Layer]
+    recipe: Recipe,
+    family: str,
+    technique: str,
+    env: Environment,
+    layers: Sequence[Layer],
+    side: Any = None,
 ) -> Candidate:
-    """``technique`` on ``env``: its recipe, placement and setting, or why not."""
+    """``technique`` on ``env``: its recipe, placement and setting, or why not (``side``: its
+    composed launcher side, when the caller has it)."""
     from edgetrain.runtime.side import launcher_side
 
-    side = launcher_side(family, technique)
+    side = side or launcher_side(family, technique)
     slots = env.slots
     own = _own_recipe(recipe, family, technique, slots, side)
     if own is None:

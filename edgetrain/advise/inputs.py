@@ -143,6 +143,77 @@ def _reference_cpu(profile: Mapping[str, Any], default: float | None = None) -> 
     return profile_cores(profile, fallback)
 
 
+def _testbed_facts(
+    hosts: Any | None, testbed: Path | None
+) -> tuple[Any, dict[str, tuple[str, ...]]] | None:
+    """A testbed's facts and each host's labels, from a spec or a hosts file's testbed table
+    (None: neither)."""
+    from edgetrain.runtime.setting_build import TestbedFacts
+
+    if testbed is not None:
+        from edgetrain.emulate.spec import load_spec
+        from edgetrain.emulate.topology import spec_facts
+
+        spec = load_spec(testbed)
+        return spec_facts(spec), {h.name: tuple(h.labels) for s in spec.sites for h in s.hosts}
+    if hosts is not None and isinstance(hosts.testbed, dict):
+        try:
+            facts = TestbedFacts.from_dict(hosts.testbed)
+        except ValueError as exc:
+            raise EdgetrainError(f"the hosts file's testbed table: {exc}") from None
+        return facts, {h.label: tuple(h.labels) for h in hosts.hosts}
+    return None
+
+
+def _hosts_env(
+    recipe: Recipe,
+    hosts: Any,
+    profiles: dict[str, dict[str, Any]],
+    run_dir: Path | None,
+    data: tuple[tuple[int, int, int] | None, int],
+    progress: Callable[[str, int, int], None] | None,
+    default_bps: float | None,
+) -> tuple[Environment, str, dict[str, dict[str, Any]], tuple[str, ...]]:
+    """Real hosts: each host's own profile (those missing measured over ssh), the first host's
+    the reference. The environment, the reference's name, the profiles, the hosts profiled."""
+    shape, classes = data
+    entries = [
+        HostEntry(h.label, h.workers, h.memory, h.site, tuple(h.labels)) for h in hosts.hosts
+    ]
+    lacking = [h.name for h in entries if h.name not in profiles]
+    remote: tuple[str, ...] = ()
+    if lacking:
+        if shape is None:
+            raise EdgetrainError(
+                f"no profile of {recipe.model.name} for host(s) {', '.join(lacking)}, and "
+                "the recipe's data cannot be read here to measure them",
+                "fix [data], or run edgetrain profile on each and copy RUN/profiles/NAME.json",
+            )
+        from edgetrain.advise.remote import profile_hosts
+        from edgetrain.profile.run import save_profile
+
+        measured = profile_hosts(
+            hosts, lacking, recipe.model.name, dict(recipe.model.options), shape, classes,
+            recipe.train.batch_size, progress,
+        )  # fmt: skip
+        for doc in measured.values():
+            if run_dir is not None:
+                save_profile(run_dir, doc)
+        profiles = {**profiles, **measured}
+        remote = tuple(measured)
+    ref = entries[0].name
+    try:
+        env = from_profiles(entries, profiles, ref, _reference_cpu(profiles[ref]), default_bps)
+    except ValueError as exc:
+        raise EdgetrainError(
+            f"{exc}: its profile has no link probe",
+            "probe the link: edgetrain profile --peer tcp://HOST:PORT --run-dir RUN on it "
+            "(beside 'edgetrain profile serve' on another host), or use --what-if "
+            "bandwidth=RATE",
+        ) from None
+    return env, ref, profiles, remote
+
+
 def gather(
     recipe: Recipe,
     run_dir: Path | None,
@@ -156,73 +227,29 @@ def gather(
     on this machine where none exists and this machine's profile can serve as the reference
     (local processes, or a testbed whose CPU shares are relative to it); ``default_bps``: the
     link rate of a host whose profile probed none."""
-    from edgetrain.runtime.setting_build import TestbedFacts, layers_from_profile, sustained_scale
+    from edgetrain.runtime.setting_build import layers_from_profile, sustained_scale
 
     train, shape, classes = _dataset(recipe)
     profiles, skipped = read_profiles(
         run_dir, recipe.model.name, profile_fits(recipe, shape, classes)
     )
-    facts = None
-    if testbed is not None:
-        from edgetrain.emulate.spec import load_spec
-        from edgetrain.emulate.topology import build
-
-        spec = load_spec(testbed)
-        facts = build(spec, spec.subnet or "10.0.0.0/24").facts()
-        labels = {h.name: tuple(h.labels) for s in spec.sites for h in s.hosts}
-    elif hosts is not None and isinstance(hosts.testbed, dict):
-        try:
-            facts = TestbedFacts.from_dict(hosts.testbed)
-        except ValueError as exc:
-            raise EdgetrainError(f"the hosts file's testbed table: {exc}") from None
-        labels = {h.label: tuple(h.labels) for h in hosts.hosts}
+    bed = _testbed_facts(hosts, testbed)
     measured = None
     remote: tuple[str, ...] = ()
-    if hosts is not None and facts is None:
-        entries = [
-            HostEntry(h.label, h.workers, h.memory, h.site, tuple(h.labels)) for h in hosts.hosts
-        ]
-        lacking = [h.name for h in entries if h.name not in profiles]
-        if lacking:
-            if shape is None:
-                raise EdgetrainError(
-                    f"no profile of {recipe.model.name} for host(s) {', '.join(lacking)}, and "
-                    "the recipe's data cannot be read here to measure them",
-                    "fix [data], or run edgetrain profile on each and copy RUN/profiles/NAME.json",
-                )
-            from edgetrain.advise.remote import profile_hosts
-            from edgetrain.profile.run import save_profile
-
-            measured_now = profile_hosts(
-                hosts, lacking, recipe.model.name, dict(recipe.model.options), shape, classes,
-                recipe.train.batch_size, progress,
-            )  # fmt: skip
-            for doc in measured_now.values():
-                if run_dir is not None:
-                    save_profile(run_dir, doc)
-            profiles = {**profiles, **measured_now}
-            remote = tuple(measured_now)
-        ref = entries[0].name
-        cpu = _reference_cpu(profiles[ref])
-        try:
-            env = from_profiles(entries, profiles, ref, cpu, default_bps)
-        except ValueError as exc:
-            raise EdgetrainError(
-                f"{exc}: its profile has no link probe",
-                "probe the link: edgetrain profile --peer tcp://HOST:PORT --run-dir RUN on it "
-                "(beside 'edgetrain profile serve' on another host), or use --what-if "
-                "bandwidth=RATE",
-            ) from None
-        profile_name = ref
+    if hosts is not None and bed is None:
+        env, name, profiles, remote = _hosts_env(
+            recipe, hosts, profiles, run_dir, (shape, classes), progress, default_bps
+        )
     else:
         if profiles:
-            profile_name, profile = next(iter(profiles.items()))
+            name, profile = next(iter(profiles.items()))
         else:
             profile, measured = _measure(recipe, run_dir, shape, classes, progress)
-            profile_name = LOCAL_PROFILE
-        if facts is not None:
+            name = LOCAL_PROFILE
+        if bed is not None:
+            facts, labels = bed
             shares = {h.name: h.cpu for h in facts.hosts}
-            cpu = _reference_cpu(profile, shares.get(profile_name))
+            cpu = _reference_cpu(profile, shares.get(name))
             env = Environment(facts, cpu, 0.0, labels, f"testbed {facts.name}")
         else:
             import os
@@ -230,8 +257,7 @@ def gather(
             cores = float(len(os.sched_getaffinity(0)))
             slowdowns = [g.slowdown for g in recipe.expanded_workers()]
             env = local(cores, slowdowns, _reference_cpu(profile))
-        profiles = {profile_name: profile}
-    profile = profiles[profile_name]
-    scale = sustained_scale(profile)
-    layers = layers_from_profile(profile, recipe.train.batch_size, scale)
-    return Inputs(env, layers, train, profile_name, measured, remote, tuple(skipped))
+        profiles = {name: profile}
+    profile = profiles[name]
+    layers = layers_from_profile(profile, recipe.train.batch_size, sustained_scale(profile))
+    return Inputs(env, layers, train, name, measured, remote, tuple(skipped))

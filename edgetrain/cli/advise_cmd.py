@@ -3,13 +3,19 @@ a run from each technique's cost model (docs/advise.md)."""
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from edgetrain.cli.common import FormatOption, HostListOption, OutputFormat, console, emit
+from edgetrain.cli.common import (
+    FormatOption,
+    HostListOption,
+    OutputFormat,
+    console,
+    emit,
+    err_console,
+)
 
 
 def advise(
@@ -73,6 +79,7 @@ def advise(
     from edgetrain.advise.candidates import chosen_techniques
     from edgetrain.advise.document import ADVICE_JSON, render
     from edgetrain.advise.inputs import gather
+    from edgetrain.cli.profile_cmd import progress_bar
     from edgetrain.errors import EdgetrainError
     from edgetrain.launch.hosts import hosts_option
     from edgetrain.recipe import load_recipe
@@ -97,7 +104,7 @@ def advise(
         raise EdgetrainError("--techniques is empty", "name techniques, e.g. dynacomm,sequential")
     pairs = chosen_techniques(loaded, names or None)
     found = hosts_option(hosts_file, host_list, None)
-    with _progress(fmt == OutputFormat.text) as progress:
+    with progress_bar(fmt == OutputFormat.text and err_console.is_terminal) as progress:
         rates = [whatif.rate(c) for c in changes if c.key == "bandwidth"]
         hosts = found[0] if found else None
         inputs = gather(loaded, run_dir, hosts, testbed, progress, rates[-1] if rates else None)
@@ -185,12 +192,3 @@ def _write_recipes(
             hosts = path.with_suffix(".hosts.toml")
             atomic_write_text(hosts, hosts_for(hosts_text, cand.hosts))
             row["hosts_file"] = str(hosts.relative_to(run_dir))
-
-
-def _progress(enabled: bool) -> AbstractContextManager[Any]:
-    """The profile's progress bar on a terminal's stderr (a profile measured here takes
-    seconds)."""
-    from edgetrain.cli.common import err_console
-    from edgetrain.cli.profile_cmd import _progress as bar
-
-    return bar(enabled and err_console.is_terminal)

@@ -59,11 +59,11 @@ def _testbed_setting(path: Path, n: int, layers: tuple[Any, ...], reference_cpu:
     """The cost model's setting of ``n`` stages on a testbed spec's first worker slots, as the
     run's report builds it (:func:`~edgetrain.runtime.setting_build.setting_from_testbed`)."""
     from edgetrain.emulate.spec import load_spec
-    from edgetrain.emulate.topology import build
+    from edgetrain.emulate.topology import spec_facts
     from edgetrain.runtime.setting_build import setting_from_testbed
 
     spec = load_spec(path)
-    facts = build(spec, spec.subnet or "10.0.0.0/24").facts()
+    facts = spec_facts(spec)
     try:
         return setting_from_testbed(facts, layers, reference_cpu=reference_cpu, workers=n)
     except ValueError as exc:

@@ -72,7 +72,7 @@ def parse_model_options(items: list[str] | None) -> dict[str, Any]:
 
 
 @contextmanager
-def _progress(enabled: bool) -> Iterator[Any]:
+def progress_bar(enabled: bool) -> Iterator[Any]:
     """A rich progress bar on stderr; yields the callback the library calls."""
     if not enabled:
         yield None
@@ -224,7 +224,7 @@ def profile(
         run_dir=run_dir,
         model_options=parse_model_options(model_option),
     )
-    with _progress(err_console.is_terminal) as progress:
+    with progress_bar(err_console.is_terminal) as progress:
         data = make_profile(req, progress)
         if contention:
             from edgetrain.profile.contention import run_contention

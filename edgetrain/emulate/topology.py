@@ -262,3 +262,9 @@ def build(spec: TestbedSpec, subnet: str) -> Topology:
         sites=sites,
         hosts=hosts,
     )
+
+
+def spec_facts(spec: TestbedSpec) -> TestbedFacts:
+    """What a cost model needs of ``spec``, without bringing it up (the facts do not depend on
+    the addresses)."""
+    return build(spec, spec.subnet or "10.0.0.0/24").facts()

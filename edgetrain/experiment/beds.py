@@ -159,13 +159,13 @@ def facts_of(spec: BedSpec, local: bool) -> TestbedFacts:
     """The testbed's facts as ``emulate up`` would write them (no quota for local processes).
     Pure but for reading a spec file."""
     from edgetrain.emulate.spec import parse_spec
-    from edgetrain.emulate.topology import build
+    from edgetrain.emulate.topology import spec_facts
 
     if isinstance(spec.spec, Path):
         parsed = load_spec(spec.spec)
     else:
         parsed = parse_spec(dict(spec.spec or {}), spec.name)
-    facts = build(parsed, "10.231.0.0/24").facts()
+    facts = spec_facts(parsed)
     if local:
         hosts = tuple(replace(h, quota_period_s=None) for h in facts.hosts)
         facts = replace(facts, hosts=hosts)
