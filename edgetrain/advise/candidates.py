@@ -28,16 +28,20 @@ __all__ = ["Candidate", "candidate", "chosen_techniques", "hosts_for", "recipe_t
 
 @dataclass(frozen=True)
 class Candidate:
-    """One technique as it would run here: its recipe, each worker's role and host, its
-    setting; ``error``: why it cannot run here (then the rest is None)."""
+    """One technique as it would run here: its recipe, each worker's host, its setting;
+    ``error``: why it cannot run here (then the rest is None)."""
 
     family: str
     technique: str
     recipe: Recipe | None = None
-    roles: tuple[str, ...] = ()
     hosts: tuple[str, ...] = ()
     setting: Setting | None = None
     error: str | None = None
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """Each worker's role, in worker order (none without a recipe)."""
+        return tuple(self.recipe.role_names()) if self.recipe is not None else ()
 
 
 def chosen_techniques(recipe: Recipe, names: Sequence[str] | None) -> list[tuple[str, str]]:
@@ -86,16 +90,15 @@ def candidate(
             own = _recipe_with(recipe, family, technique, groups, side)
         except EdgetrainError as exc:
             return Candidate(family, technique, error=exc.problem)
-    roles = tuple(own.role_names())
     try:
         hosts = tuple(place_workers(own, env))
     except EdgetrainError as exc:
-        return Candidate(family, technique, own, roles, error=exc.problem)
+        return Candidate(family, technique, own, error=exc.problem)
     setting = setting_on_hosts(
         env.facts, hosts, layers, reference_cpu=env.reference_cpu, latency_s=env.latency_s,
         batch=recipe.train.batch_size,
     )  # fmt: skip
-    return Candidate(family, technique, own, roles, hosts, setting)
+    return Candidate(family, technique, own, hosts, setting)
 
 
 def _own_recipe(

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from edgetrain.report.plot import _pyplot, _save
+from edgetrain.report.plot import pyplot, save_figure
 
 # the bars' parts, in stacking order; what the iteration holds beyond them is "other"
 PARTS = ("compute", "exposed_communication", "overhead")
@@ -31,7 +31,7 @@ def split(row: Mapping[str, Any]) -> dict[str, float]:
 
 def plot_advice(doc: Mapping[str, Any], path: Path) -> str:
     """A horizontal bar per ranked technique, fastest on top."""
-    plt = _pyplot()
+    plt = pyplot()
     rows = list(doc.get("ranking") or [])[::-1]
     fig, ax = plt.subplots(figsize=(8, 0.4 * len(rows) + 1.5))
     names = [f"{r['technique']}{'' if r['fits'] else ' (does not fit)'}" for r in rows]
@@ -43,4 +43,4 @@ def plot_advice(doc: Mapping[str, Any], path: Path) -> str:
     ax.set_xlabel("predicted time per sample (us)")
     ax.set_title(f"edgetrain advise: {doc.get('model')} at batch {doc.get('batch_size')}")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=4, fontsize="small")
-    return _save(fig, path)
+    return save_figure(fig, path)

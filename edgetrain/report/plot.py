@@ -15,7 +15,8 @@ from edgetrain.rundir import COORDINATOR_STEM, RunDir, atomic_write_bytes, read_
 TRAINING_TIME = "training time (s, evaluation excluded)"
 
 
-def _save(fig: Any, path: Path) -> str:
+def save_figure(fig: Any, path: Path) -> str:
+    """Write ``fig`` as a PNG at ``path`` atomically, close it, and return the path."""
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
@@ -26,7 +27,8 @@ def _save(fig: Any, path: Path) -> str:
     return str(path)
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -40,7 +42,7 @@ def plot_series(series: Sequence[Series], path: Path, title: str, ylabel: str) -
     draw, nothing written)."""
     if not series:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     for s in series:
         if s.kind == "star":
@@ -53,7 +55,7 @@ def plot_series(series: Sequence[Series], path: Path, title: str, ylabel: str) -
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_report(summary: dict[str, Any], run_dir: RunDir) -> tuple[str | None, str | None]:
@@ -85,7 +87,7 @@ def plot_curves(
     runs: Sequence[tuple[str, Sequence[dict[str, Any]]]], path: Path, target: float | None = None
 ) -> str | None:
     """Overlay each run's accuracy against its training time (evaluation excluded)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=110)
     plotted = False
     for label, curve in runs:
@@ -108,4 +110,4 @@ def plot_curves(
     ax.set_title("accuracy against training time")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
