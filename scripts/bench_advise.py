@@ -1,8 +1,9 @@
 """Benchmark: ``edgetrain advise`` checked against runs. On the emulated testbeds of the five
 reproductions and on two settings of our own (all fixed in :data:`SETTINGS` before any run),
-advise ranks every technique from its cost model; the predicted best and the runners-up are then
-launched on the same testbed, one after the other, and each run's measured iteration is set
-beside its prediction.
+and on two settings where a user has chosen the family (:data:`FAMILY_SETTINGS`: advise asked
+with ``--techniques``, fixed before any run of them), advise ranks every technique from its
+cost model; the predicted best and the runners-up are then launched on the same testbed, one
+after the other, and each run's measured iteration is set beside its prediction.
 
 Per setting: the testbed brought up and verified (its table kept), advise run as a user runs it
 (``edgetrain advise RECIPE --hosts HOSTS --run-dir ADV --format json``: with no profile it
@@ -11,7 +12,8 @@ timed), the :data:`TOP` fastest fitting techniques launched and the fastest of e
 family (so that every setting ranks across families too), one after the other (the recipe
 advise built for each, ``[data] max_samples`` sized so that the predicted best trains an epoch
 in about :data:`EPOCH_S` seconds and the slowest launched in at most :data:`SLOWEST_EPOCH_S`,
-between 800 and 8,000 samples, :data:`EPOCHS` epochs, evaluation only at the end, seed 1), and each
+between 800 and 8,000 samples, :data:`EPOCHS` epochs, evaluation only at the end, at each seed
+of ``--seeds``, every technique at a seed before the next seed; default seed 1), and each
 run's measured iteration read as the run's report reads it (each worker's median seconds per
 iteration over its epochs after the first; the slowest worker's where the model predicts each
 worker, else the median: :func:`edgetrain.report.predicted.compare`).
@@ -19,8 +21,10 @@ worker, else the median: :func:`edgetrain.report.predicted.compare`).
 Figures (issue 32): ``predicted_best_share``, the share of settings whose predicted best was
 measured best or within 10% of it (measured samples per second: the samples of one iteration
 over its measured seconds); ``median_iteration_error``, the median |measured / predicted - 1|
-over every run. Writes JSON (per setting and run, the commit, the verification tables). Run it
-alone, as root: ``sudo scripts/bench_advise [--settings a,b] [--work DIR] [--out FILE]``.
+over every run (each seed's run of each technique; a technique's rate for the ranking is its
+median over the seeds). Writes JSON (per setting and run, the commit, the verification
+tables). Run it alone, as root:
+``sudo scripts/bench_advise [--settings a,b] [--seeds 1,2] [--work DIR] [--out FILE]``.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class Case:
     batch: int
     source: str
     options: dict[str, Any] = field(default_factory=dict)
+    techniques: tuple[str, ...] = ()  # advise's --techniques (empty: every technique)
 
 
 # Fixed before any run of this script: the five reproductions' testbeds with their models, and
@@ -71,6 +76,21 @@ SETTINGS = (
     Case("own-dlion-network-4", "dlion-network-4.toml", "lenet5", 32,
          "ours: 4 hosts, two sites behind a WAN"),
 )  # fmt: skip
+
+# Added 2026-12-06 (twenty-fifth session), before any run of them: a user who has chosen the
+# family and asks which of its techniques, where the gossip family, fastest everywhere above,
+# is left out: the parameter servers on DynaComm's WAN testbed, and the pipelines with Local
+# on mcpipe-3 with the FC-heavy MLP.
+FAMILY_SETTINGS = (
+    Case("own-ps-dynacomm", "dynacomm.toml", "lenet5", 64,
+         "ours: the parameter-server family alone on DynaComm's testbed",
+         techniques=("dynacomm", "ibatch", "lbl", "sequential", "multips-sgd", "mercury")),
+    Case("own-pipeline-mcpipe-3-mlp", "mcpipe-3.toml", "mlp", 16,
+         "ours: the pipeline family alone on 3 laptops, the FC-heavy MLP",
+         {"hidden": [2048, 2048, 2048]},
+         techniques=("local", "pipedream", "mcpipe", "greedy", "dataparallel")),
+)  # fmt: skip
+ALL_SETTINGS = SETTINGS + FAMILY_SETTINGS
 
 
 def base_recipe(case: Case, root: Path, seed: int = 1) -> dict[str, Any]:
@@ -123,7 +143,13 @@ def figures(settings: list[dict[str, Any]]) -> dict[str, Any]:
     judged = [
         s["verdict"]["best_right"] for s in settings if s["verdict"]["best_right"] is not None
     ]
-    errors = [abs(r["error"]) for s in settings for r in s["runs"] if r.get("error") is not None]
+    errors = [
+        abs(one["error"])
+        for s in settings
+        for r in s["runs"]
+        for one in r.get("per_seed", [r])
+        if one.get("error") is not None
+    ]
     return {
         "predicted_best_share": round(sum(judged) / len(judged), 3) if judged else None,
         "settings_judged": len(judged),
@@ -132,11 +158,15 @@ def figures(settings: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _advise(recipe: Path, hosts: Path, adv: Path) -> tuple[dict[str, Any], float]:
+def _advise(
+    recipe: Path, hosts: Path, adv: Path, techniques: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], float]:
     import subprocess
 
     argv = [sys.executable, "-m", "edgetrain", "advise", str(recipe), "--hosts", str(hosts),
             "--run-dir", str(adv), "--format", "json"]  # fmt: skip
+    if techniques:
+        argv += ["--techniques", ",".join(techniques)]
     first = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     if first.returncode != 0:
         raise SystemExit(f"advise failed: {first.stderr.strip()}")
@@ -148,7 +178,29 @@ def _advise(recipe: Path, hosts: Path, adv: Path) -> tuple[dict[str, Any], float
     return json.loads(again.stdout), took
 
 
-def one_setting(case: Case, work: Path, root: Path, say: Any, tables: dict[str, str]) -> dict:
+def over_seeds(per_seed: list[dict[str, Any]], predicted_s: float) -> dict[str, Any]:
+    """A technique's figures over its seeds (pure): the median measured iteration and its error
+    against the prediction, with the min and max (None where no seed measured one)."""
+    got = [r["measured_s"] for r in per_seed if r.get("measured_s")]
+    if not got:
+        return {"measured_s": None, "error": None, "measured_min_s": None, "measured_max_s": None}
+    mid = statistics.median(got)
+    return {
+        "measured_s": mid,
+        "error": mid / predicted_s - 1 if predicted_s else None,
+        "measured_min_s": min(got),
+        "measured_max_s": max(got),
+    }
+
+
+def one_setting(
+    case: Case,
+    work: Path,
+    root: Path,
+    say: Any,
+    tables: dict[str, str],
+    seeds: tuple[int, ...] = (1,),
+) -> dict:
     from edgetrain import tomlconfig
     from edgetrain.advise.api import entries
     from edgetrain.advise.candidates import chosen_techniques, hosts_for
@@ -169,18 +221,19 @@ def one_setting(case: Case, work: Path, root: Path, say: Any, tables: dict[str, 
     say(f"{case.name}: bringing up and verifying testbed {case.testbed}")
     with testbed(REPO / "recipes" / "testbeds" / case.testbed, "adv") as tb:
         tables[case.name] = verify_markdown(tb)
-        doc, took = _advise(recipe_path, tb.hosts_file, out / "advise")
+        doc, took = _advise(recipe_path, tb.hosts_file, out / "advise", case.techniques)
         hosts, _ = load_hosts(tb.hosts_file)
         inputs = gather(base, out / "advise", hosts, None)
         found = {e.technique: (e, c) for e, c in entries(
-            base, inputs.env, inputs.layers, chosen_techniques(base, None))}  # fmt: skip
+            base, inputs.env, inputs.layers,
+            chosen_techniques(base, list(case.techniques) or None))}  # fmt: skip
         chosen = launched(doc["ranking"])
         rates = [r["samples_per_s"] for r in doc["ranking"] if r["technique"] in chosen]
         samples = int(min(8000, max(800, min(rates[0] * EPOCH_S, rates[-1] * SLOWEST_EPOCH_S))))
         say(f"{case.name}: advise ranks {', '.join(chosen)} first ({took:.1f} s); "
             f"running them on {samples} samples an epoch")  # fmt: skip
         runner = Runner(out, say, timeout_s=900)
-        runs = []
+        arms = {}
         for technique in chosen:
             entry, cand = found[technique]
             data = cand.recipe.model_dump(mode="json", exclude_unset=True)
@@ -188,41 +241,57 @@ def one_setting(case: Case, work: Path, root: Path, say: Any, tables: dict[str, 
             data["train"] = {**data["train"], "epochs": EPOCHS, "eval_every": EPOCHS}
             text = tomlconfig.recipe_toml(data).replace("{", "{{").replace("}", "}}")
             text = text.replace("seed = 1\n", "seed = {seed}\n", 1)
-            arm = Arm(technique, text)
             placed = out / f"hosts-{technique}.toml"
             placed.write_text(hosts_for(tb.hosts_file.read_text(), cand.hosts))
-            summary = runner.summary(arm, 1, None, placed)
-            run = out / "runs" / f"{technique}-s1"
-            manifest = json.loads((run / "manifest.json").read_text())
-            rows = {
-                w["id"]: read_jsonl(run / "metrics" / f"{worker_stem(w['id'])}.jsonl")
-                for w in manifest.get("workers", [])
-            }
-            got = compare(entry.prediction, measured_workers(rows))
-            measured = got["measured_s"]
+            arms[technique] = (Arm(technique, text), placed)
+        measured: dict[str, list[dict[str, Any]]] = {t: [] for t in chosen}
+        for seed in seeds:  # every technique at a seed, then the next seed: arms interleaved
+            for technique in chosen:
+                entry, cand = found[technique]
+                arm, placed = arms[technique]
+                summary = runner.summary(arm, seed, None, placed)
+                run = out / "runs" / f"{technique}-s{seed}"
+                manifest = json.loads((run / "manifest.json").read_text())
+                rows = {
+                    w["id"]: read_jsonl(run / "metrics" / f"{worker_stem(w['id'])}.jsonl")
+                    for w in manifest.get("workers", [])
+                }
+                got = compare(entry.prediction, measured_workers(rows))
+                measured[technique].append({
+                    "seed": seed,
+                    "measured_s": got["measured_s"],
+                    "error": got["error"],
+                    "status": summary.get("status"),
+                    "final_accuracy": summary.get("final_accuracy"),
+                    "workers": got["workers"],
+                })  # fmt: skip
+                say(f"{case.name}/{technique} seed {seed}: predicted "
+                    f"{got['predicted_s'] * 1e3:.1f} ms, measured "
+                    f"{(got['measured_s'] or 0) * 1e3:.1f} ms per iteration")  # fmt: skip
+        runs = []
+        for technique in chosen:
+            entry, cand = found[technique]
+            figs = over_seeds(measured[technique], entry.prediction.iteration_s)
             runs.append({
                 "technique": technique,
                 "family": entry.family,
                 "samples_per_iteration": entry.samples,
-                "predicted_s": got["predicted_s"],
-                "measured_s": measured,
-                "error": got["error"],
+                "predicted_s": entry.prediction.iteration_s,
+                **figs,
                 "predicted_rate": entry.rate,
-                "measured_rate": entry.samples / measured if measured else None,
-                "status": summary.get("status"),
-                "final_accuracy": summary.get("final_accuracy"),
-                "workers": got["workers"],
+                "measured_rate": entry.samples / figs["measured_s"] if figs["measured_s"] else None,
+                "per_seed": measured[technique],
                 "hosts": list(cand.hosts),
             })  # fmt: skip
-            say(f"{case.name}/{technique}: predicted {got['predicted_s'] * 1e3:.1f} ms, measured "
-                f"{(measured or 0) * 1e3:.1f} ms per iteration")  # fmt: skip
     return {
         "setting": case.name,
         "testbed": case.testbed,
         "model": case.model,
         "batch": case.batch,
         "source": case.source,
+        "techniques": list(case.techniques) or "all",
         "max_samples": samples,
+        "seeds": list(seeds),
         "advise_s": round(took, 2),
         "advice": {
             "best": doc["best"],
@@ -258,9 +327,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", type=Path, default=REPO / DEFAULT_OUT, help="the JSON written")
     ap.add_argument("--data-root", type=Path, default=None, help="the MNIST test set")
+    ap.add_argument("--seeds", default="1", help="seeds, comma-separated (default 1)")
     args = ap.parse_args(argv)  # fmt: skip
+    try:
+        seeds = tuple(int(x) for x in args.seeds.split(",") if x.strip())
+    except ValueError:
+        seeds = ()
+    if not seeds or any(x < 0 for x in seeds):
+        print(f"error: --seeds {args.seeds!r}: write seeds as numbers, like 1,2,3",
+              file=sys.stderr)  # fmt: skip
+        return 2
     names = [n.strip() for n in (args.settings or "").split(",") if n.strip()]
-    known = {c.name: c for c in SETTINGS}
+    known = {c.name: c for c in ALL_SETTINGS}
     unknown = [n for n in names if n not in known]
     if unknown:
         print(f"error: unknown setting(s) {', '.join(unknown)}; known: {', '.join(known)}",
@@ -271,12 +349,12 @@ def main(argv: list[str] | None = None) -> int:
 
     root = cli.data_root(args.data_root)
     work = args.work.resolve()
-    cases = [known[n] for n in names] if names else list(SETTINGS)
+    cases = [known[n] for n in names] if names else list(ALL_SETTINGS)
     tables: dict[str, str] = {}
     started = time.time()
     settings = []
     for case in cases:
-        settings.append(one_setting(case, work, root, cli.say, tables))
+        settings.append(one_setting(case, work, root, cli.say, tables, seeds))
     commit = code_commit()
     doc = {
         "benchmark": "advise-check",
@@ -286,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         "goals": GOALS,
         "top": TOP,
         "epochs": EPOCHS,
+        "seeds": list(seeds),
         "within": WITHIN,
         "wall_s": round(time.time() - started),
         "settings": settings,

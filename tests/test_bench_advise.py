@@ -61,6 +61,42 @@ def test_judge_and_figures() -> None:
     }  # fmt: skip
 
 
+def test_seeds_a_median_each_and_every_run_in_the_figure() -> None:
+    bench = _module()
+    per_seed = [
+        {"seed": 1, "measured_s": 0.012, "error": 0.2},
+        {"seed": 2, "measured_s": 0.010, "error": 0.0},
+        {"seed": 3, "measured_s": 0.011, "error": 0.1},
+    ]
+    got = bench.over_seeds(per_seed, 0.010)
+    assert got["measured_s"] == 0.011
+    assert round(got["error"], 9) == 0.1
+    assert (got["measured_min_s"], got["measured_max_s"]) == (0.010, 0.012)
+    assert bench.over_seeds([{"seed": 1, "measured_s": None}], 0.01)["error"] is None
+    settings = [
+        {
+            "verdict": {"best_right": True},
+            "runs": [{**_run("a", 1, 1, 0.1), "per_seed": per_seed}, _run("b", 1, 1, -0.3)],
+        }
+    ]
+    # each seed's run counts: 0.2, 0.0, 0.1 and b's 0.3
+    assert bench.figures(settings)["median_iteration_error"] == 0.15
+    assert bench.figures(settings)["runs_measured"] == 4
+    names = [c.name for c in bench.ALL_SETTINGS]
+    assert len(names) == len(set(names)) == 9
+    assert all(c.techniques for c in bench.FAMILY_SETTINGS)
+
+
+def test_bad_seeds_are_one_line(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--seeds", "one", "--work", str(tmp_path / "w")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr == "error: --seeds 'one': write seeds as numbers, like 1,2,3\n"
+    assert not (tmp_path / "w").exists()
+
+
 def test_an_unknown_setting_is_one_line(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--settings", "nope", "--work", str(tmp_path / "w")],

@@ -71,10 +71,11 @@ def test_window_bound_then_compute_bound_and_the_wait_at_busy_stages() -> None:
 
 
 def test_the_loop_and_the_messages_cpu_a_priori() -> None:
-    # 1.5 ms of the loop's CPU and one side of 2 x 64 kB of messages (0.71 ns a byte) per stage,
-    # over the device's speed; the profile's cores turn CPU seconds into the reference's
+    # 0.2 ms of the loop's CPU, 0.2 ms for each of its two messages and one side of their
+    # 2 x 64 kB (0.71 ns a byte) per stage, over the device's speed; the profile's cores turn CPU
+    # seconds into the reference's
     a_priori = replace(TWO, outside_s=None)
-    loop = 1.5e-3 + 2 * 64_000 * 0.71e-9
+    loop = 0.2e-3 + 2 * 0.2e-3 + 2 * 64_000 * 0.71e-9
     stages = stage_costs(SETTING, a_priori)
     assert [s.outside_s for s in stages] == pytest.approx([loop, loop / 0.5])
     assert [s.compute_s for s in stages] == pytest.approx([0.030 + loop, 0.036 + 2 * loop])
@@ -86,13 +87,25 @@ def test_the_loop_and_the_messages_cpu_a_priori() -> None:
     )
     # Local sends nothing: the loop alone
     local = Shape(workers=(0,), bounds=((0, 3),), microbatch=16)
-    assert stage_costs(SETTING, local)[0].outside_s == pytest.approx(1.5e-3)
+    assert stage_costs(SETTING, local)[0].outside_s == pytest.approx(0.2e-3)
     # a middle stage sends and receives on both sides
     three = Setting(
         (Device("a"), Device("b"), Device("c")), (Link(10e6),), LAYERS, reference_cores=1.0
     )
     mid = stage_costs(three, Shape((0, 1, 2), ((0, 1), (1, 2), (2, 3)), 16))[1]
-    assert mid.outside_s == pytest.approx(1.5e-3 + 2 * (64_000 + 6_400) * 0.71e-9)
+    assert mid.outside_s == pytest.approx(0.2e-3 + 4 * 0.2e-3 + 2 * (64_000 + 6_400) * 0.71e-9)
+    # snapshots to the evaluator every 10 microbatches: each stage's weights (2.3 ns a byte) and
+    # a message a unit, a tenth of it per microbatch
+    snapping = stage_costs(SETTING, replace(a_priori, snapshot_every=10))
+    assert snapping[0].outside_s == pytest.approx(loop + (4_000_000 * 2.3e-9 + 0.2e-3) / 10)
+    assert snapping[1].outside_s == pytest.approx(
+        (loop + (1_040_000 * 2.3e-9 + 2 * 0.2e-3) / 10) / 0.5
+    )
+    dp_snap = predict_dataparallel("dataparallel", SETTING, Shape((0, 1), (), 16, snapshot_every=5))
+    dp_plain = predict_dataparallel("dataparallel", SETTING, Shape((0, 1), (), 16))
+    assert dp_snap.parts["overhead"] - dp_plain.parts["overhead"] == pytest.approx(
+        (5_040_000 * 2.3e-9 + 3 * 0.2e-3) / 5 / 0.5
+    )
     # a candidate stage alone (the partitioner's): what it would receive, from its first unit's
     # input, and send
     alone = Shape((0, 1, 2), ((0, 0), (1, 2), (0, 0)), 16)
@@ -137,10 +150,10 @@ def test_local_and_dataparallel() -> None:
     assert dp.iteration_s == pytest.approx(0.552)
     assert dp.bytes_per_iteration == 2 * 5_040_000
     assert "communication dominates" in dp.notes[0]
-    # a priori: the loop and one side of each 5.04 MB copy sent and received, at the slower
-    # replica's half speed
+    # a priori: the loop and one side of each 5.04 MB copy sent and received, a message each,
+    # at the slower replica's half speed
     dp = predict_dataparallel("dataparallel", SETTING, Shape((0, 1), (), 16))
-    outside = (1.5e-3 + 2 * 5_040_000 * 0.71e-9) / 0.5
+    outside = (0.2e-3 + 2 * (5_040_000 * 0.71e-9 + 0.2e-3)) / 0.5
     assert dp.parts["overhead"] == pytest.approx(outside)
     assert dp.iteration_s == pytest.approx(0.552 + outside)
 
@@ -181,10 +194,23 @@ def test_the_family_hook_reads_the_recipe() -> None:
     )
     p = launcher_side("pipeline", "mcpipe").predict(recipe, SETTING)
     assert p is not None
-    # stage 0 at 60 + 1.59 ms (the loop and its messages, a priori), stage 1 at 48 + 3.18 ms:
-    # stage 0 bounds the pace, the wait at busy stages adds 1.18 ms
-    assert p.parts["compute"] == pytest.approx(0.0615909)
-    assert p.iteration_s == pytest.approx(0.062772, abs=1e-6)
+    # stage 0 at 60 + 0.69 ms (the loop and its messages, a priori), stage 1 at 48 + 1.38 ms:
+    # stage 0 bounds the pace, the wait at busy stages adds 0.70 ms
+    assert p.parts["compute"] == pytest.approx(0.0606909)
+    assert p.iteration_s == pytest.approx(0.061396, abs=1e-6)
+    # snapshots to the evaluator: the recipe's snapshot_every reaches the model
+    snapping = parse_recipe(
+        {
+            "train": {"family": "pipeline", "technique": "mcpipe"},
+            "pipeline": {"split": [1, 2], "window_extra": 1, "snapshot_every": 10},
+            "workers": [{"role": "stage", "count": 2}, {"role": "evaluator"}],
+        }
+    )
+    q = launcher_side("pipeline", "mcpipe").predict(snapping, SETTING)
+    assert q is not None
+    assert q.parts["overhead"] == pytest.approx(
+        p.parts["overhead"] + (4_000_000 * 2.3e-9 + 0.2e-3) / 10
+    )
     dp = parse_recipe(
         {
             "train": {"family": "pipeline", "technique": "dataparallel", "batch_size": 16},
@@ -192,6 +218,6 @@ def test_the_family_hook_reads_the_recipe() -> None:
         }
     )
     got = launcher_side("pipeline", "dataparallel").predict(dp, SETTING)
-    assert got is not None and got.iteration_s == pytest.approx(0.5693136)
+    assert got is not None and got.iteration_s == pytest.approx(0.5675136)
     with pytest.raises(ValueError, match="3 stage bounds for 2 workers"):
         stage_costs(SETTING, Shape((0, 1), ((0, 1), (1, 2), (2, 3)), 16))

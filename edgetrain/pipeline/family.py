@@ -422,6 +422,7 @@ def shape_of(recipe: Recipe, setting: Setting, role: str) -> Any:
         uniform=cfg.window,
         microbatches=cfg.microbatches,
         momentum=recipe.train.momentum > 0,
+        snapshot_every=cfg.snapshot_every,
         pair_elems=tuple(u.pair_elems for u in infos) if infos is not None else None,
         replay_factor=(
             unit_factors(microbatch_of(recipe), infos)

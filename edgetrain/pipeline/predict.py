@@ -12,10 +12,12 @@ unit's share is scaled by ``b (in + out) / (in * out)``. A link carries the boun
 unit's activation forward and an error of the same size back per microbatch.
 
 Each stage also spends CPU per microbatch outside its compute blocks: the schedule's loop,
-its clock and heartbeats (:data:`STAGE_LOOP_CPU_S`), and its messages, the activations and
-errors it sends and receives (:data:`~edgetrain.runtime.predict.WIRE_CPU_S_PER_BYTE` a byte
-each side), CPU seconds of one core turned into the reference device's seconds by the cores
-the profile ran at (:meth:`~edgetrain.runtime.predict.Setting.cpu_s`).
+its clock and heartbeats (:data:`STAGE_LOOP_CPU_S`); its messages, the activations and errors
+it sends and receives (:data:`MESSAGE_CPU_S` a message and
+:data:`~edgetrain.runtime.predict.WIRE_CPU_S_PER_BYTE` a byte, each side); and, where the run
+sends snapshots to an evaluator, its weights every ``snapshot_every`` microbatches
+(:data:`SNAPSHOT_CPU_S_PER_BYTE`). CPU seconds of one core become the reference device's
+seconds by the cores the profile ran at (:meth:`~edgetrain.runtime.predict.Setting.cpu_s`).
 
 An asynchronous pipeline (PipeDream, mcPipe, GreedyUpdates) runs no faster than its slowest
 stage or link, nor than stage 0's window allows (Little's law: ``m_0`` microbatches in flight
@@ -60,11 +62,26 @@ REPLAY_SHARE = 1.0 / 3.0
 # the model's first unit computes no input error: its weight gradient is half its backward + forward
 FIRST_UNIT_SHARE = 1.0 / 2.0
 # CPU seconds of one core a stage (or Local, or a replica) spends per microbatch outside its
-# compute blocks and messages: the schedule's loop, the clock and its pause ledger, heartbeats.
-# Measured on this project's 2-core machine: 1.3-2.5 ms over the stages of the mcPipe quick
-# reproduction of 2026-12-05 (commit a8c142e; process CPU less compute CPU per microbatch, less
-# the messages' share), Local's one stage included. A run's own figure replaces it (calibration).
-STAGE_LOOP_CPU_S = 1.5e-3
+# compute blocks and messages: the schedule's loop, the clock and its pause ledger, heartbeats;
+# and per message it sends or receives (an activation or an error: ZeroMQ's send and receive,
+# the frame checks, the Python around them), beside the bytes' own cost. Measured on this
+# project's 2-core machine, process CPU less compute CPU per microbatch, in the runs of advise's
+# check of 2026-12-06 (benchmarks/advise/advise-check.json, no snapshots, evaluation at the
+# end): Local 0.10-0.29 ms (10 runs, LeNet-5 and cnn2); a pipeline's first and last stages,
+# two messages, 0.67-1.24 ms, its middle stages, four, 1.20-1.73 ms (GreedyUpdates and
+# PipeDream, 2 and 4 stages). The mcPipe quick reproduction's 1.3-2.5 ms, the figure before,
+# held its snapshots' CPU (weights sent to the evaluator), which a run without them does not
+# spend. A run's own figure replaces both (calibration).
+STAGE_LOOP_CPU_S = 0.2e-3
+MESSAGE_CPU_S = 0.2e-3
+# Seconds of CPU per byte of weights a stage (or replica) sends the evaluator in a snapshot
+# (``[pipeline] snapshot_every``): each unit copied off the store, encoded and sent, and received
+# and decoded by the evaluator, which shares the last host. The stage's clock leaves out its own
+# time sending, not the rest, so this is fitted to what the clock shows: 2.3 ns a byte keeps the
+# a priori figures of the mcPipe quick reproduction of 2026-12-05 (commit cdbb10f, a snapshot
+# every 45 microbatches, 17 MB of weights a stage), whose runs had snapshots, where the loop
+# constant of 1.5 ms measured on them had put them (fitted, not measured apart)
+SNAPSHOT_CPU_S_PER_BYTE = 2.3e-9
 
 
 @dataclass(frozen=True)
@@ -92,6 +109,8 @@ class Shape:
     compute_scale: float = 1.0
     replay_scale: float = 1.0
     outside_s: float | None = None
+    # a snapshot of the weights to the evaluator every this many microbatches (0: none)
+    snapshot_every: int = 0
     # per unit, its replay over the sequential replay's (``[pipeline] replay = "lowrank"``:
     # :func:`~edgetrain.pipeline.lowrank.replay_factor`); None: sequential replay
     replay_factor: Sequence[float] | None = None
@@ -173,12 +192,26 @@ def outside_a_priori(setting: Setting, shape: Shape, s: int) -> float:
     the loop's CPU and its messages' (an activation out and an error in to the next stage, an
     activation in and an error out from the previous one, one side of each)."""
     lo, hi = shape.bounds[s]
-    nbytes = 0
+    nbytes = messages = 0
     if s + 1 < len(shape.bounds) and hi > 0:  # to the next stage: its last unit's output
         nbytes += 2 * setting.layers[hi - 1].activation_bytes
+        messages += 2
     if s > 0 and lo > 0:  # from the previous stage: the output of the unit before its first
         nbytes += 2 * setting.layers[lo - 1].activation_bytes
-    return setting.cpu_s(STAGE_LOOP_CPU_S + nbytes * WIRE_CPU_S_PER_BYTE)
+        messages += 2
+    snapshot = _snapshot_cpu_s(setting.layers[lo:hi], shape.snapshot_every)
+    return setting.cpu_s(
+        STAGE_LOOP_CPU_S + messages * MESSAGE_CPU_S + nbytes * WIRE_CPU_S_PER_BYTE + snapshot
+    )
+
+
+def _snapshot_cpu_s(units: Sequence[Layer], every: int) -> float:
+    """CPU seconds per microbatch of sending ``units``' weights to the evaluator, a message a
+    unit, every ``every`` microbatches (0: never)."""
+    if every <= 0 or not units:
+        return 0.0
+    params = sum(u.param_bytes for u in units)
+    return (params * SNAPSHOT_CPU_S_PER_BYTE + len(units) * MESSAGE_CPU_S) / every
 
 
 def predict_pipelined(technique: str, setting: Setting, shape: Shape) -> Prediction:
@@ -268,8 +301,9 @@ def predict_dataparallel(technique: str, setting: Setting, shape: Shape) -> Pred
     outside = shape.outside_s
     if outside is None:
         # the loop, and each copy of the gradient sent to and received from every other replica
-        wire = 2 * (r - 1) * params * WIRE_CPU_S_PER_BYTE
-        outside = setting.cpu_s(STAGE_LOOP_CPU_S + wire)
+        wire = 2 * (r - 1) * (params * WIRE_CPU_S_PER_BYTE + MESSAGE_CPU_S)
+        snapshot = _snapshot_cpu_s(setting.layers, shape.snapshot_every)
+        outside = setting.cpu_s(STAGE_LOOP_CPU_S + wire + snapshot)
     compute = sum(u.forward_s + u.backward_s for u in setting.layers) / speed / r
     compute = compute * shape.compute_scale + outside / speed
     comm = 0.0
