@@ -418,6 +418,8 @@ def test_advise_measures_a_profile_of_this_machine_when_none_exists(tmp_path: Pa
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert (run / "profiles" / "local.json").is_file()
+    # its steps timed on the recipe's own samples (a step's time depends on its inputs)
+    assert json.loads((run / "profiles" / "local.json").read_text())["timed_on"] == "data:digits"
     assert doc["profile"] == "local"
     assert doc["environment"]["source"] == "local processes on this machine"
     assert {x["technique"] for x in doc["ranking"]} == {"dynacomm", "gosgd", "mcpipe"}

@@ -71,6 +71,28 @@ def test_profile_compute_fields() -> None:
     assert all(lp.fwd_iqr_s >= 0 and lp.bwd_iqr_s >= 0 for lp in cp.layers)
 
 
+def test_given_inputs_are_timed_cycled_to_each_batch() -> None:
+    """The caller's samples, the first of them cycled to the batch size; without them, random."""
+    from edgetrain.profile.compute import _Trainer
+
+    shape = (1, 8, 8)
+    samples = np.arange(3 * 64, dtype=np.float32).reshape(3, *shape)
+    tr = _Trainer(build_model("mlp", shape, 10), ComputeConfig((4,), inputs=samples), shape)
+    x, y = tr.batch(5)
+    assert x.shape == (5, *shape) and y.shape == (5,)
+    assert torch.equal(x, torch.from_numpy(samples[[0, 1, 2, 0, 1]]))
+    assert torch.equal(tr.batch(2)[0], torch.from_numpy(samples[:2]))
+    plain = _Trainer(build_model("mlp", shape, 10), ComputeConfig((4,)), shape)
+    assert plain.batch(4)[0].shape == (4, *shape)
+    cp = profile_compute(
+        build_model("mlp", shape, 10),
+        layer_specs(build_model("mlp", shape, 10), shape),
+        shape,
+        ComputeConfig((4,), warmup=1, repeats=2, min_time_s=0.0, inputs=samples),
+    )
+    assert cp.step_s > 0
+
+
 PEAK_SCRIPT = """
 import json, torch
 from edgetrain.profile.memory import peak_memory

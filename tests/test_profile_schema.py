@@ -68,6 +68,9 @@ def test_text_output_shows_the_ratio(tmp_path: Path, capsys: pytest.CaptureFixtu
         (["--model", "x.onnx", "--contention"], "--contention needs a model"),
         (["--model", "mlp", "--kernels", "gossip"], "--kernels 'gossip': no timer"),
         (["--model", "x.onnx", "--kernels", "pipeline"], "--kernels times a zoo model"),
+        (["--model", "mlp", "--data", "mnist"], "--data mnist: dataset 'mnist' needs root"),
+        (["--model", "mlp", "--data", "imagenet"], "--data imagenet: "),
+        (["--model", "mlp", "--data", "digits", "--input", "1x28x28"], "its samples are 1x8x8"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -94,6 +97,21 @@ def test_model_options_shape_the_profiled_model(
     assert data["model_options"] == {"hidden": [32, 16]}
     params = [layer["param_bytes"] for layer in data["layers"]]
     assert params == [4 * (64 * 32 + 32), 4 * (32 * 16 + 16), 4 * (16 * 10 + 10)]
+
+
+def test_data_times_the_steps_on_the_datasets_samples(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--data: the dataset's samples (its shape and classes), recorded in the profile."""
+    argv = ["profile", "--model", "lenet5", "--data", "digits", "--batch-sizes", "4", *FAST]
+    code, out, err = run_profile(capsys, *argv, "--format", "json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["input"] == [1, 8, 8] and data["timed_on"] == "data:digits"
+    plain = ["profile", "--model", "mlp", "--input", "1x8x8", "--batch-sizes", "4", *FAST]
+    code, out, err = run_profile(capsys, *plain, "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["timed_on"] == "random"
 
 
 def test_serve_subcommand_and_options_both_parse(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from edgetrain.advise.environment import Environment, HostEntry, from_profiles, local
 from edgetrain.errors import EdgetrainError
 from edgetrain.recipe import Recipe
@@ -87,16 +89,21 @@ def profile_fits(
     return check
 
 
-def _dataset(recipe: Recipe) -> tuple[int | None, tuple[int, int, int] | None, int]:
-    """The training split's size and a sample's shape (None, None where the data cannot be
-    read here), and the classes."""
+def _dataset(
+    recipe: Recipe,
+) -> tuple[int | None, tuple[int, int, int] | None, int, np.ndarray | None]:
+    """The training split's size, a sample's shape (None, None where the data cannot be read
+    here), the classes, and its first samples (a profile measured here times its steps on
+    them: :mod:`edgetrain.profile.compute`)."""
     from edgetrain.data.loaders import load_dataset
+    from edgetrain.profile.run import SAMPLES
 
     try:
         data = load_dataset(recipe.data, recipe.run.seed)
     except (EdgetrainError, OSError, ValueError):
-        return None, None, 10
-    return len(data.y_train), data.input_shape, data.classes
+        return None, None, 10, None
+    samples = np.ascontiguousarray(data.x_train[:SAMPLES], dtype=np.float32)
+    return len(data.y_train), data.input_shape, data.classes, samples
 
 
 def _measure(
@@ -105,8 +112,10 @@ def _measure(
     shape: tuple[int, int, int] | None,
     classes: int,
     progress: Callable[[str, int, int], None] | None,
+    samples: np.ndarray | None = None,
 ) -> tuple[dict[str, Any], Path | None]:
-    """A short profile of the recipe's model on this machine, one thread (as a worker runs)."""
+    """A short profile of the recipe's model on this machine, one thread (as a worker runs),
+    its steps timed on the recipe's own samples."""
     from edgetrain.profile.run import ProfileRequest, make_profile, save_profile
 
     if shape is None:
@@ -125,6 +134,8 @@ def _measure(
         warmup=2,
         min_time_s=0.5,
         threads=1,
+        inputs=samples,
+        data=recipe.data.dataset if samples is not None else None,
     )
     data = make_profile(req, progress)
     path = save_profile(run_dir, data) if run_dir is not None else None
@@ -229,7 +240,7 @@ def gather(
     link rate of a host whose profile probed none."""
     from edgetrain.runtime.setting_build import layers_from_profile, sustained_scale
 
-    train, shape, classes = _dataset(recipe)
+    train, shape, classes, samples = _dataset(recipe)
     profiles, skipped = read_profiles(
         run_dir, recipe.model.name, profile_fits(recipe, shape, classes)
     )
@@ -244,7 +255,7 @@ def gather(
         if profiles:
             name, profile = next(iter(profiles.items()))
         else:
-            profile, measured = _measure(recipe, run_dir, shape, classes, progress)
+            profile, measured = _measure(recipe, run_dir, shape, classes, progress, samples)
             name = LOCAL_PROFILE
         if bed is not None:
             facts, labels = bed

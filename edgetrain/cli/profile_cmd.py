@@ -102,8 +102,22 @@ def profile(
         typer.Option("--model", "-m", help="Zoo model name or ONNX file to profile."),
     ] = None,
     input_shape: Annotated[
-        str, typer.Option("--input", "-i", help="Input shape CxHxW (or HxW).")
-    ] = "3x32x32",
+        str | None,
+        typer.Option(
+            "--input", "-i", help="Input shape CxHxW (or HxW); default 3x32x32, or --data's."
+        ),
+    ] = None,
+    dataset: Annotated[
+        str | None,
+        typer.Option(
+            "--data",
+            help="Time the steps on this dataset's samples (digits, mnist, fashion-mnist, cifar10;"
+            " a step's time depends on its inputs), as the recipe's [data] names it.",
+        ),
+    ] = None,
+    data_root: Annotated[
+        str | None, typer.Option("--data-root", help="The dataset's directory (as [data] root).")
+    ] = None,
     classes: Annotated[int, typer.Option("--classes", "-c", min=2, help="Classes.")] = 10,
     model_option: Annotated[
         list[str] | None,
@@ -178,6 +192,7 @@ def profile(
       edgetrain profile --model model.onnx --run-dir RUN
       edgetrain profile --peer tcp://10.0.0.2:5555 --run-dir RUN
       edgetrain profile --model lenet5 --input 1x28x28 --contention --run-dir RUN
+      edgetrain profile --model lenet5 --data mnist --data-root ~/data/mnist --run-dir RUN
       edgetrain profile --model mlp --input 1x8x8 --batch-sizes 16 --kernels pipeline
       edgetrain profile serve --bind 0.0.0.0 --port 5555
     """
@@ -207,10 +222,15 @@ def profile(
         raise EdgetrainError("--kernels times a zoo model", "give --model NAME")
     if kernels and device != "cpu":
         raise EdgetrainError("--kernels times on the CPU", "drop --device or --kernels")
+    inputs, shape = None, parse_shape(input_shape or "3x32x32")
+    if dataset is not None:
+        inputs, data_shape, data_classes = _data_inputs(dataset, data_root)
+        shape = parse_shape(input_shape) if input_shape else data_shape
+        classes = data_classes
     req = ProfileRequest(
         host=host,
         model=model,
-        input_shape=parse_shape(input_shape),
+        input_shape=shape,
         classes=classes,
         batch_sizes=parse_batch_sizes(batch_sizes),
         repeats=repeats,
@@ -223,6 +243,8 @@ def profile(
         torch_model=torch_model,
         run_dir=run_dir,
         model_options=parse_model_options(model_option),
+        inputs=inputs,
+        data=dataset,
     )
     with progress_bar(err_console.is_terminal) as progress:
         data = make_profile(req, progress)
@@ -241,6 +263,24 @@ def profile(
             "pass a writable --run-dir",
         ) from None
     emit(data, fmt, lambda: _render(data, path))
+
+
+def _data_inputs(name: str, root: str | None) -> tuple[Any, tuple[int, int, int], int]:
+    """``--data``'s first samples, their shape and classes, or one line naming the problem."""
+    from pydantic import ValidationError
+
+    from edgetrain.profile.run import data_samples
+    from edgetrain.recipe import DataSection
+
+    try:
+        cfg = DataSection.model_validate({"dataset": name, "root": root})
+    except ValidationError as exc:
+        problem = exc.errors()[0].get("msg", str(exc)).removeprefix("Value error, ")
+        raise EdgetrainError(
+            f"--data {name}: {problem}",
+            "name digits, mnist, fashion-mnist or cifar10, with --data-root DIR for the last three",
+        ) from None
+    return data_samples(cfg)
 
 
 def _render(data: dict[str, Any], path: Path | None) -> None:

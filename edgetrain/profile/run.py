@@ -41,6 +41,10 @@ class ProfileRequest:
     torch_model: str | None = None
     run_dir: Path | None = None
     model_options: Mapping[str, Any] = field(default_factory=dict)
+    # samples of the run's data to time the steps on (float32, N x input_shape), and the
+    # dataset's name; None: random inputs (timing depends on them: edgetrain.profile.compute)
+    inputs: Any = field(default=None, compare=False, repr=False)
+    data: str | None = None
 
     def __post_init__(self) -> None:
         schema.check_host_name(self.host)
@@ -52,6 +56,13 @@ class ProfileRequest:
             _check_model(self.model, self.torch_model)
         if self.model_options:
             _check_options(self.model, self.model_options)
+        if self.inputs is not None and tuple(self.inputs.shape[1:]) != tuple(self.input_shape):
+            shape = "x".join(str(d) for d in self.inputs.shape[1:])
+            raise EdgetrainError(
+                f"--data {self.data}: its samples are {shape}, the model's input "
+                f"{'x'.join(str(d) for d in self.input_shape)}",
+                "drop --input (the data's shape is taken) or give the data's shape",
+            )
         if self.threads is not None and self.threads < 1:
             raise EdgetrainError(f"--threads {self.threads} must be >= 1")
         if self.device.startswith("cuda"):
@@ -134,6 +145,7 @@ def compute_config(req: ProfileRequest, quota: tuple[float, float] | None) -> Co
         device=req.device,
         num_classes=req.classes,
         quota=quota,
+        inputs=req.inputs,
     )
 
 
@@ -152,9 +164,25 @@ def _compute(req: ProfileRequest, progress: Progress | None) -> dict[str, Any]:
     specs = layer_specs(model, req.input_shape)
     cp = profile_compute(model, specs, req.input_shape, cfg, progress)
     out = compute_fields(req.model, req.input_shape, req.batch_sizes, cp, "measured")
+    out["timed_on"] = f"data:{req.data}" if req.inputs is not None else "random"
     if req.model_options:
         out["model_options"] = dict(req.model_options)
     return out
+
+
+SAMPLES = 256  # the samples a profile times its steps on (cycled to larger batches)
+
+
+def data_samples(cfg: Any, seed: int = 0) -> tuple[Any, tuple[int, int, int], int]:
+    """The first :data:`SAMPLES` training samples of a ``[data]`` section as the run's
+    workers see them (normalised), their shape and the classes (DataError where unreadable)."""
+    import numpy as np
+
+    from edgetrain.data.loaders import load_dataset
+
+    data = load_dataset(cfg, seed)
+    x = np.ascontiguousarray(data.x_train[:SAMPLES], dtype=np.float32)
+    return x, data.input_shape, data.classes
 
 
 def save_profile(run_dir: Path, data: dict[str, Any]) -> Path:
