@@ -10,6 +10,7 @@ import pytest
 from edgetrain.ps.schedule_cost import TRANSMISSION_OVERHEAD_S, layer_costs, predict_schedule
 from edgetrain.recipe import parse_recipe
 from edgetrain.runtime.predict import Device, Layer, Link, Setting
+from edgetrain.runtime.sharing import Topology
 from edgetrain.runtime.side import launcher_side
 
 LAYERS = (
@@ -97,3 +98,37 @@ def test_the_family_hook_takes_the_emulated_round_trip() -> None:
     assert p is not None
     assert p.iteration_s == pytest.approx(predict_schedule("lbl", held, [0, 1], [2]).iteration_s)
     assert p.iteration_s > predict_schedule("lbl", SETTING, [0, 1], [2]).iteration_s
+
+
+def test_trainers_share_the_servers_link_and_a_wan() -> None:
+    """Three trainers behind a 50 Mbit/s WAN from their server (DynaComm's testbed): after the
+    barrier all three pull at once, a third of the WAN each; with the server on a 1 Gbit/s
+    link and each trainer on its own 100 Mbit/s access link, their own links set the pace."""
+    devices = (Device("t1"), Device("t2"), Device("t3"), Device("ps"))
+    wan = Setting(
+        devices,
+        (Link(50e6 / 8, 0.005),),
+        LAYERS,
+        topology=Topology((0, 1, 2, 3), (1e9 / 8,) * 4, (0, 0, 0, 1), (50e6 / 8, 50e6 / 8)),
+    )
+    third = 50e6 / 8 / 3
+    costs = layer_costs(wan, [0, 1, 2], [3])
+    assert costs.pt.tolist() == pytest.approx([1e6 / third + 0.010, 4e6 / third, 5e5 / third])
+    assert costs.gt.tolist() == pytest.approx(costs.pt.tolist())
+    alone = layer_costs(wan, [0], [3])  # one trainer has the WAN to itself
+    assert alone.pt[1] == pytest.approx(4e6 / (50e6 / 8))
+    access = Setting(
+        devices,
+        (Link(100e6 / 8, 0.005),),
+        LAYERS,
+        topology=Topology((0, 1, 2, 3), (100e6 / 8,) * 3 + (1e9 / 8,), (0,) * 4, (None,)),
+    )
+    assert layer_costs(access, [0, 1, 2], [3]).pt[1] == pytest.approx(4e6 / (100e6 / 8))
+    # two servers in parallel, each with its shard, never faster than the pair's own link
+    two = Setting(
+        devices,
+        (Link(100e6 / 8),),
+        LAYERS,
+        topology=Topology((0, 1, 2, 3), (100e6 / 8,) * 4, (0,) * 4, (None,)),
+    )
+    assert layer_costs(two, [0, 1], [2, 3]).pt[1] == pytest.approx(4e6 / (100e6 / 8))

@@ -109,6 +109,15 @@ def test_devices_and_links_from_the_testbed() -> None:
     assert s.link(0, 3).bandwidth_Bps == pytest.approx(10e6 / 8)  # the WAN
     assert s.link(2, 3).latency_s == 0.001
     assert len(s.links) == 6
+    # which links they share: big's two workers one host, far alone on site b behind the WAN
+    topo = s.topology
+    assert topo is not None
+    assert list(topo.worker_host) == [0, 0, 1, 2]
+    assert list(topo.host_Bps) == pytest.approx([1e9 / 8, 50e6 / 8, 100e6 / 8])
+    assert list(topo.host_site) == [0, 0, 1]
+    assert list(topo.site_wan_Bps) == pytest.approx([10e6 / 8, 10e6 / 8])
+    # far serving the three others at once: the 10 Mbit/s WAN (each site's uplink) in three
+    assert s.concurrent_Bps([(3, 0), (3, 1), (3, 2)]) == pytest.approx([10e6 / 24] * 3)
     # the facts travel as a TOML table and come back the same
     assert type(FACTS).from_dict(FACTS.as_dict()) == FACTS
     with pytest.raises(ValueError, match="cpu, link_bps"):

@@ -130,9 +130,11 @@ def _measure(
         input_shape=shape,
         classes=classes,
         batch_sizes=(recipe.train.batch_size,),
-        repeats=5,
+        # 1.5 s of timed steps at least: on a busy machine 0.5 s (seven steps of a 30 ms model)
+        # left the faster half's mean 20% above a quiet run's
+        repeats=10,
         warmup=2,
-        min_time_s=0.5,
+        min_time_s=1.5,
         threads=1,
         inputs=samples,
         data=recipe.data.dataset if samples is not None else None,

@@ -9,8 +9,9 @@ requests (:mod:`edgetrain.ps.transmitter`): the transmissions of an iteration pa
 trip (``2 x latency``) per direction, on the first layer's pull and on its push
 (:func:`~edgetrain.ps.latency.with_round_trip`), and each pays ``dt`` =
 :data:`TRANSMISSION_OVERHEAD_S`, the per-message work of Python and ZeroMQ on both ends.
-Not modelled: trainers sharing one server's link (each trainer's transfers are taken to have
-the link to itself) and the shards' own apply time.
+Trainers share the links their transfers cross at once (a server's own link, a WAN between
+them and the server): each pulls and pushes at its even share (:func:`shared_Bps`). Not
+modelled: the shards' own apply time.
 """
 
 from __future__ import annotations
@@ -39,18 +40,35 @@ def layer_costs(setting: Setting, trainers: Sequence[int], servers: Sequence[int
         raise ValueError("a parameter-server run needs a trainer and a server")
     speed = min(setting.devices[t].speed for t in trainers)
     links = [setting.link(t, s) for t in trainers for s in servers]
-    bandwidth = min(link.bandwidth_Bps for link in links)
     latency = max(link.latency_s for link in links)
+    pull, push = shared_Bps(setting, trainers, servers)
     params = np.array([layer.param_bytes for layer in setting.layers], dtype=np.float64)
     costs = LayerCosts(
-        pt=params / bandwidth,
+        pt=params / pull,
         fc=np.array([layer.forward_s for layer in setting.layers]) / speed,
         bc=np.array([layer.backward_s for layer in setting.layers]) / speed,
-        gt=params / bandwidth,
+        gt=params / push,
         dt=TRANSMISSION_OVERHEAD_S,
         names=tuple(layer.name for layer in setting.layers),
     )
     return with_round_trip(costs, 2.0 * latency, 2.0 * latency)
+
+
+def shared_Bps(
+    setting: Setting, trainers: Sequence[int], servers: Sequence[int]
+) -> tuple[float, float]:
+    """The rate at which the slowest trainer pulls, and pushes, the whole model when every
+    trainer does so at once (after the barrier): each server sends its shard to every trainer
+    (and receives every trainer's), so a server's link, or a WAN between the trainers and the
+    servers, is shared by every trainer's transfer (:meth:`Setting.concurrent_Bps`); the model
+    comes in ``len(servers)`` shards in parallel, so never faster than its slowest transfer
+    times the shards, nor than the slowest trainer-server link alone."""
+    pairs = [(s, t) for t in trainers for s in servers]
+    alone = min(setting.link(t, s).bandwidth_Bps for s, t in pairs)
+    pull = min(setting.concurrent_Bps(pairs))
+    push = min(setting.concurrent_Bps([(t, s) for s, t in pairs]))
+    n = len(servers)
+    return min(alone, n * pull), min(alone, n * push)
 
 
 def predict_schedule(

@@ -12,6 +12,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from edgetrain.runtime.sharing import Topology
+
 __all__ = ["WIRE_CPU_S_PER_BYTE", "Device", "Layer", "Link", "Prediction", "Setting"]
 
 # CPU seconds per byte of one side of a message (encode and send, or receive, check and
@@ -81,6 +83,8 @@ class Setting:
     layers: Sequence[Layer]
     batch: int | None = None
     reference_cores: float | None = None
+    # which links concurrent transfers share (None: not known; each pair's link its own)
+    topology: Topology | None = None
 
     def __post_init__(self) -> None:
         cores = self.reference_cores
@@ -91,6 +95,14 @@ class Setting:
         """``work`` CPU seconds of one thread on one core as seconds of the reference device
         (which gives one thread at most one core)."""
         return work / min(self.reference_cores or 1.0, 1.0)
+
+    def concurrent_Bps(self, flows: Sequence[tuple[int, int]]) -> list[float]:
+        """Each transfer's rate when ``flows`` (sender, receiver worker pairs) run at once:
+        its pair's link, or less where the topology has it share a link with the others."""
+        alone = [self.link(a, b).bandwidth_Bps for a, b in flows]
+        if self.topology is None:
+            return alone
+        return [min(x, y) for x, y in zip(alone, self.topology.rates(flows), strict=True)]
 
     def at_batch(self, batch: int) -> Setting:
         """The same setting with its layers scaled linearly to ``batch`` samples (times and

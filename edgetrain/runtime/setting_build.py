@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from edgetrain.runtime.predict import Device, Layer, Link, Setting
+from edgetrain.runtime.sharing import Topology
 
 LOOPBACK_BPS = 8e9  # bytes/s: what this project's transport moves between two local processes
 
@@ -243,4 +244,21 @@ def setting_on_hosts(
             links.append(Link(LOOPBACK_BPS, 0.0, a, b))
         else:
             links.append(Link(facts.path_bps(hosts[a], hosts[b]) / 8.0, latency_s, a, b))
-    return Setting(tuple(devices), tuple(links), tuple(layers), batch, reference_cpu)
+    return Setting(
+        tuple(devices), tuple(links), tuple(layers), batch, reference_cpu, topology(facts, hosts)
+    )
+
+
+def topology(facts: TestbedFacts, hosts: Sequence[str]) -> Topology:
+    """The links that one worker on each of ``hosts`` shares with the others (each host's own
+    link, each site's WAN uplink)."""
+    names = list(dict.fromkeys(hosts))
+    nodes = [facts.host(n) for n in names]
+    sites = list(dict.fromkeys(node.site or "" for node in nodes))
+    wan = [facts.wan_bps.get(site) if site else None for site in sites]
+    return Topology(
+        worker_host=tuple(names.index(h) for h in hosts),
+        host_Bps=tuple(node.link_bps / 8.0 for node in nodes),
+        host_site=tuple(sites.index(node.site or "") for node in nodes),
+        site_wan_Bps=tuple(r / 8.0 if r else None for r in wan),
+    )
