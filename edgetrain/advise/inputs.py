@@ -96,14 +96,13 @@ def _dataset(
     here), the classes, and its first samples (a profile measured here times its steps on
     them: :mod:`edgetrain.profile.compute`)."""
     from edgetrain.data.loaders import load_dataset
-    from edgetrain.profile.run import SAMPLES
+    from edgetrain.profile.run import first_samples
 
     try:
         data = load_dataset(recipe.data, recipe.run.seed)
     except (EdgetrainError, OSError, ValueError):
         return None, None, 10, None
-    samples = np.ascontiguousarray(data.x_train[:SAMPLES], dtype=np.float32)
-    return len(data.y_train), data.input_shape, data.classes, samples
+    return len(data.y_train), data.input_shape, data.classes, first_samples(data)
 
 
 def _measure(

@@ -176,13 +176,18 @@ SAMPLES = 256  # the samples a profile times its steps on (cycled to larger batc
 def data_samples(cfg: Any, seed: int = 0) -> tuple[Any, tuple[int, int, int], int]:
     """The first :data:`SAMPLES` training samples of a ``[data]`` section as the run's
     workers see them (normalised), their shape and the classes (DataError where unreadable)."""
-    import numpy as np
-
     from edgetrain.data.loaders import load_dataset
 
     data = load_dataset(cfg, seed)
-    x = np.ascontiguousarray(data.x_train[:SAMPLES], dtype=np.float32)
-    return x, data.input_shape, data.classes
+    return first_samples(data), data.input_shape, data.classes
+
+
+def first_samples(data: Any) -> Any:
+    """A loaded dataset's first :data:`SAMPLES` training samples, float32 and contiguous: what
+    a profile times its steps on."""
+    import numpy as np
+
+    return np.ascontiguousarray(data.x_train[:SAMPLES], dtype=np.float32)
 
 
 def save_profile(run_dir: Path, data: dict[str, Any]) -> Path:
