@@ -5,16 +5,19 @@ end to end on literal profiles (in-process) and measuring its own (a process).""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from edgetrain.advise import whatif
 from edgetrain.advise.api import advice, samples_per_iteration
 from edgetrain.advise.candidates import candidate, chosen_techniques, place_workers
 from edgetrain.advise.environment import Environment, HostEntry, from_profiles, local
+from edgetrain.advise.inputs import data_flags, profiled_host
 from edgetrain.advise.plot import split
 from edgetrain.advise.rank import Entry, Memory, rank, reasons
 from edgetrain.advise.remote import parse_remote, remote_command
@@ -439,6 +442,15 @@ def test_remote_command_and_what_a_host_prints() -> None:
         "--batch-sizes 16 --repeats 5 --warmup 2 --min-time 0.5 --threads 1 --host-name jet-1 "
         "--format json --model-option 'hidden=[8,8]' --peer tcp://h:5 --probe-timeout 10"
     )
+    # a testbed's host: advise's own timing, its steps on the recipe's data, no probe
+    cmd = remote_command(
+        "py", None, "d-2", "cnn2", {}, (1, 28, 28), 10, 32, None, (10, 1.5), ("mnist", "/d/m")
+    )
+    assert cmd == (
+        "py -m edgetrain profile --model cnn2 --input 1x28x28 --classes 10 --batch-sizes 32 "
+        "--repeats 10 --warmup 2 --min-time 1.5 --threads 1 --host-name d-2 --format json "
+        "--data mnist --data-root /d/m"
+    )
     good = json.dumps(profile("a"))
     assert parse_remote(good, "a", "lenet5")["host"] == "a"
     with pytest.raises(ValueError, match="its profile is of lenet5 on a"):
@@ -481,6 +493,75 @@ def test_advise_profiles_each_host_over_ssh(tmp_path: Path, sshd: Sshd) -> None:
     assert doc["environment"]["source"] == "each host's profile"
     assert [h["name"] for h in doc["environment"]["hosts"]] == ["h0", "h1"]
     assert {x["technique"] for x in doc["ranking"]} == {"gosgd", "sequential", "local"}
+
+
+def test_the_testbed_host_advise_profiles_in_and_its_data_flags() -> None:
+    def bed(*cpus: float) -> Facts:
+        hosts = tuple(HostFacts(f"d-{k}", c, 10**8) for k, c in enumerate(cpus, 1))
+        return Facts("t", hosts, {})
+
+    assert profiled_host(bed(0.45, 0.45, 0.45)) == "d-1"
+    assert profiled_host(bed(0.3, 0.8, 0.5, 0.8)) == "d-2"  # the fastest, the first of those
+    recipe = parse_recipe(tomllib.loads(DYNACOMM))
+    assert data_flags(recipe) == ("digits", None)
+    mnist = recipe.model_copy(update={"data": recipe.data.model_copy(update={
+        "dataset": "mnist", "root": "data/m"})})  # fmt: skip
+    assert data_flags(mnist) == ("mnist", str(Path("data/m").resolve()))
+    synthetic = recipe.model_copy(update={"data": recipe.data.model_copy(update={
+        "dataset": "synthetic"})})  # fmt: skip
+    assert data_flags(synthetic) is None
+
+
+def _testbed_hosts(path: Path, sshd: Sshd, port: int) -> Path:  # noqa: F811
+    """A hosts file as ``emulate up`` writes one (its testbed table), both hosts on ``port``
+    of 127.0.0.1: h1 the faster."""
+    opts = ", ".join(json.dumps(o) for o in sshd.ssh_options)
+    text = f"ssh_options = [{opts}]\nconnect_timeout_s = 5\n"
+    for name in ("h0", "h1"):
+        text += (
+            f'\n[[hosts]]\nname = "{name}"\naddress = "{sshd.address}"\nport = {port}\n'
+            f'user = "{sshd.user}"\nidentity = "{sshd.identity}"\npython = "{sys.executable}"\n'
+        )
+    text += '\n[testbed]\nname = "t"\n'
+    for name, cpu in (("h0", 0.5), ("h1", 1.0)):
+        text += f'\n[[testbed.hosts]]\nname = "{name}"\ncpu = {cpu}\nlink_bps = 100000000\n'
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.system
+@pytest.mark.timeout(300)
+def test_advise_profiles_in_the_testbeds_fastest_host(tmp_path: Path, sshd: Sshd) -> None:  # noqa: F811
+    """A testbed's hosts file without profiles: advise profiles the model inside its fastest
+    host over ssh (as the runs will meet it), on the recipe's data, keeps it and reads the
+    links from the testbed table; with the testbed down it measures here and says so."""
+    (tmp_path / "r.toml").write_text(DYNACOMM)
+    hosts = _testbed_hosts(tmp_path / "up.toml", sshd, sshd.port)
+    argv = [sys.executable, "-m", "edgetrain", "advise", str(tmp_path / "r.toml"), "--hosts",
+            str(hosts), "--techniques", "gosgd,local", "--format", "json"]  # fmt: skip
+    proc = subprocess.run(
+        [*argv, "--run-dir", str(tmp_path / "up")], capture_output=True, text=True, timeout=200
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["profile"] == "h1" and doc["profiled_over_ssh"] == ["h1"]
+    assert "testbed_host_unreachable" not in doc
+    kept = json.loads((tmp_path / "up" / "profiles" / "h1.json").read_text())
+    assert kept["timed_on"] == "data:digits" and not kept.get("links")
+    assert doc["environment"]["source"] == "testbed t"
+
+    with socket.socket() as closed:  # a port nothing listens on: the testbed is down
+        closed.bind(("127.0.0.1", 0))
+        down = _testbed_hosts(tmp_path / "down.toml", sshd, closed.getsockname()[1])
+        proc = subprocess.run(
+            [*argv[:6], str(down), *argv[7:], "--run-dir", str(tmp_path / "down")],
+            capture_output=True, text=True, timeout=200,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["profile"] == "local" and doc["profiled_over_ssh"] == []
+    assert "h1" in doc["testbed_host_unreachable"]
+    assert (tmp_path / "down" / "profiles" / "local.json").is_file()
 
 
 def test_memory_is_a_whole_replica_where_the_model_predicts_none() -> None:

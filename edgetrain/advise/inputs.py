@@ -1,8 +1,9 @@
 """What ``edgetrain advise`` reads: the hosts (a hosts file, with the testbed table ``emulate
 up`` writes or without; ``-H``; a testbed spec; or local processes), the profiles in
 ``RUN/profiles/`` of the recipe's model, the training split's size; and what is missing, a
-short profile measured here (local processes, a testbed) or on each host over ssh (real hosts:
-:mod:`edgetrain.advise.remote`).
+short profile measured on each host over ssh (real hosts: :mod:`edgetrain.advise.remote`), in
+the fastest host of an emulated testbed that is up (over ssh, under its CPU quota), else here
+(local processes, a testbed spec, a testbed that is down).
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from edgetrain.runtime.predict import Layer
 __all__ = ["Inputs", "gather", "read_profiles"]
 
 LOCAL_PROFILE = "local"  # the name of the profile advise measures on this machine
+# a profile advise measures itself (here, or in a testbed's host): 10 repeats and 1.5 s of
+# timed steps at least (on a busy machine 0.5 s, seven steps of a 30 ms model, left the
+# faster half's mean 20% above a quiet run's)
+OWN_TIMING = (10, 1.5)
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,8 @@ class Inputs:
     measured: Path | None  # the profile advise measured here and kept, if any
     remote: tuple[str, ...] = ()  # the hosts advise profiled over ssh
     skipped: tuple[str, ...] = ()  # profiles of the model's name but not the recipe's model
+    # why a testbed's host could not be profiled in it (the profile then measured here)
+    unreachable: str | None = None
 
 
 def read_profiles(
@@ -129,11 +136,9 @@ def _measure(
         input_shape=shape,
         classes=classes,
         batch_sizes=(recipe.train.batch_size,),
-        # 1.5 s of timed steps at least: on a busy machine 0.5 s (seven steps of a 30 ms model)
-        # left the faster half's mean 20% above a quiet run's
-        repeats=10,
+        repeats=OWN_TIMING[0],
         warmup=2,
-        min_time_s=1.5,
+        min_time_s=OWN_TIMING[1],
         threads=1,
         inputs=samples,
         data=recipe.data.dataset if samples is not None else None,
@@ -175,6 +180,56 @@ def _testbed_facts(
             raise EdgetrainError(f"the hosts file's testbed table: {exc}") from None
         return facts, {h.label: tuple(h.labels) for h in hosts.hosts}
     return None
+
+
+def profiled_host(facts: Any) -> str:
+    """The testbed host advise profiles in: the one of the largest CPU share, the first of
+    those (pure)."""
+    best = max(h.cpu for h in facts.hosts)
+    return next(h.name for h in facts.hosts if h.cpu == best)
+
+
+def data_flags(recipe: Recipe) -> tuple[str, str | None] | None:
+    """``--data``/``--data-root`` for a profile in a testbed's host (whose processes read
+    this machine's files): the dataset's name and absolute directory; None for synthetic data,
+    whose steps the profile times on noise."""
+    import os
+
+    if recipe.data.dataset == "synthetic":
+        return None
+    root = recipe.data.root
+    return recipe.data.dataset, os.path.abspath(os.path.expanduser(root)) if root else None
+
+
+def _in_testbed(
+    recipe: Recipe,
+    hosts: Any,
+    facts: Any,
+    run_dir: Path | None,
+    data: tuple[tuple[int, int, int] | None, int],
+    progress: Callable[[str, int, int], None] | None,
+) -> tuple[str, dict[str, Any]] | str:
+    """A profile of the model measured inside a testbed's host over ssh (at its CPU quota,
+    beside the emulation's overheads, at the machine's speed of the hour), kept in
+    ``RUN/profiles/``; or, where the host cannot be reached (the testbed is down), the
+    reason."""
+    from edgetrain.advise.remote import profile_hosts
+    from edgetrain.profile.run import save_profile
+
+    shape, classes = data
+    name = profiled_host(facts)
+    if shape is None or name not in {h.label for h in hosts.hosts}:
+        return f"host {name} is not in the hosts file" if shape is not None else "no data"
+    try:
+        doc = profile_hosts(
+            hosts, [name], recipe.model.name, dict(recipe.model.options), shape, classes,
+            recipe.train.batch_size, progress, OWN_TIMING, data_flags(recipe), probe=False,
+        )[name]  # fmt: skip
+    except EdgetrainError as exc:
+        return str(exc.args[0]) if exc.args else "it could not be reached"
+    if run_dir is not None:
+        save_profile(run_dir, doc)
+    return name, doc
 
 
 def _hosts_env(
@@ -236,9 +291,10 @@ def gather(
 ) -> Inputs:
     """The environment and layers for ``recipe``: ``hosts`` (a validated hosts file) or
     ``testbed`` (a spec), else local processes; the profiles of ``run_dir``, measuring one
-    on this machine where none exists and this machine's profile can serve as the reference
-    (local processes, or a testbed whose CPU shares are relative to it); ``default_bps``: the
-    link rate of a host whose profile probed none."""
+    where none exists: in a testbed's fastest host when the hosts file is one ``emulate up``
+    wrote and the testbed is up, else on this machine, whose profile can serve as the
+    reference (local processes, or a testbed whose CPU shares are relative to it);
+    ``default_bps``: the link rate of a host whose profile probed none."""
     from edgetrain.runtime.setting_build import layers_from_profile, sustained_scale
 
     train, shape, classes, samples = _dataset(recipe)
@@ -248,14 +304,22 @@ def gather(
     bed = _testbed_facts(hosts, testbed)
     measured = None
     remote: tuple[str, ...] = ()
+    unreachable = None
     if hosts is not None and bed is None:
         env, name, profiles, remote = _hosts_env(
             recipe, hosts, profiles, run_dir, (shape, classes), progress, default_bps
         )
     else:
+        got: tuple[str, dict[str, Any]] | str | None = None
+        if not profiles and hosts is not None and bed is not None:
+            got = _in_testbed(recipe, hosts, bed[0], run_dir, (shape, classes), progress)
         if profiles:
             name, profile = next(iter(profiles.items()))
+        elif isinstance(got, tuple):
+            name, profile = got
+            remote = (name,)
         else:
+            unreachable = got
             profile, measured = _measure(recipe, run_dir, shape, classes, progress, samples)
             name = LOCAL_PROFILE
         if bed is not None:
@@ -272,4 +336,4 @@ def gather(
         profiles = {name: profile}
     profile = profiles[name]
     layers = layers_from_profile(profile, recipe.train.batch_size, sustained_scale(profile))
-    return Inputs(env, layers, train, name, measured, remote, tuple(skipped))
+    return Inputs(env, layers, train, name, measured, remote, tuple(skipped), unreachable)

@@ -23,6 +23,9 @@ __all__ = ["MAX_PROFILE_BYTES", "parse_remote", "profile_hosts", "remote_command
 MAX_PROFILE_BYTES = 4 * 2**20
 PROFILE_TIMEOUT_S = 300.0
 
+Timing = tuple[int, float]  # a profile's repeats and its least seconds of timed steps
+REMOTE_TIMING: Timing = (5, 0.5)  # a real host's: short, every host in turn
+
 
 def remote_command(
     python: str,
@@ -34,12 +37,20 @@ def remote_command(
     classes: int,
     batch: int,
     peer: str | None,
+    timing: Timing = REMOTE_TIMING,
+    data: tuple[str, str] | None = None,
 ) -> str:
-    """The shell command that profiles ``model`` on a host and prints the profile as JSON."""
+    """The shell command that profiles ``model`` on a host and prints the profile as JSON:
+    ``timing`` repeats and seconds of steps at least; its steps timed on ``data`` (a dataset's
+    name and directory, as the host reads them: an emulated testbed's hosts share this
+    machine's files), else on noise."""
+    repeats, min_time = timing
     args = [python, "-m", "edgetrain", "profile", "--model", model, "--input",
             "x".join(map(str, shape)), "--classes", str(classes), "--batch-sizes", str(batch),
-            "--repeats", "5", "--warmup", "2", "--min-time", "0.5", "--threads", "1",
-            "--host-name", name, "--format", "json"]  # fmt: skip
+            "--repeats", str(repeats), "--warmup", "2", "--min-time", f"{min_time:g}",
+            "--threads", "1", "--host-name", name, "--format", "json"]  # fmt: skip
+    if data is not None:
+        args += ["--data", data[0], "--data-root", data[1]]
     for key, value in options.items():
         args += ["--model-option", f"{key}={json.dumps(value, separators=(',', ':'))}"]
     if peer is not None:
@@ -81,6 +92,16 @@ def _probe_server(bind: str, address: str) -> Iterator[str]:
             thread.join(timeout=5)
 
 
+@contextmanager
+def _peer(hosts: Any, probe: bool) -> Iterator[str | None]:
+    """The probe server's endpoint for the block where ``probe``, else None."""
+    if not probe:
+        yield None
+        return
+    with _probe_server(hosts.bind_address(), hosts.coordinator_address()) as peer:
+        yield peer
+
+
 def profile_hosts(
     hosts: Any,
     names: Sequence[str],
@@ -90,21 +111,26 @@ def profile_hosts(
     classes: int,
     batch: int,
     progress: Callable[[str, int, int], None] | None = None,
+    timing: Timing = REMOTE_TIMING,
+    data: tuple[str, str] | None = None,
+    probe: bool = True,
 ) -> dict[str, dict[str, Any]]:
     """A profile of each host of ``hosts`` (a validated hosts file) named in ``names``, in turn
-    (one at a time: profiles taken side by side would slow each other on shared hardware)."""
+    (one at a time: profiles taken side by side would slow each other on shared hardware),
+    each with its link probed where ``probe`` (an emulated testbed's links are in its spec);
+    ``timing`` and ``data`` as :func:`remote_command`."""
     from edgetrain.launch.ssh_argv import ssh_command
 
     by_name = {h.label: h for h in hosts.hosts}
     out = {}
-    with _probe_server(hosts.bind_address(), hosts.coordinator_address()) as peer:
+    with _peer(hosts, probe) as peer:
         for k, name in enumerate(names):
             if progress is not None:
                 progress(f"profiling {name} over ssh", k, len(names))
             host = by_name[name]
             remote = remote_command(
                 hosts.python_for(host), host.workdir, name, model, options, shape, classes,
-                batch, peer,
+                batch, peer, timing, data,
             )  # fmt: skip
             try:
                 proc = subprocess.run(

@@ -120,6 +120,8 @@ def advise(
     doc["profile"] = inputs.profile
     doc["profiled_over_ssh"] = list(inputs.remote)
     doc["skipped_profiles"] = list(inputs.skipped)
+    if inputs.unreachable is not None:
+        doc["testbed_host_unreachable"] = inputs.unreachable
     if not doc["ranking"]:
         raise EdgetrainError(
             "no technique could be predicted here: "
@@ -138,6 +140,13 @@ def advise(
 
     def text() -> None:
         render(doc, console)
+        if inputs.unreachable is not None:
+            console.print(
+                f"could not profile in the testbed's host ({inputs.unreachable}); "
+                "measured here, without its CPU quota",
+                highlight=False,
+                soft_wrap=True,
+            )
         if inputs.measured is not None:
             console.print(f"measured a profile of this machine: {inputs.measured}", highlight=False)
         for line in inputs.skipped:
