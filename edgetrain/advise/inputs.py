@@ -186,7 +186,7 @@ def profiled_host(facts: Any) -> str:
     """The testbed host advise profiles in: the one of the largest CPU share, the first of
     those (pure)."""
     best = max(h.cpu for h in facts.hosts)
-    return next(h.name for h in facts.hosts if h.cpu == best)
+    return str(next(h.name for h in facts.hosts if h.cpu == best))
 
 
 def data_flags(recipe: Recipe) -> tuple[str, str | None] | None:

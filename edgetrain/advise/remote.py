@@ -38,7 +38,7 @@ def remote_command(
     batch: int,
     peer: str | None,
     timing: Timing = REMOTE_TIMING,
-    data: tuple[str, str] | None = None,
+    data: tuple[str, str | None] | None = None,
 ) -> str:
     """The shell command that profiles ``model`` on a host and prints the profile as JSON:
     ``timing`` repeats and seconds of steps at least; its steps timed on ``data`` (a dataset's
@@ -50,7 +50,7 @@ def remote_command(
             "--repeats", str(repeats), "--warmup", "2", "--min-time", f"{min_time:g}",
             "--threads", "1", "--host-name", name, "--format", "json"]  # fmt: skip
     if data is not None:
-        args += ["--data", data[0], "--data-root", data[1]]
+        args += ["--data", data[0]] + (["--data-root", data[1]] if data[1] else [])
     for key, value in options.items():
         args += ["--model-option", f"{key}={json.dumps(value, separators=(',', ':'))}"]
     if peer is not None:
@@ -112,7 +112,7 @@ def profile_hosts(
     batch: int,
     progress: Callable[[str, int, int], None] | None = None,
     timing: Timing = REMOTE_TIMING,
-    data: tuple[str, str] | None = None,
+    data: tuple[str, str | None] | None = None,
     probe: bool = True,
 ) -> dict[str, dict[str, Any]]:
     """A profile of each host of ``hosts`` (a validated hosts file) named in ``names``, in turn
