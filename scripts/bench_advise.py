@@ -7,8 +7,8 @@ after the other, and each run's measured iteration is set beside its prediction.
 
 Per setting: the testbed brought up and verified (its table kept), advise run as a user runs it
 (``edgetrain advise RECIPE --hosts HOSTS --run-dir ADV --format json``: with no profile it
-measures one of the model on this machine, one thread, then answers again from that profile,
-timed), the :data:`TOP` fastest fitting techniques launched and the fastest of each other
+measures one of the model inside the testbed's fastest host over ssh, one thread at that host's
+CPU quota, then answers again from that profile, timed), the :data:`TOP` fastest fitting techniques launched and the fastest of each other
 family (so that every setting ranks across families too), one after the other (the recipe
 advise built for each, ``[data] max_samples`` sized so that the predicted best trains an epoch
 in about :data:`EPOCH_S` seconds and the slowest launched in at most :data:`SLOWEST_EPOCH_S`,
