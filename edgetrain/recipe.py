@@ -41,6 +41,9 @@ MAX_SYNTHETIC_VALUES = 2**30
 MAX_SIDE = 4096
 #: The most times the launcher restarts one worker (``[run] restart``).
 MAX_RESTARTS = 100
+# [train] lr's default (0.05) is an SGD step size; a recipe that leaves lr out and whose run
+# steps with Adam gets Adam's own default instead (at 0.05 Adam diverges on our models)
+ADAM_DEFAULT_LR = 1e-3
 
 
 class _Section(BaseModel):
@@ -288,7 +291,26 @@ class Recipe(_Section):
                 f"data.fractions has {len(fr)} entries but the recipe has "
                 f"{shards} workers that train on data; give one fraction per worker"
             )
+        if "lr" not in self.train.model_fields_set and self.optimizer == "adam":
+            # [train] lr's default is an SGD step: an Adam run without a recipe's lr steps at
+            # Adam's own. The sections are frozen, so the validated recipe takes a copy whose
+            # lr is resolved without counting as set (a candidate advise derives for an SGD
+            # technique from the user's keys still gets the SGD default).
+            train = self.train.model_copy()
+            object.__setattr__(train, "lr", ADAM_DEFAULT_LR)
+            object.__setattr__(self, "train", train)
         return self
+
+    @property
+    def optimizer(self) -> str:
+        """The optimiser the run steps with: a technique section's ``optimizer`` where the
+        technique reads one (Mercury's ``[mercury] optimizer``), else ``[train] optimizer``."""
+        tech = techniques.technique_spec(self.train.family, self.train.technique)
+        for name in tech.sections:
+            value = getattr(getattr(self, name, None), "optimizer", None)
+            if isinstance(value, str):
+                return value
+        return self.train.optimizer
 
     @property
     def num_workers(self) -> int:

@@ -8,15 +8,16 @@ after the other, and each run's measured iteration is set beside its prediction.
 Per setting: the testbed brought up and verified (its table kept), advise run as a user runs it
 (``edgetrain advise RECIPE --hosts HOSTS --run-dir ADV --format json``: with no profile it
 measures one of the model inside the testbed's fastest host over ssh, one thread at that host's
-CPU quota, then answers again from that profile, timed), the :data:`TOP` fastest fitting techniques launched and the fastest of each other
-family (so that every setting ranks across families too), one after the other (the recipe
-advise built for each, ``[data] max_samples`` sized so that the predicted best trains an epoch
-in about :data:`EPOCH_S` seconds and the slowest launched in at most :data:`SLOWEST_EPOCH_S`,
-between 800 and 8,000 samples, :data:`EPOCHS` epochs, evaluation only at the end, at each seed
-of ``--seeds``, every technique at a seed before the next seed; default seed 1), and each
-run's measured iteration read as the run's report reads it (each worker's median seconds per
-iteration over its epochs after the first; the slowest worker's where the model predicts each
-worker, else the median: :func:`edgetrain.report.predicted.compare`).
+CPU quota, then answers again from that profile, timed), the :data:`TOP` fastest fitting
+techniques launched and the fastest of each other family (so that every setting ranks across
+families too), one after the other (the recipe advise built for each, ``[data] max_samples``
+sized so that the predicted best trains an epoch in about :data:`EPOCH_S` seconds and the
+slowest launched in at most :data:`SLOWEST_EPOCH_S`, between 800 and 8,000 samples,
+:data:`EPOCHS` epochs, evaluation only at the end, at each seed of ``--seeds``, every technique
+at a seed before the next seed; default seed 1), and each run's measured iteration read as the
+run's report reads it (each worker's median seconds per iteration over its epochs after the
+first; the slowest worker's where the model predicts each worker, else the median:
+:func:`edgetrain.report.predicted.compare`).
 
 Figures (issue 32): ``predicted_best_share``, the share of settings whose predicted best was
 measured best or within 10% of it (measured samples per second: the samples of one iteration

@@ -22,7 +22,7 @@ from edgetrain.advise.plot import split
 from edgetrain.advise.rank import Entry, Memory, rank, reasons
 from edgetrain.advise.remote import parse_remote, remote_command
 from edgetrain.errors import EdgetrainError
-from edgetrain.recipe import parse_recipe
+from edgetrain.recipe import ADAM_DEFAULT_LR, parse_recipe
 from edgetrain.runtime.predict import Layer, Prediction
 from edgetrain.runtime.setting_build import HostFacts
 from edgetrain.runtime.setting_build import TestbedFacts as Facts
@@ -599,6 +599,28 @@ def test_a_technique_takes_its_sections_defaults_where_the_users_do_not_fit_it()
     assert own.recipe is not None and base.recipe is not None
     assert own.recipe.model_dump()["mercury"]["scheduler"] == "bacc"  # the user's, kept
     assert "mercury" not in base.recipe.model_dump(exclude_unset=True)  # its defaults
+    assert base.recipe.train.lr == 0.004  # Adam like the user's technique: the user's lr
+    gossip = candidate(r, "gossip", "gosgd", e, layers())
+    assert gossip.recipe is not None and gossip.recipe.optimizer == "sgd"
+    assert gossip.recipe.train.lr == 0.05  # an Adam step is not SGD's: SGD's default
+
+
+def test_a_candidate_on_adam_drops_the_users_sgd_step() -> None:
+    """An SGD recipe's lr (0.05) makes Adam diverge (the benchmark's multips-sgd runs ended at
+    chance): a candidate that steps with Adam takes Adam's default lr instead."""
+    r = parse_recipe(
+        {
+            "data": {"dataset": "digits"},
+            "train": {"technique": "gosgd", "batch_size": 16, "lr": 0.05},
+            "workers": [{"count": 3}],
+        }
+    )
+    e = env(host("a"), host("b"), host("c"))
+    merc = candidate(r, "ps", "multips-sgd", e, layers())
+    assert merc.recipe is not None and merc.recipe.optimizer == "adam"
+    assert merc.recipe.train.lr == ADAM_DEFAULT_LR
+    same = candidate(r, "gossip", "edgegossip", e, layers())
+    assert same.recipe is not None and same.recipe.train.lr == 0.05  # SGD too: the user's
 
 
 def test_hosts_for_keeps_only_the_hosts_a_run_uses() -> None:

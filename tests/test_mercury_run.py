@@ -126,3 +126,19 @@ def test_the_batch_rescores_its_samples_and_the_replicas_stay_identical(tmp_path
     assert report["settings"]["batch_refresh"] is True
     assert report["settings"]["pace_utilisation"] == 0.5
     assert summary["test_accuracy"] > 0.3 and summary["iterations"] == 4 * 16
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_a_recipe_without_lr_steps_adam_at_its_own_default_and_trains(tmp_path: Path) -> None:
+    """``[train] lr``'s default (0.05) is an SGD step; Mercury steps Adam, which diverges at
+    0.05 (a run of the benchmark ended at chance): without a recipe's lr it takes Adam's."""
+    text = RECIPE.format(technique="multips-sgd", extra="", partition="iid")
+    text = text.replace("lr = 0.004\n", "").replace("epochs = 2", "epochs = 4")
+    text = text.replace("epoch_iterations = 8", "epoch_iterations = 25")
+    path = tmp_path / "no-lr.toml"
+    path.write_text(text)  # at lr 0.05 this run ends at 0.10; at Adam's 1e-3, at 0.90
+    launch = Launch(path, tmp_path / "runs")
+    summary = _finish(launch)
+    assert summary["technique_report"]["settings"]["optimizer"] == "adam"
+    assert summary["test_accuracy"] >= 0.8

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -217,3 +218,25 @@ def test_every_example_recipe_passes_the_launch_checks(name: str) -> None:
     recipe, _ = load_checked_recipe(Path("recipes") / f"{name}.toml")
     launcher_side(recipe.train.family, recipe.train.technique).check(recipe)  # launch checks next
     assert recipe.run.name == name
+
+
+def test_an_adam_run_without_lr_steps_at_adams_default() -> None:
+    """``[train] lr``'s default is an SGD step; Adam (Mercury's default optimiser, or
+    ``[train] optimizer = "adam"``) without a recipe's lr takes Adam's own, and the resolved
+    lr is the run's own on a round trip while a candidate from the user's keys has none."""
+    from edgetrain.recipe import ADAM_DEFAULT_LR
+
+    def recipe(train: dict, **sections: dict) -> Any:
+        return parse_recipe({"train": train, **sections, "workers": [{"count": 2}]})
+
+    sgd = recipe({"technique": "gosgd"})
+    assert sgd.optimizer == "sgd" and sgd.train.lr == 0.05
+    merc = recipe({"family": "ps", "technique": "multips-sgd"})
+    assert merc.optimizer == "adam" and merc.train.lr == ADAM_DEFAULT_LR
+    assert parse_recipe(merc.to_dict()) == merc
+    assert "lr" not in merc.model_dump(exclude_unset=True).get("train", {})
+    assert recipe({"family": "ps", "technique": "mercury", "lr": 0.004}).train.lr == 0.004
+    on_sgd = recipe({"family": "ps", "technique": "mercury"}, mercury={"optimizer": "sgd"})
+    assert on_sgd.optimizer == "sgd" and on_sgd.train.lr == 0.05
+    adam = recipe({"technique": "gosgd", "optimizer": "adam"})
+    assert adam.optimizer == "adam" and adam.train.lr == ADAM_DEFAULT_LR

@@ -106,7 +106,7 @@ def replica_bytes(layers: Sequence[Layer], batch: int, optimizer_copies: int) ->
 
 
 def _copies(recipe: Recipe) -> int:
-    if recipe.train.optimizer == "adam":
+    if recipe.optimizer == "adam":  # Mercury's own [mercury] optimizer too
         return 2
     return 1 if recipe.train.momentum > 0 else 0
 

@@ -138,15 +138,23 @@ def _recipe_with(
         if data.get("data", {}).get("partition") == "fractions":
             data["data"] = {**data["data"], "partition": "iid", "fractions": None}
     try:
-        own = parse_recipe(data, f"the recipe as {technique}")
-        side.check(own)
-        return own
+        return _checked(data, recipe, technique, side)
     except EdgetrainError:
         for section in techniques.technique_spec(family, technique).sections:
             data.pop(section, None)
+        return _checked(data, recipe, technique, side)
+
+
+def _checked(data: dict[str, Any], recipe: Recipe, technique: str, side: Any) -> Recipe:
+    """``data`` parsed as the candidate and checked by its technique; the user's lr left out
+    where the candidate steps with another optimiser than the user's technique (an SGD step
+    size makes Adam diverge): the candidate then takes its optimiser's default lr."""
+    own = parse_recipe(data, f"the recipe as {technique}")
+    if own.optimizer != recipe.optimizer and "lr" in data["train"]:
+        data["train"] = {k: v for k, v in data["train"].items() if k != "lr"}
         own = parse_recipe(data, f"the recipe as {technique}")
-        side.check(own)
-        return own
+    side.check(own)
+    return own
 
 
 def place_workers(recipe: Recipe, env: Environment) -> list[str]:
