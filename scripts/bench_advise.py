@@ -263,7 +263,7 @@ def one_setting(
                     "measured_s": got["measured_s"],
                     "error": got["error"],
                     "status": summary.get("status"),
-                    "final_accuracy": summary.get("final_accuracy"),
+                    "final_accuracy": summary.get("test_accuracy"),  # the run's own, at its end
                     "workers": got["workers"],
                 })  # fmt: skip
                 say(f"{case.name}/{technique} seed {seed}: predicted "
