@@ -66,7 +66,7 @@ FIRST_UNIT_SHARE = 1.0 / 2.0
 # and per message it sends or receives (an activation or an error: ZeroMQ's send and receive,
 # the frame checks, the Python around them), beside the bytes' own cost. Measured on this
 # project's 2-core machine, process CPU less compute CPU per microbatch, in the runs of advise's
-# check of 2026-12-06 (benchmarks/advise/advise-check.json, no snapshots, evaluation at the
+# check of 2026-12-06 (benchmarks/advise/advise-check-b45f094.json, no snapshots, evaluation at the
 # end): Local 0.10-0.29 ms (10 runs, LeNet-5 and cnn2); a pipeline's first and last stages,
 # two messages, 0.67-1.24 ms, its middle stages, four, 1.20-1.73 ms (GreedyUpdates and
 # PipeDream, 2 and 4 stages). The mcPipe quick reproduction's 1.3-2.5 ms, the figure before,
