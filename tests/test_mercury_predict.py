@@ -23,8 +23,13 @@ SETTING = Setting(
     layers=LAYERS,
 )
 DEVICES = (0, 1, 2, 3)
-T_CP = 0.048  # (0.008 + 0.016) / 0.5
-T_CM = 2 * 3 / 4 * 2_000_000 / 10e6 + 0.002  # 0.302
+# the profile's step over the slow device's speed, then Adam's step beyond SGD's and the
+# gradient's flattening, 2 MB at 1.09 + 0.50 ns a byte, at half speed
+T_CP = 0.048 + 2_000_000 * 1.59e-9 / 0.5  # (0.008 + 0.016) / 0.5 + 0.00636
+# the link, then the aggregation's bytes through the CPU: 4 x 3/4 x 2 MB at 0.71 ns, half speed
+HOST = 4 * 3 / 4 * 2_000_000 * 0.71e-9 / 0.5  # 0.00852
+LINK = 2 * 3 / 4 * 2_000_000 / 10e6 + 0.002  # 0.302
+T_CM = LINK + HOST
 PER_SAMPLE = 0.016 / 32  # the slow device's forward per sample
 
 
@@ -36,6 +41,15 @@ def test_uniform_is_compute_plus_aggregation() -> None:
     assert p.parts["importance"] == 0.0
     assert p.iteration_s == pytest.approx(T_CP + T_CM)
     assert p.bytes_per_iteration == 2 * 3 * 2_000_000
+    assert p.parts["aggregation_overhead"] == pytest.approx(HOST)
+    sgd = settings(MercurySection(optimizer="sgd"), "multips-sgd", 32)
+    on_sgd = predict_mercury(sgd, SETTING, Shape(DEVICES, 32))
+    assert on_sgd.parts["compute"] == pytest.approx(T_CP - 2_000_000 * 1.09e-9 / 0.5)
+    # the profile ran at 0.5 core: a CPU second of one core is two of its seconds
+    halved = Setting(SETTING.devices, SETTING.links, LAYERS, reference_cores=0.5)
+    got = predict_mercury(s, halved, Shape(DEVICES, 32))
+    assert got.parts["aggregation_overhead"] == pytest.approx(2 * HOST)
+    assert got.parts["compute"] == pytest.approx(0.048 + 2 * (T_CP - 0.048))
 
 
 def test_sequential_adds_refresh_and_resharding() -> None:
@@ -104,14 +118,14 @@ def test_a_calibration_takes_the_measured_compute_and_the_aggregations_own_work(
     from edgetrain.ps.mercury.predict import Calibration
 
     # a uniform run at 10 MB/s measured T_cp 60 ms and T_cm 0.302 + 0.040 s: 40 ms beyond
-    # the link model, which the model then adds at every rate
-    cal = Calibration(t_cp_s=0.060, t_cm_s=T_CM + 0.040, bandwidth_Bps=10e6)
+    # the link model, which the model then adds at every rate (in place of the a priori terms)
+    cal = Calibration(t_cp_s=0.060, t_cm_s=LINK + 0.040, bandwidth_Bps=10e6)
     s = settings(MercurySection(), "multips-sgd", 32)
     shape = Shape(DEVICES, 32, samples_per_device=640, calibration=cal)
     same = predict_mercury(s, SETTING, shape)
     assert same.parts["compute"] == pytest.approx(0.060)
     assert same.parts["aggregation_overhead"] == pytest.approx(0.040)
-    assert same.iteration_s == pytest.approx(0.060 + T_CM + 0.040)  # its own run back
+    assert same.iteration_s == pytest.approx(0.060 + LINK + 0.040)  # its own run back
     faster = Setting(SETTING.devices, (Link(20e6, 0.001),), LAYERS)
     fast = predict_mercury(s, faster, shape)
     link = 2 * 3 / 4 * 2_000_000 / 20e6 + 0.002

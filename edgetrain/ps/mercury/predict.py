@@ -17,11 +17,18 @@ one round trip, over the slowest link between devices. Importance sampling adds 
   CPU the training leaves). Resharding fills the link while the device computes, sized by
   the link budget to fit there, so it adds nothing.
 
-A priori (from the profile alone) it leaves out the optimiser step (Adam over the whole model
-on every device), the aggregation's own work on the device's CPU (handling ``4 (K - 1)``
-messages on a fractional core, the CPU quota's stalls), drawing the minibatch from the cache
-and the hash checks. A :class:`Calibration` (a uniform run's measured ``T_cp`` and ``T_cm`` at
-one rate, the paper's "measured" terms of Eq. 5) brings the first two in at every rate.
+A priori (from the profile alone, whose step is SGD with momentum) the compute adds, per byte
+of parameters, Adam's step beyond that one (:data:`ADAM_EXTRA_CPU_S_PER_BYTE`, where the run
+steps with Adam) and the gradient flattened into one vector (:data:`FLATTEN_CPU_S_PER_BYTE`);
+the aggregation adds its bytes' own CPU, ``4 (K - 1) / K x P`` a device (its slices out and
+in, the averages out and in) at :data:`~edgetrain.runtime.predict.WIRE_CPU_S_PER_BYTE` (shown
+as ``aggregation_overhead``): CPU seconds of one core, in the profile's seconds by the cores it
+ran at, over the slowest device's speed. On the 10M-parameter MLP these came to 121 ms of one
+core an iteration, most of what multi-PS SGD measured beyond the model before (advise's check,
+benchmarks/advise). Still left out: each message's fixed cost, the CPU quota's stalls, drawing
+the minibatch from the cache and the hash checks. A :class:`Calibration` (a uniform run's
+measured ``T_cp`` and ``T_cm`` at one rate, the paper's "measured" terms of Eq. 5) replaces
+the a priori terms with what the run measured, at every rate.
 """
 
 from __future__ import annotations
@@ -31,7 +38,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from edgetrain.ps.mercury.config import Settings
-from edgetrain.runtime.predict import Prediction, Setting
+from edgetrain.runtime.predict import WIRE_CPU_S_PER_BYTE, Prediction, Setting
+
+# CPU seconds of one core per byte of parameters, one thread, measured on this project's 2-core
+# machine (10.0M parameters, out of cache; LeNet-5's 44k in cache gave 1.20 and 0.08 ns): Adam's
+# step took 1.34 ns a byte against SGD with momentum's 0.25 (the profile's step holds SGD's),
+# torch.cat of the gradients into the vector the aggregation sends 0.50 ns
+ADAM_EXTRA_CPU_S_PER_BYTE = 1.09e-9
+FLATTEN_CPU_S_PER_BYTE = 0.50e-9
 
 
 @dataclass(frozen=True)
@@ -121,12 +135,18 @@ def predict_mercury(s: Settings, setting: Setting, shape: Shape) -> Prediction:
         bandwidth = min(link.bandwidth_Bps for link in links)
         latency = max(link.latency_s for link in links)
         t_cm = on_link(bandwidth)
-    host = 0.0  # the aggregation's own work beyond the link (measured; 0: a priori)
+    host = 0.0  # the aggregation's own work beyond the link
     cal = shape.calibration
     if cal is not None:
         t_cp = cal.t_cp_s
         if k > 1:
             host = max(0.0, cal.t_cm_s - on_link(cal.bandwidth_Bps))
+            t_cm += host
+    else:
+        adam = ADAM_EXTRA_CPU_S_PER_BYTE if s.optimizer == "adam" else 0.0
+        t_cp += setting.cpu_s(params * (adam + FLATTEN_CPU_S_PER_BYTE)) / speed
+        if k > 1:
+            host = setting.cpu_s(4 * (k - 1) / k * params * WIRE_CPU_S_PER_BYTE) / speed
             t_cm += host
     per_sample = forward / max(1, shape.batch)
     scored = _refresh_samples(s, shape) if s.importance else 0  # samples a refresh scores
