@@ -41,9 +41,9 @@ from edgetrain.ps.mercury.config import Settings
 from edgetrain.runtime.predict import WIRE_CPU_S_PER_BYTE, Prediction, Setting
 
 # CPU seconds of one core per byte of parameters, one thread, measured on this project's 2-core
-# machine (10.0M parameters, out of cache; LeNet-5's 44k in cache gave 1.20 and 0.08 ns): Adam's
-# step took 1.34 ns a byte against SGD with momentum's 0.25 (the profile's step holds SGD's),
-# torch.cat of the gradients into the vector the aggregation sends 0.50 ns
+# machine at 10.0M parameters, out of cache (44k in LeNet-5-like tensors, in cache, gave 1.20
+# and 0.08 ns): Adam's step took 1.34 ns a byte against SGD with momentum's 0.25 (the
+# profile's step holds SGD's), torch.cat of the gradients into the vector sent 0.50 ns
 ADAM_EXTRA_CPU_S_PER_BYTE = 1.09e-9
 FLATTEN_CPU_S_PER_BYTE = 0.50e-9
 
