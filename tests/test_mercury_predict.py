@@ -26,8 +26,9 @@ DEVICES = (0, 1, 2, 3)
 # the profile's step over the slow device's speed, then Adam's step beyond SGD's and the
 # gradient's flattening, 2 MB at 1.09 + 0.50 ns a byte, at half speed
 T_CP = 0.048 + 2_000_000 * 1.59e-9 / 0.5  # (0.008 + 0.016) / 0.5 + 0.00636
-# the link, then the aggregation's bytes through the CPU: 4 x 3/4 x 2 MB at 0.71 ns, half speed
-HOST = 4 * 3 / 4 * 2_000_000 * 0.71e-9 / 0.5  # 0.00852
+# the link, then the aggregation's own CPU at half speed: its bytes, 4 x 3/4 x 2 MB at 0.71 ns,
+# and its 4 x 3 messages at 0.33 ms
+HOST = (4 * 3 / 4 * 2_000_000 * 0.71e-9 + 12 * 0.33e-3) / 0.5  # 0.01644
 LINK = 2 * 3 / 4 * 2_000_000 / 10e6 + 0.002  # 0.302
 T_CM = LINK + HOST
 PER_SAMPLE = 0.016 / 32  # the slow device's forward per sample
