@@ -25,10 +25,11 @@ in, the averages out and in) at :data:`~edgetrain.runtime.predict.WIRE_CPU_S_PER
 as ``aggregation_overhead``): CPU seconds of one core, in the profile's seconds by the cores it
 ran at, over the slowest device's speed. On the 10M-parameter MLP these came to 121 ms of one
 core an iteration, most of what multi-PS SGD measured beyond the model before (advise's check,
-benchmarks/advise). Still left out: each message's fixed cost, the CPU quota's stalls, drawing
-the minibatch from the cache and the hash checks. A :class:`Calibration` (a uniform run's
-measured ``T_cp`` and ``T_cm`` at one rate, the paper's "measured" terms of Eq. 5) replaces
-the a priori terms with what the run measured, at every rate.
+benchmarks/advise). Each message of the aggregation, ``4 (K - 1)`` a device, adds its own CPU
+(:data:`MESSAGE_CPU_S`), also in ``aggregation_overhead``. Still left out: the CPU quota's
+stalls, drawing the minibatch from the cache and the hash checks. A :class:`Calibration` (a
+uniform run's measured ``T_cp`` and ``T_cm`` at one rate, the paper's "measured" terms of
+Eq. 5) replaces the a priori terms with what the run measured, at every rate.
 """
 
 from __future__ import annotations
