@@ -345,17 +345,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown setting(s) {', '.join(unknown)}; known: {', '.join(known)}",
               file=sys.stderr)  # fmt: skip
         return 2
+    from edgetrain.errors import EdgetrainError
     from edgetrain.experiment import cli
     from edgetrain.experiment.report import code_commit
 
-    root = cli.data_root(args.data_root)
+    try:
+        root = cli.data_root(args.data_root)
+    except EdgetrainError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     work = args.work.resolve()
     cases = [known[n] for n in names] if names else list(ALL_SETTINGS)
     tables: dict[str, str] = {}
     started = time.time()
     settings = []
-    for case in cases:
-        settings.append(one_setting(case, work, root, cli.say, tables, seeds))
+    try:
+        with cli.sigterm_interrupts():  # SIGTERM too: the testbed comes down on the way out
+            for case in cases:
+                settings.append(one_setting(case, work, root, cli.say, tables, seeds))
+    except KeyboardInterrupt:
+        print(f"interrupted: the completed runs are kept in {work}; run the same command "
+              "again to resume", file=sys.stderr)  # fmt: skip
+        return 130
     commit = code_commit()
     doc = {
         "benchmark": "advise-check",

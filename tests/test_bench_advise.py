@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_advise.py"
 
 
@@ -105,4 +107,39 @@ def test_an_unknown_setting_is_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: unknown setting(s) nope; known: dynacomm,")
     assert proc.stderr.count("\n") == 1
+    assert not (tmp_path / "w").exists()
+
+
+def test_an_interrupt_is_one_line_and_keeps_the_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C (or SIGTERM, which the script turns into the same) stops the check with one line
+    naming where the completed runs are kept, exit 130, and no JSON written."""
+    bench = _module()
+
+    def interrupted(*args: object, **kwargs: object) -> dict[str, object]:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "one_setting", interrupted)
+    out = tmp_path / "check.json"
+    argv = ["--settings", "dynacomm", "--work", str(tmp_path / "w"), "--out", str(out)]
+    code = bench.main([*argv, "--data-root", str(tmp_path)])
+    assert code == 130
+    err = capsys.readouterr().err
+    assert err == (
+        f"interrupted: the completed runs are kept in {tmp_path / 'w'}; run the same command "
+        "again to resume\n"
+    )
+    assert not out.exists()
+
+
+def test_a_missing_data_root_is_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--data-root", str(missing), "--work", str(tmp_path / "w")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"error: MNIST directory {missing} not found")
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert not (tmp_path / "w").exists()

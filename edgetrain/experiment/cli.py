@@ -82,7 +82,7 @@ def run(
     started in the background, which ignores SIGINT.)"""
     args = parse(ap, argv)
     try:
-        with _sigterm_interrupts():
+        with sigterm_interrupts():
             doc = reproduce(args)
     except EdgetrainError as exc:
         sys.stderr.write(f"error: {exc}\n")
@@ -105,7 +105,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 @contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
+def sigterm_interrupts() -> Iterator[None]:
     """SIGTERM raises KeyboardInterrupt inside the block (the main thread only: elsewhere a
     handler cannot be set), so that the same clean-up runs as for Ctrl-C."""
     if threading.current_thread() is not threading.main_thread():
