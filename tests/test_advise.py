@@ -19,7 +19,7 @@ from edgetrain.advise.candidates import candidate, chosen_techniques, place_work
 from edgetrain.advise.environment import Environment, HostEntry, from_profiles, local
 from edgetrain.advise.inputs import data_flags, profiled_host
 from edgetrain.advise.plot import split
-from edgetrain.advise.rank import Entry, Memory, rank, reasons
+from edgetrain.advise.rank import Entry, Memory, near_best, rank, reasons
 from edgetrain.advise.remote import parse_remote, remote_command
 from edgetrain.errors import EdgetrainError
 from edgetrain.recipe import ADAM_DEFAULT_LR, parse_recipe
@@ -159,6 +159,29 @@ def test_reasons_balance_pace_baseline_and_note() -> None:
     assert (
         reasons(slower, comm, {"sequential": base})[1] == "50% slower than its baseline sequential"
     )
+
+
+def test_near_ties_are_named_where_the_models_cannot_call_them() -> None:
+    """Within 10% of the fastest's time per sample (inside the models' ~15% error) a runner-up
+    is a near tie, named in both entries' reasons and in the document; one that does not fit
+    never is, nor one just past 10%."""
+    a = Entry("gossip", "gosgd", pred("gosgd", 0.0100), 64)  # 6,400/s
+    b = Entry("gossip", "edgegossip", pred("edgegossip", 0.0109), 64)  # 1.09x the time
+    c = Entry("pipeline", "greedy", pred("greedy", 0.0111), 64)  # 1.11x: past 10%
+    big = Entry("ps", "mercury", pred("mercury", 0.0101), 64, (Memory(0, "j", 3 * GiB, GiB),))
+    assert [e.technique for e in near_best([c, b, a, big])] == ["gosgd", "edgegossip"]
+    assert near_best([a, c]) == [] and near_best([a]) == [] and near_best([]) == []
+    ranked, _ = rank([a, b, c, big], None)
+    lines = {r.entry.technique: r.reasons for r in ranked}
+    assert lines["gosgd"][1] == (
+        "a near tie with edgegossip (within 10%: inside the cost models' error): measure them "
+        "before choosing"
+    )
+    assert lines["edgegossip"][:2] == (
+        "1.09x the time of gosgd per sample",
+        "a near tie with gosgd: measure both before choosing",
+    )
+    assert not any("near tie" in x for x in lines["greedy"] + lines["mercury"])
 
 
 def test_plot_split_adds_up_to_the_iteration_per_sample() -> None:

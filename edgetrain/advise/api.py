@@ -11,7 +11,7 @@ from typing import Any
 from edgetrain import techniques
 from edgetrain.advise.candidates import Candidate, candidate
 from edgetrain.advise.environment import Environment
-from edgetrain.advise.rank import Entry, Memory, Ranked, rank
+from edgetrain.advise.rank import Entry, Memory, Ranked, near_best, rank
 from edgetrain.errors import EdgetrainError
 from edgetrain.recipe import Recipe
 from edgetrain.runtime.predict import Layer, Prediction
@@ -154,6 +154,7 @@ def advice(
         "environment": env.as_dict(),
         "what_if": list(what_if),
         "best": ranked[0].entry.technique if ranked else None,
+        "near_best": [e.technique for e in near_best([r.entry for r in ranked])],
         "ranking": [_row(r, cands[r.entry.technique]) for r in ranked],
         "not_predicted": [
             {"family": e.family, "technique": e.technique, "why": e.error or "no prediction"}

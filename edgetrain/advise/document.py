@@ -9,6 +9,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from edgetrain.advise.rank import TIE
+
 ADVICE_JSON = "advice.json"
 
 
@@ -42,6 +44,15 @@ def render(doc: Mapping[str, Any], console: Console) -> None:
             "yes" if row["fits"] else "[red]no[/red]",
         )
     console.print(table)
+    tie = doc.get("near_best") or []
+    if tie:
+        console.print(
+            f"[yellow]near tie:[/yellow] {', '.join(tie)}, predicted within {TIE:.0%} of the "
+            "fastest's time per sample (inside the cost models' error): launch each for an "
+            "epoch or two and keep the faster",
+            highlight=False,
+            soft_wrap=True,
+        )
     for row in doc["ranking"]:
         console.print(f"[bold]{row['place']}. {row['technique']}[/bold]", highlight=False)
         for reason in row["reasons"]:

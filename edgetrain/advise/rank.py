@@ -18,11 +18,14 @@ from dataclasses import dataclass, field
 
 from edgetrain.runtime.predict import Prediction
 
-__all__ = ["Entry", "Memory", "Ranked", "rank", "reasons"]
+__all__ = ["Entry", "Memory", "Ranked", "near_best", "rank", "reasons"]
 
 GiB = 2**30
 DOMINATES = 2.0  # one part this many times the other: it dominates
 PACE = 1.25  # the slowest worker this much over the median: it sets the pace
+# predicted within this share of the best's time per sample: a near tie, which the cost models
+# cannot call (advise's check measures their median error at about 15%, benchmarks/advise)
+TIE = 0.10
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,18 @@ def rank(entries: Sequence[Entry], train_samples: int | None) -> tuple[list[Rank
     return out, missing
 
 
+def near_best(entries: Sequence[Entry]) -> list[Entry]:
+    """The fitting entries predicted within :data:`TIE` of the fastest fitting one's time per
+    sample, fastest first (the fastest included; one entry alone is no tie: [])."""
+    fit = sorted(
+        (e for e in entries if e.fits and e.rate > 0), key=lambda e: (-e.rate, e.technique)
+    )
+    if not fit:
+        return []
+    close = [e for e in fit if fit[0].rate <= (1 + TIE) * e.rate]
+    return close if len(close) > 1 else []
+
+
 def reasons(e: Entry, best: Entry | None, by_name: Mapping[str, Entry]) -> list[str]:
     """Why ``e`` lands where it does, one line each: its place against the best, what
     dominates its iteration, its memory, its slowest worker, its baseline, and the
@@ -100,8 +115,16 @@ def reasons(e: Entry, best: Entry | None, by_name: Mapping[str, Entry]) -> list[
     out = []
     if best is None or best is e:
         out.append(f"fastest predicted: {e.rate:,.0f} samples/s")
+        close = [x.technique for x in near_best(list(by_name.values())) if x is not e]
+        if close:
+            out.append(
+                f"a near tie with {', '.join(close)} (within {TIE:.0%}: inside the cost "
+                "models' error): measure them before choosing"
+            )
     else:
         out.append(f"{best.rate / e.rate:.2f}x the time of {best.technique} per sample")
+        if e in near_best(list(by_name.values())):
+            out.append(f"a near tie with {best.technique}: measure both before choosing")
     for m in e.memory:
         if not m.fits and m.have is not None:
             out.append(
