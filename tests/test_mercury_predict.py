@@ -138,3 +138,24 @@ def test_a_calibration_takes_the_measured_compute_and_the_aggregations_own_work(
     assert got.parts["aggregation_overhead"] == 0.0
     with pytest.raises(ValueError, match="t_cm_s"):
         Calibration(t_cp_s=0.06, t_cm_s=0.0, bandwidth_Bps=10e6)
+
+
+def test_a_quota_refills_while_the_slowest_device_waits_on_the_link() -> None:
+    """Under a CPU quota the slowest device's work runs at the reference speed after a wait
+    long enough to refill it: the iteration is ``max(work, work x speed + link)``, never more
+    than ``work + link``; without a quota period it stays ``work + link``."""
+    s = settings(MercurySection(), "multips-sgd", 32)
+    quota = (Device("a"), Device("b"), Device("c"), Device("d", speed=0.5, quota_period_s=0.1))
+    got = predict_mercury(s, Setting(quota, SETTING.links, LAYERS), Shape(DEVICES, 32))
+    work = T_CP + HOST  # the slow device's own CPU an iteration, at its average speed
+    assert got.iteration_s == pytest.approx(work * 0.5 + LINK)  # the link outlasts the stalls
+    assert got.parts["quota_overlap"] == pytest.approx(work * 0.5)
+    assert got.parts["exposed_communication"] == pytest.approx(T_CM - work * 0.5)
+    assert any("quota refills" in n for n in got.notes)
+    fast = (Link(10e9, 0.0),)  # a link too quick to matter: the quota binds, the link hides
+    bound = predict_mercury(s, Setting(quota, fast, LAYERS), Shape(DEVICES, 32))
+    host = (4 * 3 / 4 * 2_000_000 * 0.71e-9 + 12 * 0.33e-3) / 0.5
+    assert bound.iteration_s == pytest.approx(T_CP + host)
+    plain = predict_mercury(s, Setting(SETTING.devices, fast, LAYERS), Shape(DEVICES, 32))
+    assert plain.iteration_s == pytest.approx(T_CP + host + 2 * 3 / 4 * 2_000_000 / 10e9)
+    assert "quota_overlap" not in plain.parts
