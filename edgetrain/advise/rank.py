@@ -87,10 +87,11 @@ def rank(entries: Sequence[Entry], train_samples: int | None) -> tuple[list[Rank
     ordered = sorted(predicted, key=lambda e: (not e.fits, -e.rate, e.technique))
     by_name = {e.technique: e for e in ordered}
     best = ordered[0] if ordered else None
+    ties = near_best(ordered)
     out = []
     for k, e in enumerate(ordered, start=1):
         epoch = train_samples / e.rate if train_samples else None
-        out.append(Ranked(k, e, epoch, tuple(reasons(e, best, by_name))))
+        out.append(Ranked(k, e, epoch, tuple(reasons(e, best, by_name, ties))))
     return out, missing
 
 
@@ -106,16 +107,24 @@ def near_best(entries: Sequence[Entry]) -> list[Entry]:
     return close if len(close) > 1 else []
 
 
-def reasons(e: Entry, best: Entry | None, by_name: Mapping[str, Entry]) -> list[str]:
-    """Why ``e`` lands where it does, one line each: its place against the best, what
-    dominates its iteration, its memory, its slowest worker, its baseline, and the
-    technique's own note."""
+def reasons(
+    e: Entry,
+    best: Entry | None,
+    by_name: Mapping[str, Entry],
+    ties: Sequence[Entry] | None = None,
+) -> list[str]:
+    """Why ``e`` lands where it does, one line each: its place against the best (and a near
+    tie with it: ``ties``, :func:`near_best` of ``by_name`` when not given), what dominates
+    its iteration, its memory, its slowest worker, its baseline, and the technique's own
+    note."""
     p = e.prediction
     assert p is not None
+    if ties is None:
+        ties = near_best(list(by_name.values()))
     out = []
     if best is None or best is e:
         out.append(f"fastest predicted: {e.rate:,.0f} samples/s")
-        close = [x.technique for x in near_best(list(by_name.values())) if x is not e]
+        close = [x.technique for x in ties if x is not e]
         if close:
             out.append(
                 f"a near tie with {', '.join(close)} (within {TIE:.0%}: inside the cost "
@@ -123,7 +132,7 @@ def reasons(e: Entry, best: Entry | None, by_name: Mapping[str, Entry]) -> list[
             )
     else:
         out.append(f"{best.rate / e.rate:.2f}x the time of {best.technique} per sample")
-        if e in near_best(list(by_name.values())):
+        if any(x is e for x in ties):
             out.append(f"a near tie with {best.technique}: measure both before choosing")
     for m in e.memory:
         if not m.fits and m.have is not None:

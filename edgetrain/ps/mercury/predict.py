@@ -204,14 +204,15 @@ def predict_mercury(s: Settings, setting: Setting, shape: Shape) -> Prediction:
         "aggregation_overhead": host,
     }
     if cal is None and k > 1:
-        bound = _quota_bound(setting, shape.devices, t_cp + host + t_is, t_cm - host)
+        link = t_cm - host  # the aggregation's time on the link, round trips included
+        bound = _quota_bound(setting, shape.devices, t_cp + host + t_is, link)
         if bound < iteration:
-            parts["quota_overlap"] = iteration - bound
-            parts["exposed_communication"] = t_cm - (iteration - bound)
+            overlap = iteration - bound
+            parts["quota_overlap"] = overlap
+            parts["exposed_communication"] = t_cm - overlap
             notes.append(
                 f"the slowest device's CPU quota refills while it waits on the link "
-                f"({(t_cm - host) * 1e3:.1f} ms): {(iteration - bound) * 1e3:.1f} ms of an "
-                "iteration overlap"
+                f"({link * 1e3:.1f} ms): {overlap * 1e3:.1f} ms of an iteration overlap"
             )
             iteration = bound
     ratio = t_is / (t_cp + t_cm) if t_cp + t_cm > 0 else 0.0
