@@ -8,10 +8,17 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from edgetrain.models.twin import cpu_twin, needs_twin
+
 
 def _flat_features(features: nn.Module, input_shape: tuple[int, int, int]) -> int:
+    """Elements per sample out of ``features``: on a CPU twin when built on the meta device
+    (:mod:`edgetrain.models.twin`)."""
+    if needs_twin([features]):
+        features = cpu_twin(features, [features])
+    device = next(features.parameters()).device
     with torch.no_grad():
-        return int(features(torch.zeros(1, *input_shape)).numel())
+        return int(features(torch.zeros(1, *input_shape, device=device)).numel())
 
 
 def mlp(

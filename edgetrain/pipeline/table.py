@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from edgetrain.models.twin import cpu_twin, needs_twin
 from edgetrain.pipeline.chain import Unit
 
 
@@ -76,7 +77,11 @@ def _macs(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
 
 
 def unit_table(units: Sequence[Unit], input_shape: Sequence[int]) -> list[UnitInfo]:
-    """Run the chain once on one sample (zeros) and measure every unit and layer call."""
+    """Run the chain once on one sample (zeros) and measure every unit and layer call: on a CPU
+    twin of units built on the meta device (:mod:`edgetrain.models.twin`)."""
+    tops = [m for unit in units for m in unit.modules()]
+    if needs_twin(tops):
+        units = cpu_twin(list(units), tops)
     first = next(units[0].module.parameters())
     device = first.device
     calls: list[tuple[nn.Module, int, int, int]] = []
