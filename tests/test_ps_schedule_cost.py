@@ -9,7 +9,14 @@ import pytest
 
 from edgetrain.ps.schedule_cost import TRANSMISSION_OVERHEAD_S, layer_costs, predict_schedule
 from edgetrain.recipe import parse_recipe
-from edgetrain.runtime.predict import Device, Layer, Link, Setting
+from edgetrain.runtime.predict import (
+    MESSAGE_CPU_S,
+    WIRE_CPU_S_PER_BYTE,
+    Device,
+    Layer,
+    Link,
+    Setting,
+)
 from edgetrain.runtime.sharing import Topology
 from edgetrain.runtime.side import launcher_side
 
@@ -132,3 +139,34 @@ def test_trainers_share_the_servers_link_and_a_wan() -> None:
         topology=Topology((0, 1, 2, 3), (100e6 / 8,) * 4, (0,) * 4, (None,)),
     )
     assert layer_costs(two, [0, 1], [2, 3]).pt[1] == pytest.approx(4e6 / (100e6 / 8))
+
+
+def test_messages_on_fractional_cores_set_a_cpu_floor() -> None:
+    # a fast link (1 GB/s, no latency) and small layers: the timeline is all compute, but a
+    # 0.2-core trainer pays for every message of its transmissions on that core, and a
+    # 0.1-core shard for every trainer's
+    layers = (
+        Layer("conv", forward_s=0.001, backward_s=0.002, param_bytes=10_000),
+        Layer("fc", forward_s=0.001, backward_s=0.002, param_bytes=90_000),
+    )
+    setting = Setting(
+        devices=(Device("a", speed=0.2), Device("b", speed=0.4), Device("ps", speed=0.1)),
+        links=(Link(1e9, 0.0),),
+        layers=layers,
+    )
+    p = predict_schedule("sequential", setting, [0, 1], [2])
+    compute = (0.003 + 0.003) / 0.2
+    # one pull and one push: 2 transmissions, a request and its answer each, one shard
+    trainer = (2 * 2 * 1 * MESSAGE_CPU_S + 2 * 100_000 * WIRE_CPU_S_PER_BYTE) / 0.2
+    server = 2 * (2 * 2 * MESSAGE_CPU_S + 2 * 100_000 * WIRE_CPU_S_PER_BYTE) / 0.1
+    assert p.parts["overhead"] == pytest.approx(trainer)
+    assert p.parts["server_cpu"] == pytest.approx(server)
+    assert p.iteration_s == pytest.approx(compute + trainer)  # 37.3 ms against the shard's 29.2
+    assert p.parts["exposed_communication"] == pytest.approx(0.0)
+    assert any("trainer's CPU sets the pace" in note for note in p.notes)
+    # six trainers: the shard's floor passes the trainer's, and the wait on it is exposed
+    six = Setting(setting.devices[:2] * 3 + setting.devices[2:], setting.links, layers)
+    q = predict_schedule("sequential", six, [0, 1, 2, 3, 4, 5], [6])
+    assert q.iteration_s == pytest.approx(3 * server)
+    assert q.parts["exposed_communication"] == pytest.approx(3 * server - compute - trainer)
+    assert any("slowest shard's CPU sets the pace" in note for note in q.notes)

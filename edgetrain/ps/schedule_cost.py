@@ -10,8 +10,18 @@ trip (``2 x latency``) per direction, on the first layer's pull and on its push
 (:func:`~edgetrain.ps.latency.with_round_trip`), and each pays ``dt`` =
 :data:`TRANSMISSION_OVERHEAD_S`, the per-message work of Python and ZeroMQ on both ends.
 Trainers share the links their transfers cross at once (a server's own link, a WAN between
-them and the server): each pulls and pushes at its even share (:func:`shared_Bps`). Not
-modelled: the shards' own apply time.
+them and the server): each pulls and pushes at its even share (:func:`shared_Bps`).
+
+The timeline puts the transmissions on the link, beside the compute. But their CPU is spent
+on the trainer's and the shards' cores, which the compute needs too: each transmission is a
+request and its answer at both ends, from and to every shard (``2 x servers`` messages a
+trainer, ``2 x trainers`` a shard, at :data:`~edgetrain.runtime.predict.MESSAGE_CPU_S` each),
+and the bytes of the pulls and pushes at
+:data:`~edgetrain.runtime.predict.WIRE_CPU_S_PER_BYTE` a side. The slowest trainer's compute
+and messages (``overhead``), and the busiest shard's messages and bytes (``server_cpu``), are
+each a floor of the iteration (:func:`cpu_floors`): on fractional cores, a 0.19-core trainer
+of LeNet-5 spends as long on its 16 messages as on its compute. Not modelled: the shards'
+apply time.
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ from edgetrain.plan.costs import LayerCosts
 from edgetrain.plan.simulator import simulate
 from edgetrain.plan.strategies import SCHEDULES, verdict
 from edgetrain.ps.latency import with_round_trip
-from edgetrain.runtime.predict import Prediction, Setting
+from edgetrain.runtime.predict import MESSAGE_CPU_S, WIRE_CPU_S_PER_BYTE, Prediction, Setting
 
 # Seconds of work per transmission on top of its bytes (a request and its answer through Python
 # and ZeroMQ). Pipelined single-layer pulls of lenet5 over loopback measured 0.03 ms apiece on
@@ -71,6 +81,24 @@ def shared_Bps(
     return min(alone, n * pull), min(alone, n * push)
 
 
+def cpu_floors(
+    setting: Setting, trainers: Sequence[int], servers: Sequence[int], transmissions: int
+) -> tuple[float, float]:
+    """The seconds an iteration's transmissions take of the CPU: the slowest trainer's (its
+    messages to and from every shard, and its pulled and pushed bytes) and the slowest shard's
+    (every trainer's messages, and its share of their bytes), each over its device's speed."""
+    model = sum(layer.param_bytes for layer in setting.layers)
+    k, n = len(trainers), len(servers)
+    trainer_work = 2 * transmissions * n * MESSAGE_CPU_S + 2 * model * WIRE_CPU_S_PER_BYTE
+    server_work = k * (2 * transmissions * MESSAGE_CPU_S + 2 * model / n * WIRE_CPU_S_PER_BYTE)
+    trainer_speed = min(setting.devices[t].speed for t in trainers)
+    server_speed = min(setting.devices[s].speed for s in servers)
+    return (
+        setting.cpu_s(trainer_work) / trainer_speed,
+        setting.cpu_s(server_work) / server_speed,
+    )
+
+
 def predict_schedule(
     technique: str, setting: Setting, trainers: Sequence[int], servers: Sequence[int]
 ) -> Prediction:
@@ -85,16 +113,27 @@ def predict_schedule(
     transmissions = len(forward) + 1 + len(backward) + 1
     # (pt and gt hold the two round trips: one per direction, however many transmissions)
     communication = float(costs.pt.sum() + costs.gt.sum()) + transmissions * costs.dt
-    iteration = timeline.iteration_s
+    overhead, server_cpu = cpu_floors(setting, trainers, servers, transmissions)
+    floor = max(compute + overhead, server_cpu)
+    iteration = max(timeline.iteration_s, floor)
+    # what the trainer waits beyond its own CPU: the timeline's, or the shard's floor
+    waited = iteration - compute - (overhead if floor > timeline.iteration_s else 0.0)
     parts = {
         "compute": compute,
         "communication": communication,
-        "exposed_communication": max(0.0, iteration - compute),
-        "overhead": 0.0,
+        "exposed_communication": max(0.0, waited),
+        "overhead": overhead,
+        "server_cpu": server_cpu,
     }
     nbytes = int(2 * sum(layer.param_bytes for layer in setting.layers)) * len(trainers)
-    notes = (
+    notes = [
         f"{technique}: {len(forward) + 1} pull(s) and {len(backward) + 1} push(es) per iteration",
         str(verdict(costs)["text"]),
-    )
-    return Prediction(technique, iteration, parts, nbytes, notes)
+    ]
+    if floor > timeline.iteration_s:
+        which = "the slowest shard's" if server_cpu >= compute + overhead else "the trainer's"
+        notes.append(
+            f"{which} CPU sets the pace: {overhead * 1e3:.1f} ms of the trainer's messages "
+            f"beside {compute * 1e3:.1f} ms of compute, {server_cpu * 1e3:.1f} ms at the shard"
+        )
+    return Prediction(technique, iteration, parts, nbytes, tuple(notes))

@@ -26,15 +26,15 @@ as ``aggregation_overhead``): CPU seconds of one core, in the profile's seconds 
 ran at, over the slowest device's speed. On the 10M-parameter MLP these came to 121 ms of one
 core an iteration, most of what multi-PS SGD measured beyond the model before (advise's check,
 benchmarks/advise). Each message of the aggregation, ``4 (K - 1)`` a device, adds its own CPU
-(:data:`MESSAGE_CPU_S`), also in ``aggregation_overhead``. Where the slowest device runs
-under a CPU quota (its ``quota_period_s``), a wait on the link refills it, so its work then
-runs at the reference speed: the iteration is ``max(work, work x speed + link)`` rather than
-``work + link`` (``quota_overlap``: on DynaComm's testbed, a 0.4-core device behind a 50 Mbit/s
-WAN, the link's 59 ms outlast the quota's stalls). Still left out: drawing the minibatch from
-the cache, the hash checks, and the emulator's hosts sharing one machine's cores (its bursts
-are at most the machine's cores over its busy hosts). A :class:`Calibration` (a
-uniform run's measured ``T_cp`` and ``T_cm`` at one rate, the paper's "measured" terms of
-Eq. 5) replaces the a priori terms with what the run measured, at every rate.
+(:data:`~edgetrain.runtime.predict.MESSAGE_CPU_S`), also in ``aggregation_overhead``. Where
+the slowest device runs under a CPU quota (its ``quota_period_s``), a wait on the link refills
+it, so its work then runs at the reference speed: the iteration is ``max(work, work x speed +
+link)`` rather than ``work + link`` (``quota_overlap``: on DynaComm's testbed, a 0.4-core
+device behind a 50 Mbit/s WAN, the link's 59 ms outlast the quota's stalls). Still left out:
+drawing the minibatch from the cache, the hash checks, and the emulator's hosts sharing one
+machine's cores (its bursts are at most the machine's cores over its busy hosts). A
+:class:`Calibration` (a uniform run's measured ``T_cp`` and ``T_cm`` at one rate, the paper's
+"measured" terms of Eq. 5) replaces the a priori terms with what the run measured, at every rate.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from edgetrain.ps.mercury.config import Settings
-from edgetrain.runtime.predict import WIRE_CPU_S_PER_BYTE, Prediction, Setting
+from edgetrain.runtime.predict import MESSAGE_CPU_S, WIRE_CPU_S_PER_BYTE, Prediction, Setting
 
 # CPU seconds of one core per byte of parameters, one thread, measured on this project's 2-core
 # machine at 10.0M parameters, out of cache (44k in LeNet-5-like tensors, in cache, gave 1.20
@@ -52,14 +52,6 @@ from edgetrain.runtime.predict import WIRE_CPU_S_PER_BYTE, Prediction, Setting
 # profile's step holds SGD's), torch.cat of the gradients into the vector sent 0.50 ns
 ADAM_EXTRA_CPU_S_PER_BYTE = 1.09e-9
 FLATTEN_CPU_S_PER_BYTE = 0.50e-9
-# CPU seconds of one core a device spends per message of the aggregation, sent or received
-# (``4 (K - 1)`` an iteration: its slices out, the peers' slices in, the averages out and in),
-# beside the bytes' own cost: the hand-off between the training thread and the peer thread,
-# ZeroMQ's send and receive, each message's checks, the Python around them. Measured on this
-# project's 2-core machine with a 1,210-parameter MLP (compute 0.8 ms of CPU a step, measured
-# apart), multi-PS SGD on digits, batch 32, 80 iterations an epoch, no quota: process CPU less
-# compute came to 1.25 ms an iteration with 2 devices (4 messages) and 4.3 ms with 4 (12)
-MESSAGE_CPU_S = 0.33e-3
 
 
 @dataclass(frozen=True)
