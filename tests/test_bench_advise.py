@@ -60,6 +60,7 @@ def test_judge_and_figures() -> None:
     assert bench.figures(settings) == {
         "predicted_best_share": 0.5, "settings_judged": 2,
         "median_iteration_error": 0.15, "runs_measured": 4,
+        "median_iteration_error_at_probe_speed": None,
     }  # fmt: skip
 
 
@@ -87,6 +88,26 @@ def test_seeds_a_median_each_and_every_run_in_the_figure() -> None:
     names = [c.name for c in bench.ALL_SETTINGS]
     assert len(names) == len(set(names)) == 9
     assert all(c.techniques for c in bench.FAMILY_SETTINGS)
+
+
+def test_the_machine_probe_scales_the_prediction_beside_the_raw_error() -> None:
+    bench = _module()
+    # measured 12 ms against 10 predicted: +20% raw; the machine probed 1.2x slower than
+    # beside the profile: 0% at its speed; 0.8x (faster): +50%
+    assert bench.at_probe_speed(0.012, 0.010, 1.2) == pytest.approx(0.0)
+    assert bench.at_probe_speed(0.012, 0.010, 0.8) == pytest.approx(0.5)
+    assert bench.at_probe_speed(None, 0.010, 1.0) is None
+    per_seed = [
+        {"seed": 1, "error": 0.2, "error_at_probe_speed": 0.0},
+        {"seed": 2, "error": 0.4, "error_at_probe_speed": -0.1},
+        {"seed": 3, "error": 0.1},  # a run measured before the probe: raw figure only
+    ]
+    settings = [{"verdict": {"best_right": True}, "runs": [{"per_seed": per_seed}]}]
+    figs = bench.figures(settings)
+    assert figs["median_iteration_error"] == 0.2
+    assert figs["median_iteration_error_at_probe_speed"] == 0.05
+    step = bench.machine_probe("mlp", {"hidden": [8]}, (1, 8, 8), 10, 4, seconds=0.05)
+    assert 0 < step < 1
 
 
 def test_bad_seeds_are_one_line(tmp_path: Path) -> None:
