@@ -287,12 +287,13 @@ def one_setting(
     with testbed(REPO / "recipes" / "testbeds" / case.testbed, "adv") as tb:
         tables[case.name] = verify_markdown(tb)
         doc, took = _advise(recipe_path, tb.hosts_file, out / "advise", case.techniques)
-        data = load_run_data(base)
-        shape = tuple(int(v) for v in data.input_shape)
+        own_data = load_run_data(base)  # (``data`` below is each candidate's section)
+        shape = tuple(int(v) for v in own_data.input_shape)
+        classes = own_data.classes
         assert len(shape) == 3
 
         def probe() -> float:
-            return machine_probe(case.model, case.options, shape, data.classes, case.batch)
+            return machine_probe(case.model, case.options, shape, classes, case.batch)
 
         probe_ref = probe()  # beside the profile advise has just measured (or found)
         say(f"{case.name}: machine probe {probe_ref * 1e3:.2f} ms a step beside the profile")
