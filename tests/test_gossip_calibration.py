@@ -34,7 +34,9 @@ ZERO = Constants(
         **{
             k: 0.0
             for k in Constants().__dict__
-            if k.endswith(("_per_byte", "_per_entry", "_per_chosen", "_message", "_layer"))
+            if k.endswith(
+                ("_per_byte", "_per_entry", "_per_chosen", "_message", "_layer", "_iteration")
+            )
         },
     }
 )

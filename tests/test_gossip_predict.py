@@ -21,7 +21,7 @@ from edgetrain.gossip.cost_gosgd import (
     gossip_workers,
     predict_gossip,
 )
-from edgetrain.gossip.cost_model import Constants, wall_s
+from edgetrain.gossip.cost_model import DEFAULT, Constants, on_reference, wall_s
 from edgetrain.gossip.exchange.cost_ako import partitions, predict_ako
 from edgetrain.gossip.exchange.cost_dlion import link_choices, plan_of, predict_dlion
 from edgetrain.gossip.exchange.cost_gaia import deployment, predict_gaia, significant_share
@@ -54,6 +54,10 @@ ZERO = Constants(
     scatter_s_per_entry=0.0,
     receive_s_per_message=0.0,
     update_s_per_layer=0.0,
+    encode_s_per_message=0.0,
+    send_s_per_message=0.0,
+    transport_s_per_message=0.0,
+    loop_s_per_iteration=0.0,
 )
 WIRE_CPU = Constants(**{**ZERO.__dict__, "wire_s_per_byte": 1e-9})  # 4 ms a model's bytes
 GOSSIP = GossipShape(workers=(0, 1), batch=32, probability=0.25)
@@ -344,6 +348,32 @@ def test_the_fixed_work_of_a_message_and_of_an_update() -> None:
     assert g.parts["update"] == pytest.approx(0.008)
 
 
+def test_the_loops_fixed_work_per_message_and_per_iteration() -> None:
+    # per message out: 0.5 ms to send (and for DLion, 1 ms to encode each link's); 0.25 ms of
+    # the transport's thread per message out or in; 2 ms of the loop once an iteration. Ako
+    # with two workers: each sends one slice and takes one in; worker 1 (speed 0.5) pays twice
+    # the seconds
+    fixed = Constants(
+        **{
+            **ZERO.__dict__,
+            "encode_s_per_message": 1e-3,
+            "send_s_per_message": 0.5e-3,
+            "transport_s_per_message": 0.25e-3,
+            "loop_s_per_iteration": 2e-3,
+        }
+    )
+    p = predict_ako(TWO, EXCHANGE, AkoSection(partitions=4), fixed)
+    base = predict_ako(TWO, EXCHANGE, AkoSection(partitions=4), ZERO)
+    assert p.parts["send"] - base.parts["send"] == pytest.approx(2 * 0.5e-3)
+    assert p.parts["loop"] == pytest.approx(2 * (2 * 0.25e-3 + 2e-3))
+    # the slower worker's slice is ready 1 ms later, worker 0 then takes it in and runs the
+    # loop's work (2.5 ms at speed 1) after it: 3.5 ms on the base's iteration
+    assert p.iteration_s - base.iteration_s == pytest.approx(1e-3 + 2.5e-3)
+    d = predict_dlion(TWO, EXCHANGE, DLionSection(we_when="none"), fixed)
+    dbase = predict_dlion(TWO, EXCHANGE, DLionSection(we_when="none"), ZERO)
+    assert d.parts["encode"] - dbase.parts["encode"] == pytest.approx(2 * 1e-3)  # one link
+
+
 def test_ako_partitions_from_the_recipes_rate() -> None:
     # ceil(S / (B t_iter)): 125 MB/s LAN and 60 ms -> 1; 12.5 MB/s WAN between sites -> 6
     assert partitions(TWO, EXCHANGE, AkoSection()) == 1
@@ -408,6 +438,25 @@ def test_the_hooks_read_the_settings_quota_period() -> None:
     quota = Setting((TWO.devices[0], Device("b", 0.5, quota_period_s=0.1)), TWO.links, LAYERS)
     direct = predict_ako(quota, ExchangeShape((0, 1), 32, lr=0.05, epochs=10), AkoSection())
     assert got["ako"][0.1] == pytest.approx(direct.iteration_s)
+
+
+@pytest.mark.parametrize("technique", ["gosgd", "edgegossip", "dlion", "gaia", "ako"])
+def test_the_constants_are_cpu_seconds_on_the_profiles_cores(technique: str) -> None:
+    """A profile taken at half a core (an emulated host's quota): the constants' CPU seconds
+    take twice as long in its seconds, the profiled compute does not change."""
+    half = Setting(TWO.devices, TWO.links, LAYERS, reference_cores=0.5)
+    assert on_reference(DEFAULT, TWO) is DEFAULT
+    doubled = on_reference(DEFAULT, half)
+    assert doubled.receive_s_per_message == pytest.approx(2 * DEFAULT.receive_s_per_message)
+    assert doubled.wire_s_per_byte == pytest.approx(2 * DEFAULT.wire_s_per_byte)
+    assert doubled.shared_interface is DEFAULT.shared_interface
+    side = launcher_side("gossip", technique)
+    whole, halved = side.predict(_recipe(technique), TWO), side.predict(_recipe(technique), half)
+    assert whole is not None and halved is not None
+    if technique != "edgegossip":  # its balancer moves the shares as the overhead grows
+        assert halved.parts["compute"] == pytest.approx(whole.parts["compute"])
+    assert halved.parts["overhead"] > whole.parts["overhead"]
+    assert halved.iteration_s > whole.iteration_s
 
 
 # ---------------------------------------------------------------------- errors and hooks

@@ -39,6 +39,7 @@ from edgetrain.gossip.cost_model import (
     forward_per_sample_s,
     model_bytes,
     ms,
+    on_reference,
     speed_label,
     step_compute_s,
 )
@@ -356,11 +357,13 @@ def gossip_shape(recipe: Recipe) -> GossipShape:
 
 def predict_gosgd(recipe: Recipe, setting: Setting) -> Prediction:
     """The family's hook: GoSGD's model (a technique whose side names its own uses that)."""
-    return predict_gossip(recipe.train.technique, setting, gossip_shape(recipe))
+    c = on_reference(DEFAULT, setting)
+    return predict_gossip(recipe.train.technique, setting, gossip_shape(recipe), None, c)
 
 
 def predict_edgegossip(recipe: Recipe, setting: Setting) -> Prediction:
     """EdgeGossip's side hook."""
     eg = EdgeGossipSection.of(recipe)
     edge = EdgeShape(eg.balance, eg.order, eg.ratio, eg.r_min, eg.rank_every, eg.rank_sample)
-    return predict_gossip("edgegossip", setting, gossip_shape(recipe), edge)
+    c = on_reference(DEFAULT, setting)
+    return predict_gossip("edgegossip", setting, gossip_shape(recipe), edge, c)

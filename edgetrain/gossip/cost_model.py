@@ -9,8 +9,11 @@ model") says what is modelled and what is not. Pure.
   b`` divided by its device's speed (linear in the batch: a step's fixed part is not modelled).
 - **The technique's own CPU work** (snapshots, sums, top-k, the significance filter, the
   transport's copies, the optimiser's step) is counted per byte of a float32 vector or per
-  entry with :class:`Constants`, seconds on the reference device divided by the worker's speed.
-  It shares the worker's CPU with compute (on a CPU-quota'd host the transport's thread does).
+  entry with :class:`Constants`: CPU seconds of one core, as seconds of the reference device
+  (:func:`on_reference`: over the cores the profile ran at, where that was a CPU quota's share
+  of one, as ``Setting.cpu_s`` turns them) divided by the worker's speed; the exchange loop
+  adds fixed work per message and per iteration. It shares the worker's CPU with compute (on
+  a CPU-quota'd host the transport's thread does).
   Under a CPU quota (the setting's ``Device.quota_period_s``, which ``setting_from_testbed``
   sets for a worker with less than a core of an emulated host, else
   ``Constants.quota_period_s``) a stretch of work between waits runs at the reference speed
@@ -27,7 +30,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 from edgetrain.runtime.predict import WIRE_CPU_S_PER_BYTE, Setting
 
@@ -55,13 +58,26 @@ class Constants:
     significance_s_per_entry: float = 6.05e-9  # Gaia's filter (|step acc| > v |w|, nonzero)
     scatter_s_per_entry: float = 1.7e-9  # one sparse entry added into a dense vector
     # Fixed work the per-byte figures miss, measured inside the exchange loop's workers (CPU
-    # time of the main thread per call: a 4-worker DLion of LeNet-5 at b0 = 64 on digits, on
-    # dlion-compute-4 and as local processes): taking in one message besides its bytes (the
-    # header, the payload's checks, the acknowledgement, the bookkeeping), about 0.15 ms; and
-    # the update's per-tensor work (the gradient split into the parameters, the optimiser's
-    # loop over them), about 90 us a layer with parameters (LeNet-5's five: 0.45 ms).
-    receive_s_per_message: float = 150e-6
+    # time of the main thread per call). First on a 4-worker DLion of LeNet-5 at b0 = 64 on
+    # digits, on dlion-compute-4 and as local processes: the update's per-tensor work (the
+    # gradient split into the parameters, the optimiser's loop over them), about 90 us a layer
+    # with parameters (LeNet-5's five: 0.45 ms). Then from the CPU-per-part tables of DLion's
+    # runs on edgegossip-4 (LeNet-5, 245 KB messages, three peers, dense; advise's checks of
+    # 2026-12-07, seeds 4 and 7, workers 0 and 1; each part less what the figures above give
+    # it): taking in one message besides its bytes (the header, the payload's checks, the
+    # acknowledgement, the bookkeeping), 1.85-2.0 ms for three, 0.45 ms a message (0.15 when
+    # first measured); DLion's encoding of a link's message beside its bytes (the dense
+    # take's or a top-k's call: 1.2-1.5 ms for three against 0.16 counted); a message's send
+    # on the main thread (0.77-0.82 ms for three against 0.52); the transport thread's work
+    # per message out or in (1.35-1.41 ms for six, none counted before); and, once an
+    # iteration, the loop's own (the step's bookkeeping, 0.4 ms; the wait's polling, 0.5; the
+    # update beyond its per-layer figure, 0.3).
+    receive_s_per_message: float = 450e-6
     update_s_per_layer: float = 90e-6
+    encode_s_per_message: float = 0.40e-3
+    send_s_per_message: float = 0.09e-3
+    transport_s_per_message: float = 0.23e-3
+    loop_s_per_iteration: float = 1.2e-3
     shared_interface: bool = True  # a worker's messages share its one interface
     # A device slower than the reference is a CPU quota of ``speed`` reference cores enforced
     # every quota_period_s (a cgroup's cfs period, as the emulator sets it: 0.1 s): it runs at
@@ -71,6 +87,24 @@ class Constants:
 
 
 DEFAULT = Constants()
+
+
+def on_reference(constants: Constants, setting: Setting) -> Constants:
+    """``constants`` (CPU seconds of one core) as seconds of ``setting``'s reference device:
+    where the profile ran at a CPU quota's share of a core (``Setting.reference_cores``, as
+    inside an emulated host), a second of CPU takes ``1 / cores`` of its seconds. Unchanged
+    on a whole core."""
+    scale = setting.cpu_s(1.0)
+    if scale == 1.0:
+        return constants
+    return replace(
+        constants,
+        **{
+            f.name: getattr(constants, f.name) * scale
+            for f in fields(constants)
+            if "_s_per_" in f.name
+        },
+    )
 
 
 # ---------------------------------------------------------------------- shared pieces

@@ -188,6 +188,7 @@ def dlion_round(
         s, k = ln.sparse_share, ln.entries or 0
         enc = encode[ln.src]
         enc["encode"] += size * c.add_s_per_byte + (1 - s) * size * c.take_s_per_byte
+        enc["encode"] += c.encode_s_per_message  # each link's own take or top-k: its call
         enc["encode"] += s * 2 * k * c.scatter_s_per_entry  # the gather and the residual's zeros
         enc["select"] += s * select_work(n, k, c)
         apply = s * k * c.scatter_s_per_entry + (1 - s) * size * c.add_s_per_byte

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from edgetrain.gossip.config import AkoSection, DLionSection, ExchangeSection, GaiaSection
+from edgetrain.gossip.cost_model import DEFAULT, on_reference
 from edgetrain.gossip.exchange.cost_calibration import Calibration
 from edgetrain.gossip.exchange.cost_round import ExchangeShape
 from edgetrain.recipe import Recipe
@@ -36,16 +37,19 @@ def predict_recipe(
     (:func:`.cost_dlion.calibrated`; None: a priori)."""
     cfg = model.of(recipe)
     shape = replace(exchange_shape(recipe, cfg), calibration=calibration)
+    # a priori, the constants' CPU seconds on the profile's cores; a calibration was measured
+    # on the very hosts against the constants as they are
+    c = on_reference(DEFAULT, setting) if calibration is None else DEFAULT
     if isinstance(cfg, DLionSection):
         from edgetrain.gossip.exchange.cost_dlion import predict_dlion
 
-        return None if cfg.selective else predict_dlion(setting, shape, cfg)
+        return None if cfg.selective else predict_dlion(setting, shape, cfg, c)
     if isinstance(cfg, GaiaSection):
         from edgetrain.gossip.exchange.cost_gaia import predict_gaia
 
-        return predict_gaia(setting, shape, cfg)
+        return predict_gaia(setting, shape, cfg, c)
     if isinstance(cfg, AkoSection):
         from edgetrain.gossip.exchange.cost_ako import predict_ako
 
-        return predict_ako(setting, shape, cfg)
+        return predict_ako(setting, shape, cfg, c)
     return None

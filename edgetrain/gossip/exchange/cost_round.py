@@ -146,14 +146,22 @@ def time_round(setting: Setting, rnd: Round, c: Constants, sync: str, staleness:
         inbox[m.dst].append(m)
     transfers = [Transfer(m.src, m.dst, m.nbytes) for m in rnd.messages]
     wire = wire_times(setting, transfers, c.shared_interface)
+    out_count: defaultdict[int, int] = defaultdict(int)
+    for m in rnd.messages:
+        out_count[m.src] += 1
     work: dict[int, dict[str, float]] = {}
     for w in rnd.workers:
         named = dict(rnd.encode.get(w, {}))
-        named["send"] = out_bytes[w] * c.wire_s_per_byte
+        sent = out_count[w]
+        named["send"] = out_bytes[w] * c.wire_s_per_byte + sent * c.send_s_per_message
         named["receive"] = sum(
             m.apply_s + m.nbytes * c.wire_s_per_byte + c.receive_s_per_message for m in inbox[w]
         )
         named.update(rnd.after.get(w, {}))
+        # the transport's thread for every message out and in, and the loop's own work
+        named["loop"] = (sent + len(inbox[w])) * c.transport_s_per_message + (
+            c.loop_s_per_iteration
+        )
         work[w] = named
     done: dict[int, float] = {}
     ready: dict[int, float] = {}
@@ -163,7 +171,8 @@ def time_round(setting: Setting, rnd: Round, c: Constants, sync: str, staleness:
     latency = 0.0
     for q in rnd.workers:
         recv = work[q]["receive"]
-        upd = wall_s(setting, q, sum(work[q][n] for n in rnd.after.get(q, {})), c)
+        after = sum(work[q][n] for n in rnd.after.get(q, {})) + work[q]["loop"]
+        upd = wall_s(setting, q, after, c)
         got = inbox[q]
         if not got:
             done[q] = ready[q] + wall_s(setting, q, recv, c) + upd
