@@ -183,33 +183,18 @@ def machine_probe(
 ) -> float:
     """The median seconds of a plain PyTorch SGD step (forward, loss, backward, step) of
     ``model`` at ``batch`` on random data, one thread, over ``seconds``: this machine's speed
-    now, outside the testbed."""
+    now, outside the testbed (:func:`edgetrain.profile.compute.plain_step_s`)."""
     import torch
 
     from edgetrain.models import build_model
+    from edgetrain.profile.compute import plain_step_s
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         torch.manual_seed(0)
         net = build_model(model, shape, classes, options)
-        opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-        x, y = torch.randn(batch, *shape), torch.randint(0, classes, (batch,))
-
-        def step() -> None:
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(net(x), y).backward()
-            opt.step()
-
-        for _ in range(3):
-            step()
-        times: list[float] = []
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end or len(times) < 5:
-            t0 = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
+        return plain_step_s(net, shape, batch, seconds, classes)
     finally:
         torch.set_num_threads(threads)
 

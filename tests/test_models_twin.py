@@ -36,7 +36,7 @@ def test_a_twin_keeps_shared_modules_shared_and_leaves_large_models_on_meta() ->
     with torch.device("meta"):
         shared = nn.Linear(4, 4)
         holder = {"a": nn.Sequential(shared, nn.ReLU()), "b": shared}
-    twin = cpu_twin(holder, [holder["a"], holder["b"]])
+    twin = cpu_twin(holder)
     assert twin["a"][0] is twin["b"]
     assert twin["b"].weight.device.type == "cpu" and twin["b"].weight.shape == (4, 4)
     assert holder["b"].weight.is_meta

@@ -15,7 +15,7 @@ def _flat_features(features: nn.Module, input_shape: tuple[int, int, int]) -> in
     """Elements per sample out of ``features``: on a CPU twin when built on the meta device
     (:mod:`edgetrain.models.twin`)."""
     if needs_twin([features]):
-        features = cpu_twin(features, [features])
+        features = cpu_twin(features)
     device = next(features.parameters()).device
     with torch.no_grad():
         return int(features(torch.zeros(1, *input_shape, device=device)).numel())

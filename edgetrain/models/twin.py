@@ -37,21 +37,15 @@ def needs_twin(modules: Iterable[nn.Module]) -> bool:
     return meta and nbytes <= TWIN_MAX_BYTES
 
 
-def cpu_twin(obj: T, modules: Iterable[nn.Module]) -> T:
+def cpu_twin(obj: T) -> T:
     """A deep copy of ``obj`` (a module, or anything holding modules: a list of units) whose
-    ``modules`` (those reachable from ``obj``) have uninitialised CPU tensors in place of meta
-    ones. One ``deepcopy`` keeps modules shared inside ``obj`` shared in the copy."""
-    mods = list(modules)
+    modules have uninitialised CPU tensors in place of meta ones. One ``deepcopy`` keeps
+    modules shared inside ``obj`` shared in the copy."""
     memo: dict[int, object] = {}
     twin = copy.deepcopy(obj, memo)
-    seen: set[int] = set()
-    for module in mods:
-        copied = memo.get(id(module), module)
-        assert isinstance(copied, nn.Module)
-        for m in copied.modules():
-            if id(m) not in seen:
-                seen.add(id(m))
-                _allocate(m)
+    for copied in memo.values():  # every object the copy made, each once
+        if isinstance(copied, nn.Module):
+            _allocate(copied)
     return twin
 
 

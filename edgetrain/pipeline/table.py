@@ -79,9 +79,8 @@ def _macs(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
 def unit_table(units: Sequence[Unit], input_shape: Sequence[int]) -> list[UnitInfo]:
     """Run the chain once on one sample (zeros) and measure every unit and layer call: on a CPU
     twin of units built on the meta device (:mod:`edgetrain.models.twin`)."""
-    tops = [m for unit in units for m in unit.modules()]
-    if needs_twin(tops):
-        units = cpu_twin(list(units), tops)
+    if needs_twin(m for unit in units for m in unit.modules()):
+        units = cpu_twin(list(units))
     first = next(units[0].module.parameters())
     device = first.device
     calls: list[tuple[nn.Module, int, int, int]] = []

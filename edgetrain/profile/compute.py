@@ -196,6 +196,28 @@ class _Trainer:
         return time.perf_counter() - t0
 
 
+def plain_step_s(
+    model: nn.Module,
+    input_shape: Sequence[int],
+    batch: int,
+    seconds: float,
+    num_classes: int = 10,
+) -> float:
+    """The median seconds of ``model``'s plain training step (forward, loss, backward, SGD
+    with momentum) at ``batch`` on random inputs, on the CPU, over ``seconds`` (at least 5
+    steps, after 3 untimed): how fast this machine runs the model now."""
+    cfg = ComputeConfig((batch,), num_classes=num_classes)
+    tr = _Trainer(model, cfg, input_shape)
+    x, y = tr.batch(batch)
+    for _ in range(3):
+        tr.plain_step(x, y)
+    times: list[float] = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end or len(times) < 5:
+        times.append(tr.plain_step(x, y))
+    return float(np.median(times))
+
+
 def profile_compute(
     model: nn.Module,
     specs: list[LayerSpec],

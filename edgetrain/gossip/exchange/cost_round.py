@@ -140,15 +140,14 @@ def time_round(setting: Setting, rnd: Round, c: Constants, sync: str, staleness:
     """The period of ``rnd`` (see the module's docstring)."""
     speed = {w: setting.devices[w].speed for w in rnd.workers}
     out_bytes: defaultdict[int, float] = defaultdict(float)
+    out_count: defaultdict[int, int] = defaultdict(int)
     inbox: defaultdict[int, list[Msg]] = defaultdict(list)
     for m in rnd.messages:
         out_bytes[m.src] += m.nbytes
+        out_count[m.src] += 1
         inbox[m.dst].append(m)
     transfers = [Transfer(m.src, m.dst, m.nbytes) for m in rnd.messages]
     wire = wire_times(setting, transfers, c.shared_interface)
-    out_count: defaultdict[int, int] = defaultdict(int)
-    for m in rnd.messages:
-        out_count[m.src] += 1
     work: dict[int, dict[str, float]] = {}
     for w in rnd.workers:
         named = dict(rnd.encode.get(w, {}))
