@@ -20,7 +20,7 @@ from edgetrain.advise.environment import Environment, HostEntry, from_profiles, 
 from edgetrain.advise.inputs import data_flags, profiled_host
 from edgetrain.advise.plot import split
 from edgetrain.advise.rank import Entry, Memory, near_best, rank, reasons
-from edgetrain.advise.remote import parse_remote, remote_command
+from edgetrain.advise.remote import median_profile, pace_s, parse_remote, remote_command
 from edgetrain.errors import EdgetrainError
 from edgetrain.recipe import ADAM_DEFAULT_LR, parse_recipe
 from edgetrain.runtime.predict import Layer, Prediction
@@ -486,6 +486,26 @@ def test_remote_command_and_what_a_host_prints() -> None:
         parse_remote(" " * (4 * MiB + 1), "a", "lenet5")
 
 
+def test_the_profile_of_median_pace_is_kept_with_the_first_rounds_links() -> None:
+    link = [{"peer": "tcp://c:1", "bandwidth_Bps": 1e7, "rtt_s": 1e-3, "size_bytes": 1}]
+    base = sum(f + b for _, _, _, f, b in LAYERS)  # 0.00372 s
+    docs = [profile("a", 1.3, link), profile("a", 0.9), profile("a", 1.1)]
+    assert [round(pace_s(d) / base, 6) for d in docs] == [1.3, 0.9, 1.1]
+    kept = median_profile(docs)
+    assert kept["layers"] == docs[2]["layers"] and kept["links"] == link
+    assert kept["rounds"]["kept"] == 2
+    assert [round(x / base, 6) for x in kept["rounds"]["pace_s"]] == [1.3, 0.9, 1.1]
+    # under a quota the pace is the layers scaled by the sustained step's throttling
+    slow = {**profile("a"), "step_s": 0.004, "sustained_step_s": 0.010}
+    assert pace_s(slow) == pytest.approx(base * 2.5)
+    assert median_profile([profile("a"), slow, profile("a", 3.0)])["rounds"]["kept"] == 1
+    # an even count keeps the slower middle one; one profile is kept as it is
+    assert median_profile([profile("a", 1.0), profile("a", 2.0)])["rounds"]["kept"] == 1
+    assert median_profile([docs[1]])["layers"] == docs[1]["layers"]
+    with pytest.raises(ValueError, match="no profile"):
+        median_profile([])
+
+
 @pytest.mark.system
 @pytest.mark.timeout(300)
 def test_advise_profiles_each_host_over_ssh(tmp_path: Path, sshd: Sshd) -> None:  # noqa: F811
@@ -513,6 +533,7 @@ def test_advise_profiles_each_host_over_ssh(tmp_path: Path, sshd: Sshd) -> None:
         kept = json.loads((run / "profiles" / f"{name}.json").read_text())
         assert kept["host"] == name and kept["model"] == "lenet5"
         assert kept["links"] and kept["links"][0]["bandwidth_Bps"] > 0  # probed back to advise
+        assert len(kept["rounds"]["pace_s"]) == 3 and kept["rounds"]["kept"] in (0, 1, 2)
     assert doc["environment"]["source"] == "each host's profile"
     assert [h["name"] for h in doc["environment"]["hosts"]] == ["h0", "h1"]
     assert {x["technique"] for x in doc["ranking"]} == {"gosgd", "sequential", "local"}
@@ -571,6 +592,7 @@ def test_advise_profiles_in_the_testbeds_fastest_host(tmp_path: Path, sshd: Sshd
     assert "testbed_host_unreachable" not in doc
     kept = json.loads((tmp_path / "up" / "profiles" / "h1.json").read_text())
     assert kept["timed_on"] == "data:digits" and not kept.get("links")
+    assert len(kept["rounds"]["pace_s"]) == 3  # three profiles, the median one kept
     assert doc["environment"]["source"] == "testbed t"
 
     with socket.socket() as closed:  # a port nothing listens on: the testbed is down

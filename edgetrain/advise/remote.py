@@ -4,6 +4,12 @@ probed to a probe server this process runs for the while (the machine launch's c
 would run on). What a host prints is checked before it is kept: at most
 :data:`MAX_PROFILE_BYTES`, JSON (never unpickled), the profile schema, the host's own name and
 the recipe's model.
+
+Each host is profiled :data:`ROUNDS` times, in rounds (every host once, then again), and the
+profile of median pace kept (:func:`median_profile`): one profile times a few seconds of a
+machine whose speed swings by a fifth over seconds to minutes (a shared VM, a board throttling),
+so one reading can be a lucky or an unlucky one; the median of three spread over the whole
+profiling is steadier. The link is probed in the first round only.
 """
 
 from __future__ import annotations
@@ -18,13 +24,23 @@ from typing import Any
 
 from edgetrain.errors import EdgetrainError
 
-__all__ = ["MAX_PROFILE_BYTES", "parse_remote", "profile_hosts", "remote_command"]
+__all__ = [
+    "MAX_PROFILE_BYTES",
+    "ROUNDS",
+    "median_profile",
+    "pace_s",
+    "parse_remote",
+    "profile_hosts",
+    "remote_command",
+]
 
 MAX_PROFILE_BYTES = 4 * 2**20
 PROFILE_TIMEOUT_S = 300.0
 
 Timing = tuple[int, float]  # a profile's repeats and its least seconds of timed steps
 REMOTE_TIMING: Timing = (5, 0.5)  # a real host's: short, every host in turn
+#: Profiles taken of each host, in rounds; the one of median pace is kept.
+ROUNDS = 3
 
 
 def remote_command(
@@ -75,6 +91,32 @@ def parse_remote(out: str, name: str, model: str) -> dict[str, Any]:
     return doc
 
 
+def pace_s(profile: Mapping[str, Any]) -> float:
+    """A profile's sustained seconds of a step as a cost model reads it: its layers' sum scaled
+    by its sustained plain step's throttling (:func:`edgetrain.runtime.setting_build.
+    sustained_scale`; pure)."""
+    from edgetrain.runtime.setting_build import sustained_scale
+
+    rows = [x for x in profile.get("layers") or [] if isinstance(x, Mapping)]
+    total = sum(float(x.get("fwd_s", 0.0)) + float(x.get("bwd_s", 0.0)) for x in rows)
+    return total * sustained_scale(profile)
+
+
+def median_profile(docs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Of one host's profiles in the order taken, the one of median pace (:func:`pace_s`; of
+    an even count, the slower middle one), with the first one's links (the rounds after the
+    first probe none) and a ``rounds`` table: each profile's pace and which was kept (pure)."""
+    if not docs:
+        raise ValueError("no profile to choose from")
+    paces = [pace_s(d) for d in docs]
+    order = sorted(range(len(docs)), key=lambda i: (paces[i], i))
+    kept = order[len(docs) // 2]
+    out = dict(docs[kept])
+    out["links"] = list(docs[0].get("links") or [])
+    out["rounds"] = {"pace_s": paces, "kept": kept}
+    return out
+
+
 @contextmanager
 def _probe_server(bind: str, address: str) -> Iterator[str]:
     """A link-probe server here for the block; yields the endpoint hosts reach it at."""
@@ -114,48 +156,73 @@ def profile_hosts(
     timing: Timing = REMOTE_TIMING,
     data: tuple[str, str | None] | None = None,
     probe: bool = True,
+    rounds: int = ROUNDS,
 ) -> dict[str, dict[str, Any]]:
-    """A profile of each host of ``hosts`` (a validated hosts file) named in ``names``, in turn
-    (one at a time: profiles taken side by side would slow each other on shared hardware),
-    each with its link probed where ``probe`` (an emulated testbed's links are in its spec);
+    """A profile of each host of ``hosts`` (a validated hosts file) named in ``names``: each
+    host ``rounds`` times, in turn (one at a time: profiles taken side by side would slow each
+    other on shared hardware), the one of median pace kept (:func:`median_profile`), its link
+    probed in the first round where ``probe`` (an emulated testbed's links are in its spec);
     ``timing`` and ``data`` as :func:`remote_command`."""
+    taken: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    total = len(names) * rounds
+    with _peer(hosts, probe) as peer:
+        for r in range(rounds):
+            for k, name in enumerate(names):
+                if progress is not None:
+                    step = f" ({r + 1}/{rounds})" if rounds > 1 else ""
+                    progress(f"profiling {name} over ssh{step}", r * len(names) + k, total)
+                taken[name].append(
+                    _profile_one(
+                        hosts, name, model, options, shape, classes, batch,
+                        peer if r == 0 else None, timing, data,
+                    )
+                )  # fmt: skip
+    return {name: median_profile(docs) for name, docs in taken.items()}
+
+
+def _profile_one(
+    hosts: Any,
+    name: str,
+    model: str,
+    options: Mapping[str, Any],
+    shape: tuple[int, int, int],
+    classes: int,
+    batch: int,
+    peer: str | None,
+    timing: Timing,
+    data: tuple[str, str | None] | None,
+) -> dict[str, Any]:
+    """One profile of host ``name`` over ssh, checked."""
     from edgetrain.launch.ssh_argv import ssh_command
 
-    by_name = {h.label: h for h in hosts.hosts}
-    out = {}
-    with _peer(hosts, probe) as peer:
-        for k, name in enumerate(names):
-            if progress is not None:
-                progress(f"profiling {name} over ssh", k, len(names))
-            host = by_name[name]
-            remote = remote_command(
-                hosts.python_for(host), host.workdir, name, model, options, shape, classes,
-                batch, peer, timing, data,
-            )  # fmt: skip
-            try:
-                proc = subprocess.run(
-                    ssh_command(hosts, host, remote),
-                    capture_output=True,
-                    text=True,
-                    timeout=PROFILE_TIMEOUT_S + hosts.connect_timeout_s,
-                )
-            except subprocess.TimeoutExpired:
-                raise EdgetrainError(
-                    f"profiling host {name} over ssh took over {PROFILE_TIMEOUT_S:.0f} s",
-                    "check the host (edgetrain hosts check), or profile it there and copy "
-                    "RUN/profiles/NAME.json here",
-                ) from None
-            if proc.returncode != 0:
-                tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-                raise EdgetrainError(
-                    f"cannot profile host {name} over ssh: {tail[:300]}",
-                    "check it with edgetrain hosts check HOSTS.toml, or profile it there and "
-                    "copy RUN/profiles/NAME.json here",
-                )
-            try:
-                out[name] = parse_remote(proc.stdout, name, model)
-            except ValueError as exc:
-                raise EdgetrainError(
-                    f"host {name}'s profile over ssh: {exc}", "run edgetrain profile there"
-                ) from None
-    return out
+    host = next(h for h in hosts.hosts if h.label == name)
+    remote = remote_command(
+        hosts.python_for(host), host.workdir, name, model, options, shape, classes,
+        batch, peer, timing, data,
+    )  # fmt: skip
+    try:
+        proc = subprocess.run(
+            ssh_command(hosts, host, remote),
+            capture_output=True,
+            text=True,
+            timeout=PROFILE_TIMEOUT_S + hosts.connect_timeout_s,
+        )
+    except subprocess.TimeoutExpired:
+        raise EdgetrainError(
+            f"profiling host {name} over ssh took over {PROFILE_TIMEOUT_S:.0f} s",
+            "check the host (edgetrain hosts check), or profile it there and copy "
+            "RUN/profiles/NAME.json here",
+        ) from None
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise EdgetrainError(
+            f"cannot profile host {name} over ssh: {tail[:300]}",
+            "check it with edgetrain hosts check HOSTS.toml, or profile it there and "
+            "copy RUN/profiles/NAME.json here",
+        )
+    try:
+        return parse_remote(proc.stdout, name, model)
+    except ValueError as exc:
+        raise EdgetrainError(
+            f"host {name}'s profile over ssh: {exc}", "run edgetrain profile there"
+        ) from None
