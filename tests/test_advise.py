@@ -291,6 +291,44 @@ def test_every_family_lays_out_its_workers_on_the_slots() -> None:
     assert samples_per_iteration(got["pipedream"].recipe) == 32
 
 
+def test_a_pipelines_recipe_carries_the_cuts_its_prediction_assumed() -> None:
+    """A launch without a split cuts by multiply-accumulates on equal devices; advise writes
+    the cuts its model chose on these hosts into the recipe, so the run is the one predicted."""
+    from edgetrain.advise.candidates import recipe_text
+    from edgetrain.pipeline.family import launch_partition, model_table
+    from edgetrain.runtime.side import launcher_side
+
+    r = recipe()
+    e = env(host("a", 2.0), host("b", 1.0), host("c", 0.25))
+    got = candidate(r, "pipeline", "pipedream", e, layers())
+    split = got.recipe.model_dump(mode="json", exclude_unset=True)["pipeline"]["split"]
+    side = launcher_side("pipeline", "pipedream")
+    train = {**RECIPE["train"], "family": "pipeline", "technique": "pipedream"}
+    stages = [{"role": "stage", "count": 3}]
+    bare = parse_recipe({**RECIPE, "train": train, "workers": stages})
+    assert side.planned(bare, got.setting) == {"pipeline": {"split": split}}
+    assert sum(split) == len(LAYERS) and len(split) == 3
+    assert split[-1] == 1  # the 0.25-core host takes one unit, the 2-core host the most
+    assert split[0] >= 2
+    # the launch would cut otherwise: by multiply-accumulates on equal devices
+    infos, _, _ = model_table(bare)
+    launched = [hi - lo for lo, hi in launch_partition(bare, infos, 3).bounds]
+    assert launched != split
+    # the prediction is the same before and after the cuts are written in
+    assert side.predict(got.recipe, got.setting) == side.predict(bare, got.setting)
+    assert "split = [" in recipe_text(got)
+    # a user's split stays; one stage (Local) and replicas have nothing to cut
+    own = parse_recipe(
+        {**RECIPE, "train": train, "workers": stages, "pipeline": {"split": [3, 1, 1]}}
+    )
+    assert side.planned(own, got.setting) is None
+    assert candidate(own, "pipeline", "pipedream", e, layers()).recipe.model_dump(
+        mode="json", exclude_unset=True)["pipeline"]["split"] == [3, 1, 1]  # fmt: skip
+    for name in ("local", "dataparallel"):
+        data = candidate(r, "pipeline", name, e, layers()).recipe.model_dump(mode="json")
+        assert (data.get("pipeline") or {}).get("split") is None
+
+
 def test_placement_follows_labels_like_launch() -> None:
     r = parse_recipe({**RECIPE, "workers": [{"count": 2}, {"role": "server", "labels": ["big"]}]})
     e = env(host("a"), host("b"), host("c"), labels={"a": ("big",)})

@@ -98,7 +98,25 @@ def candidate(
         env.facts, hosts, layers, reference_cpu=env.reference_cpu, latency_s=env.latency_s,
         batch=recipe.train.batch_size,
     )  # fmt: skip
+    try:
+        own = _with_planned(own, recipe, technique, side, setting)
+    except (EdgetrainError, ValueError) as exc:
+        return Candidate(family, technique, own, error=getattr(exc, "problem", str(exc)))
     return Candidate(family, technique, own, hosts, setting)
+
+
+def _with_planned(own: Recipe, recipe: Recipe, technique: str, side: Any, setting: Any) -> Recipe:
+    """``own`` with the choices the technique's cost model made on ``setting`` written in
+    (the side's ``planned`` hook: a pipeline's cuts), so a launch of the recipe advise writes
+    runs what it predicted."""
+    hook = getattr(side, "planned", None)
+    keys = hook(own, setting) if hook is not None else None
+    if not keys:
+        return own
+    data = own.model_dump(mode="json", exclude_unset=True)
+    for section, values in keys.items():
+        data[section] = {**data.get(section, {}), **values}
+    return _checked(data, recipe, technique, side)
 
 
 def _own_recipe(

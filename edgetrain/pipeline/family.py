@@ -401,6 +401,17 @@ class PipelineFamily(FamilyDefaults):
         setting = setting.at_batch(microbatch_of(recipe))
         return predict_pipelined(recipe.train.technique, setting, shape_of(recipe, setting, STAGE))
 
+    def planned(self, recipe: Recipe, setting: Setting) -> dict[str, dict[str, Any]] | None:
+        """The cuts the cost model chose on ``setting`` (``[pipeline] split``) where the recipe
+        has two stages or more and fixes none (no split, no plan file): a launch without them
+        cuts by multiply-accumulates on equal devices (:func:`launch_partition`), and on hosts
+        of unequal speed or behind slow links that is another pipeline than the one predicted."""
+        cfg = PipelineSection.of(recipe)
+        if _count(recipe, STAGE) < 2 or cfg.split is not None or cfg.plan is not None:
+            return None
+        shape = shape_of(recipe, setting.at_batch(microbatch_of(recipe)), STAGE)
+        return {"pipeline": {"split": [hi - lo for lo, hi in shape.bounds]}}
+
 
 def shape_of(recipe: Recipe, setting: Setting, role: str) -> Any:
     """The cost model's :class:`~edgetrain.pipeline.predict.Shape` of ``recipe``: its ``role``

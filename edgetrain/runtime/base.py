@@ -170,7 +170,8 @@ class FamilyDefaults:
 
     ``check_run_dir`` and ``reads``: nothing read from the run directory; ``artifacts``: no files;
     ``report``: nothing added; ``report_files``: none; ``predict``: no cost model; ``layout``:
-    the family's default role on every slot; ``traffic``: every pair of workers."""
+    the family's default role on every slot; ``traffic``: every pair of workers; ``planned``:
+    nothing to write into the recipe."""
 
     def check_run_dir(self, recipe: Recipe, run_dir: Path | None) -> None:
         return None
@@ -199,6 +200,9 @@ class FamilyDefaults:
     def traffic(self, recipe: Recipe) -> Sequence[tuple[int, int]] | None:
         return None
 
+    def planned(self, recipe: Recipe, setting: Setting) -> dict[str, dict[str, Any]] | None:
+        return None
+
 
 @dataclass(frozen=True)
 class TechniqueSide:
@@ -225,6 +229,7 @@ class TechniqueSide:
     predict: Callable[[Recipe, Setting], Prediction | None] | None = None
     layout: Callable[[Recipe, int], Sequence[tuple[str, int]] | None] | None = None
     traffic: Callable[[Recipe], Sequence[tuple[int, int]] | None] | None = None
+    planned: Callable[[Recipe, Setting], dict[str, dict[str, Any]] | None] | None = None
 
 
 class HandInError(EdgetrainError):

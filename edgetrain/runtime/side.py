@@ -96,6 +96,10 @@ class Launcher:
         hook = self.side.traffic or getattr(self.family, "traffic", None)
         return hook(recipe) if hook is not None else None
 
+    def planned(self, recipe: Recipe, setting: Setting) -> dict[str, dict[str, Any]] | None:
+        hook = self.side.planned or getattr(self.family, "planned", None)
+        return hook(recipe, setting) if hook is not None else None
+
 
 def launcher_side(family: str, technique: str) -> Launcher:
     """The composed launcher side of ``technique`` on ``family`` (imports both packages)."""
