@@ -329,6 +329,26 @@ def test_a_pipelines_recipe_carries_the_cuts_its_prediction_assumed() -> None:
         assert (data.get("pipeline") or {}).get("split") is None
 
 
+def test_a_candidate_that_raises_its_lr_in_the_run_reaches_the_users_lr() -> None:
+    """DLion warms its lr up to k times [train] lr: built from another technique's recipe, its
+    lr is the user's over k, so the largest step is the user's; and the other way round."""
+    r = recipe()  # SGD at the default 0.05
+    e = env(host("a", 2.0), host("b"), host("c", 0.5))
+    dlion = candidate(r, "gossip", "dlion", e, layers())
+    assert dlion.error is None and dlion.recipe.train.lr == pytest.approx(0.05 / 3)
+    assert candidate(r, "gossip", "gosgd", e, layers()).recipe.train.lr == pytest.approx(0.05)
+    small = parse_recipe({**RECIPE, "dlion": {"lr_policy": "small"}})
+    got = candidate(small, "gossip", "dlion", e, layers()).recipe
+    assert got.train.lr == pytest.approx(0.05)  # SmallLR keeps the lr as it is
+    own = parse_recipe({**RECIPE, "train": {**RECIPE["train"], "family": "gossip",
+                        "technique": "dlion", "lr": 0.01}, "workers": [{"count": 3}]})  # fmt: skip
+    assert candidate(own, "gossip", "dlion", e, layers()).recipe.train.lr == pytest.approx(0.01)
+    assert candidate(own, "gossip", "gosgd", e, layers()).recipe.train.lr == pytest.approx(0.03)
+    doc = advice(r, e, layers(), [("gossip", "dlion"), ("gossip", "gosgd")], None)
+    assert {x["technique"]: round(x["lr"], 5) for x in doc["ranking"]} == {
+        "dlion": round(0.05 / 3, 5), "gosgd": 0.05}  # fmt: skip
+
+
 def test_placement_follows_labels_like_launch() -> None:
     r = parse_recipe({**RECIPE, "workers": [{"count": 2}, {"role": "server", "labels": ["big"]}]})
     e = env(host("a"), host("b"), host("c"), labels={"a": ("big",)})

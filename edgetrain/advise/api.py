@@ -189,6 +189,7 @@ def _row(r: Ranked, cand: Candidate) -> dict[str, Any]:
             {"role": role, "host": host} for role, host in zip(cand.roles, cand.hosts, strict=True)
         ],
         "baseline": e.baseline,
+        "lr": cand.recipe.train.lr if cand.recipe is not None else None,
         "reasons": list(r.reasons),
         "notes": list(p.notes),
     }

@@ -166,13 +166,31 @@ def _recipe_with(
 def _checked(data: dict[str, Any], recipe: Recipe, technique: str, side: Any) -> Recipe:
     """``data`` parsed as the candidate and checked by its technique; the user's lr left out
     where the candidate steps with another optimiser than the user's technique (an SGD step
-    size makes Adam diverge): the candidate then takes its optimiser's default lr."""
+    size makes Adam diverge): the candidate then takes its optimiser's default lr. With the
+    same optimiser, a candidate that raises its lr in the run (``lr_factor``: DLion's warm-up
+    to k lr) gets the user's lr scaled so that the largest step it reaches is the largest the
+    user's technique reaches (LeNet-5 at the user's 0.05 warmed up to 0.2 trained to chance)."""
     own = parse_recipe(data, f"the recipe as {technique}")
     if own.optimizer != recipe.optimizer and "lr" in data["train"]:
         data["train"] = {k: v for k, v in data["train"].items() if k != "lr"}
         own = parse_recipe(data, f"the recipe as {technique}")
+    elif own.optimizer == recipe.optimizer:
+        theirs, mine = _lr_factor(recipe, None), _lr_factor(own, side)
+        if mine != theirs:
+            data["train"] = {**data["train"], "lr": recipe.train.lr * theirs / mine}
+            own = parse_recipe(data, f"the recipe as {technique}")
     side.check(own)
     return own
+
+
+def _lr_factor(recipe: Recipe, side: Any) -> float:
+    """The most a run of ``recipe`` multiplies its lr by (its technique's ``lr_factor`` hook;
+    ``side`` None: the recipe's own technique's)."""
+    from edgetrain.runtime.side import launcher_side
+
+    side = side or launcher_side(recipe.train.family, recipe.train.technique)
+    hook = getattr(side, "lr_factor", None)
+    return float(hook(recipe)) if hook is not None else 1.0
 
 
 def place_workers(recipe: Recipe, env: Environment) -> list[str]:

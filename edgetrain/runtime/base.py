@@ -171,7 +171,7 @@ class FamilyDefaults:
     ``check_run_dir`` and ``reads``: nothing read from the run directory; ``artifacts``: no files;
     ``report``: nothing added; ``report_files``: none; ``predict``: no cost model; ``layout``:
     the family's default role on every slot; ``traffic``: every pair of workers; ``planned``:
-    nothing to write into the recipe."""
+    nothing to write into the recipe; ``lr_factor``: the lr as the recipe gives it."""
 
     def check_run_dir(self, recipe: Recipe, run_dir: Path | None) -> None:
         return None
@@ -203,6 +203,9 @@ class FamilyDefaults:
     def planned(self, recipe: Recipe, setting: Setting) -> dict[str, dict[str, Any]] | None:
         return None
 
+    def lr_factor(self, recipe: Recipe) -> float:
+        return 1.0
+
 
 @dataclass(frozen=True)
 class TechniqueSide:
@@ -230,6 +233,7 @@ class TechniqueSide:
     layout: Callable[[Recipe, int], Sequence[tuple[str, int]] | None] | None = None
     traffic: Callable[[Recipe], Sequence[tuple[int, int]] | None] | None = None
     planned: Callable[[Recipe, Setting], dict[str, dict[str, Any]] | None] | None = None
+    lr_factor: Callable[[Recipe], float] | None = None
 
 
 class HandInError(EdgetrainError):

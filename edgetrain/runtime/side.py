@@ -100,6 +100,10 @@ class Launcher:
         hook = self.side.planned or getattr(self.family, "planned", None)
         return hook(recipe, setting) if hook is not None else None
 
+    def lr_factor(self, recipe: Recipe) -> float:
+        hook = self.side.lr_factor or getattr(self.family, "lr_factor", None)
+        return float(hook(recipe)) if hook is not None else 1.0
+
 
 def launcher_side(family: str, technique: str) -> Launcher:
     """The composed launcher side of ``technique`` on ``family`` (imports both packages)."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -44,6 +45,7 @@ from edgetrain.gossip.exchange.sparse import (
     to_float32,
 )
 from edgetrain.gossip.exchange.weightex import LossEwma, best_and_worst, due, largest_changes
+from edgetrain.recipe import Recipe
 from edgetrain.runtime.base import WorkerContext
 
 SELECT_ALPHA = 0.3  # EWMA weight of the newest sparse take's time
@@ -381,5 +383,13 @@ class DLion(Decentral):
         }
 
 
+def lr_factor(recipe: Recipe) -> float:
+    """The most DLion multiplies ``[train] lr`` by: its ``k`` workers under WarmUpLR and
+    LargeLR (:class:`~edgetrain.gossip.exchange.schedules.Schedule`), 1 under SmallLR."""
+    cfg = DLionSection.of(recipe)
+    workers = recipe.role_names().count("trainer")
+    return 1.0 if cfg.lr_policy == "small" else float(workers)
+
+
 # The launcher side (see :mod:`.side`).
-SIDE = exchange_side(DLionSection, "DLion", plans_batches=True)
+SIDE = replace(exchange_side(DLionSection, "DLion", plans_batches=True), lr_factor=lr_factor)
