@@ -331,11 +331,11 @@ def one_setting(
                     "final_accuracy": summary.get("test_accuracy"),  # the run's own, at its end
                     "workers": got["workers"],
                 })  # fmt: skip
-                took = (f"measured {got['measured_s'] * 1e3:.1f} ms per iteration"
+                seen = (f"measured {got['measured_s'] * 1e3:.1f} ms per iteration"
                         if got["measured_s"] else
                         f"no iteration measured (run {summary.get('status')})")  # fmt: skip
                 say(f"{case.name}/{technique} seed {seed}: predicted "
-                    f"{got['predicted_s'] * 1e3:.1f} ms, {took} "
+                    f"{got['predicted_s'] * 1e3:.1f} ms, {seen} "
                     f"(machine at {1 / ratio:.2f}x the profile's speed)")  # fmt: skip
         runs = []
         for technique in chosen:
