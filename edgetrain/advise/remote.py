@@ -39,6 +39,8 @@ PROFILE_TIMEOUT_S = 300.0
 
 Timing = tuple[int, float]  # a profile's repeats and its least seconds of timed steps
 REMOTE_TIMING: Timing = (5, 0.5)  # a real host's: short, every host in turn
+#: What a profile measures: the model's name, its options, the input shape, classes, batch
+Job = tuple[str, Mapping[str, Any], tuple[int, int, int], int, int]
 #: Profiles taken of each host, in rounds; the one of median pace is kept.
 ROUNDS = 3
 
@@ -165,29 +167,22 @@ def profile_hosts(
     ``timing`` and ``data`` as :func:`remote_command`."""
     taken: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     total = len(names) * rounds
+    job: Job = (model, options, shape, classes, batch)
     with _peer(hosts, probe) as peer:
         for r in range(rounds):
             for k, name in enumerate(names):
                 if progress is not None:
                     step = f" ({r + 1}/{rounds})" if rounds > 1 else ""
                     progress(f"profiling {name} over ssh{step}", r * len(names) + k, total)
-                taken[name].append(
-                    _profile_one(
-                        hosts, name, model, options, shape, classes, batch,
-                        peer if r == 0 else None, timing, data,
-                    )
-                )  # fmt: skip
+                first = peer if r == 0 else None
+                taken[name].append(_profile_one(hosts, name, job, first, timing, data))
     return {name: median_profile(docs) for name, docs in taken.items()}
 
 
 def _profile_one(
     hosts: Any,
     name: str,
-    model: str,
-    options: Mapping[str, Any],
-    shape: tuple[int, int, int],
-    classes: int,
-    batch: int,
+    job: Job,
     peer: str | None,
     timing: Timing,
     data: tuple[str, str | None] | None,
@@ -196,10 +191,7 @@ def _profile_one(
     from edgetrain.launch.ssh_argv import ssh_command
 
     host = next(h for h in hosts.hosts if h.label == name)
-    remote = remote_command(
-        hosts.python_for(host), host.workdir, name, model, options, shape, classes,
-        batch, peer, timing, data,
-    )  # fmt: skip
+    remote = remote_command(hosts.python_for(host), host.workdir, name, *job, peer, timing, data)
     try:
         proc = subprocess.run(
             ssh_command(hosts, host, remote),
@@ -221,7 +213,7 @@ def _profile_one(
             "copy RUN/profiles/NAME.json here",
         )
     try:
-        return parse_remote(proc.stdout, name, model)
+        return parse_remote(proc.stdout, name, job[0])
     except ValueError as exc:
         raise EdgetrainError(
             f"host {name}'s profile over ssh: {exc}", "run edgetrain profile there"
