@@ -93,6 +93,29 @@ def test_given_inputs_are_timed_cycled_to_each_batch() -> None:
     assert cp.step_s > 0
 
 
+def test_a_profile_times_batches_in_the_layout_a_run_takes_them() -> None:
+    """One-channel images (digits, as the loader gives them) batched as the workers batch them
+    (``index_select`` from ``torch.from_numpy``): torch's standard strides, not the stride of 1
+    on the channel axis a numpy cut gives, which sends convolutions down the channels-last
+    kernels (a faster path no run takes)."""
+    from edgetrain.data.loaders import load_dataset
+    from edgetrain.profile.compute import _Trainer
+    from edgetrain.profile.run import first_samples
+    from edgetrain.recipe import DataSection
+
+    data = load_dataset(DataSection(dataset="digits"), 0)
+    samples = first_samples(data)
+    shape = tuple(samples.shape[1:])
+    assert shape[0] == 1
+    tr = _Trainer(build_model("lenet5", shape, 10), ComputeConfig((16,), inputs=samples), shape)
+    x, _ = tr.batch(16)
+    workers = torch.from_numpy(np.ascontiguousarray(data.x_train, dtype=np.float32))
+    run = workers.index_select(0, torch.arange(16))
+    assert torch.equal(x, run) and x.stride() == run.stride()
+    numpy_cut = torch.from_numpy(np.ascontiguousarray(samples[np.arange(16)], np.float32))
+    assert numpy_cut.stride() != run.stride()  # the layout the profile used to time
+
+
 PEAK_SCRIPT = """
 import json, torch
 from edgetrain.profile.memory import peak_memory

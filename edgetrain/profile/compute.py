@@ -161,6 +161,15 @@ def estimate(times: list[float], quota: tuple[float, float] | None = None) -> fl
     return float(a[_faster_half(a)].mean())
 
 
+def run_layout(samples: np.ndarray) -> torch.Tensor:
+    """``samples`` as a run's workers hold them (``torch.from_numpy`` of the contiguous array),
+    whose batches they take with ``index_select``: a batch in torch's standard strides. A batch
+    cut from numpy by fancy indexing can get a stride of 1 on a one-channel axis, which torch
+    reads as channels-last: the convolutions then run another kernel, 20-25% faster for LeNet-5
+    on MNIST here than the one every run gets, and a profile timed on it read the run fast."""
+    return torch.from_numpy(np.ascontiguousarray(samples, dtype=np.float32))
+
+
 class _Trainer:
     """A model, its loss and SGD optimizer, and random batches, for timing steps."""
 
@@ -174,9 +183,8 @@ class _Trainer:
 
     def batch(self, bs: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.cfg.inputs is not None:
-            rows = np.resize(np.arange(len(self.cfg.inputs)), bs)  # the first bs, cycled
-            x = torch.from_numpy(np.ascontiguousarray(self.cfg.inputs[rows], np.float32))
-            x = x.to(self.cfg.device)
+            rows = torch.from_numpy(np.resize(np.arange(len(self.cfg.inputs)), bs))  # cycled
+            x = run_layout(self.cfg.inputs).index_select(0, rows).to(self.cfg.device)
         else:
             x = torch.randn(bs, *self.shape, device=self.cfg.device)
         y = torch.randint(0, self.cfg.num_classes, (bs,), device=self.cfg.device)
