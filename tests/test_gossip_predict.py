@@ -57,6 +57,7 @@ ZERO = Constants(
     encode_s_per_message=0.0,
     send_s_per_message=0.0,
     transport_s_per_message=0.0,
+    transport_s_per_byte=0.0,
     loop_s_per_iteration=0.0,
 )
 WIRE_CPU = Constants(**{**ZERO.__dict__, "wire_s_per_byte": 1e-9})  # 4 ms a model's bytes
@@ -372,6 +373,17 @@ def test_the_loops_fixed_work_per_message_and_per_iteration() -> None:
     d = predict_dlion(TWO, EXCHANGE, DLionSection(we_when="none"), fixed)
     dbase = predict_dlion(TWO, EXCHANGE, DLionSection(we_when="none"), ZERO)
     assert d.parts["encode"] - dbase.parts["encode"] == pytest.approx(2 * 1e-3)  # one link
+
+
+def test_the_transport_threads_work_per_byte_out_and_in() -> None:
+    # 1 ns a byte of the transport's thread: Ako with two workers, each sends one slice and
+    # takes the other's in; the busiest (worker 1, speed 0.5) pays its bytes out and in twice
+    per_byte = Constants(**{**ZERO.__dict__, "transport_s_per_byte": 1e-9})
+    p = predict_ako(TWO, EXCHANGE, AkoSection(partitions=4), per_byte)
+    base = predict_ako(TWO, EXCHANGE, AkoSection(partitions=4), ZERO)
+    each = p.bytes_per_iteration / 2  # one slice a worker
+    assert each == pytest.approx(S / 4, rel=1e-3)
+    assert p.parts["loop"] - base.parts["loop"] == pytest.approx(2 * (each + each) * 1e-9)
 
 
 def test_ako_partitions_from_the_recipes_rate() -> None:

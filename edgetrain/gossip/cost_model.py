@@ -71,13 +71,22 @@ class Constants:
     # on the main thread (0.77-0.82 ms for three against 0.52); the transport thread's work
     # per message out or in (1.35-1.41 ms for six, none counted before); and, once an
     # iteration, the loop's own (the step's bookkeeping, 0.4 ms; the wait's polling, 0.5; the
-    # update beyond its per-layer figure, 0.3).
+    # update beyond its per-layer figure, 0.3). The transport thread's and the loop's own were
+    # then measured apart, on runs made for it (seed 100, not a check's: Gaia, DLion and Ako,
+    # LeNet-5 at 32, four workers, on mercury-4u and edgegossip-4, 2026-12-07): the transport
+    # thread took 0.43-0.52 ms an iteration for Gaia's 46 KB out and in, 0.9-1.16 for DLion's
+    # 395-708 KB and 1.09-1.19 for Ako's 741 KB on 1 Gbit/s links: 0.072 ms a message and 0.48
+    # ns a byte out or in (the 0.23 ms a message above was DLion's dense 245 KB). The loop's
+    # own (step, sampling, wait, the update beyond its figure) took 0.7-0.9 ms on 1 Gbit/s
+    # links. Not modelled: on a saturated 100 Mbit/s link the transport thread takes more (DLion
+    # 1.3-2.0 ms for 147 KB; Ako 12.6-13.2 ms for 741 KB, its link busy 59 ms an iteration).
     receive_s_per_message: float = 450e-6
     update_s_per_layer: float = 90e-6
     encode_s_per_message: float = 0.40e-3
     send_s_per_message: float = 0.09e-3
-    transport_s_per_message: float = 0.23e-3
-    loop_s_per_iteration: float = 1.2e-3
+    transport_s_per_message: float = 0.072e-3
+    transport_s_per_byte: float = 0.48e-9
+    loop_s_per_iteration: float = 0.8e-3
     shared_interface: bool = True  # a worker's messages share its one interface
     # A device slower than the reference is a CPU quota of ``speed`` reference cores enforced
     # every quota_period_s (a cgroup's cfs period, as the emulator sets it: 0.1 s): it runs at
