@@ -140,12 +140,10 @@ def time_round(setting: Setting, rnd: Round, c: Constants, sync: str, staleness:
     """The period of ``rnd`` (see the module's docstring)."""
     speed = {w: setting.devices[w].speed for w in rnd.workers}
     out_bytes: defaultdict[int, float] = defaultdict(float)
-    in_bytes: defaultdict[int, float] = defaultdict(float)
     out_count: defaultdict[int, int] = defaultdict(int)
     inbox: defaultdict[int, list[Msg]] = defaultdict(list)
     for m in rnd.messages:
         out_bytes[m.src] += m.nbytes
-        in_bytes[m.dst] += m.nbytes
         out_count[m.src] += 1
         inbox[m.dst].append(m)
     transfers = [Transfer(m.src, m.dst, m.nbytes) for m in rnd.messages]
@@ -162,7 +160,7 @@ def time_round(setting: Setting, rnd: Round, c: Constants, sync: str, staleness:
         # the transport's thread for every message and byte out and in, and the loop's own work
         named["loop"] = (
             (sent + len(inbox[w])) * c.transport_s_per_message
-            + (out_bytes[w] + in_bytes[w]) * c.transport_s_per_byte
+            + (out_bytes[w] + sum(m.nbytes for m in inbox[w])) * c.transport_s_per_byte
             + c.loop_s_per_iteration
         )
         work[w] = named
