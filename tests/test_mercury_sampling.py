@@ -15,6 +15,7 @@ from edgetrain.ps.mercury.group_sampling import (
     group_probs,
     groups,
     slot_counts,
+    slot_counts_row,
     uniform_batch,
     within_probs,
 )
@@ -192,3 +193,52 @@ def test_with_batch_refresh_a_refresh_keeps_the_cache_one_group() -> None:
         assert device.cache.importance[idx].tolist() == [0.25] * 3
         assert set(device.cache.stamp[idx].tolist()) == stamps
         assert len(groups(device.cache.stamp, 8).members) == (1 if batch_refresh else 2)
+
+
+def test_groups_match_a_brute_force_grouping() -> None:
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        n = int(rng.integers(1, 60))
+        stamp = rng.choice(np.array([NEVER, 0, 1, 2, 5, 9], np.int64), size=n)
+        g = groups(stamp, 10)
+        by_stamp: dict[int, list[int]] = {}
+        for i, s in enumerate(stamp.tolist()):
+            by_stamp.setdefault(s, []).append(i)
+        want = sorted(by_stamp, reverse=True)  # freshest first
+        assert g.stamps.tolist() == want
+        assert [m.tolist() for m in g.members] == [by_stamp[s] for s in want]
+        assert g.sizes.tolist() == [len(by_stamp[s]) for s in want]
+        assert g.ages.tolist() == [11.0 if s == NEVER else float(10 - s) for s in want]
+
+
+def test_one_rows_slot_counts_are_the_vectorised_ones() -> None:
+    rng = np.random.default_rng(6)
+    for _ in range(2000):
+        d = int(rng.integers(1, 5))
+        sizes = rng.integers(1, 200, size=d)
+        batch = int(rng.integers(d, 70))
+        want = slot_counts(sizes[None, :], batch)[0].tolist()
+        assert slot_counts_row(sizes.tolist(), batch) == want
+    assert slot_counts_row([1, 1000], 2) == [1, 1]  # every slot at least one draw
+    with pytest.raises(ValueError):
+        slot_counts_row([3, 4, 5], 2)
+
+
+@pytest.mark.parametrize("weights", ["exact", "paper"])
+def test_one_draw_is_draw_many_of_one_draw_for_draw(weights: str) -> None:
+    """The per-iteration draw takes the same random numbers as draw_many(count=1): the same
+    indices and bit-identical weights, a group chosen for both slots included."""
+    rng = np.random.default_rng(7)
+    for trial in range(300):
+        cohorts = [(int(rng.integers(1, 40)), int(s)) for s in rng.choice(30, 4, replace=False)]
+        if trial % 3 == 0:
+            cohorts.append((int(rng.integers(1, 40)), int(NEVER)))
+        importance, stamp, _ = _cache(cohorts, seed=trial)
+        beta = float(rng.choice([0.0, 0.1, 1.0]))
+        sampler = Sampler.of(importance, stamp, 40, beta, 0.5)
+        slots = int(rng.integers(1, 4))
+        batch = int(rng.integers(slots, 40))
+        idx, w = sampler.draw(batch, slots, np.random.default_rng([trial, 1]), weights)
+        many = sampler.draw_many(batch, slots, np.random.default_rng([trial, 1]), 1, weights)
+        assert idx.tolist() == many.indices[0].tolist()
+        assert w.tobytes() == many.weights[0].tobytes()

@@ -77,21 +77,22 @@ class Groups:
     stamps: np.ndarray  # int64 (G,)
     members: tuple[np.ndarray, ...]
     ages: np.ndarray  # float64 (G,)
-
-    @property
-    def sizes(self) -> np.ndarray:
-        return np.array([len(m) for m in self.members], dtype=np.int64)
+    sizes: np.ndarray  # int64 (G,): each cohort's member count
 
 
 def groups(stamp: np.ndarray, t: int) -> Groups:
-    """Group samples by stamp; age ``t - s`` (never refreshed: ``t + 1``)."""
-    stamps, inverse = np.unique(stamp, return_inverse=True)
-    order = np.argsort(inverse, kind="stable")
-    cuts = np.cumsum(np.bincount(inverse, minlength=len(stamps)))[:-1]
-    members = np.split(order, cuts)
+    """Group samples by stamp, each group's members in index order; age ``t - s`` (never
+    refreshed: ``t + 1``). One stable sort: a draw makes these every iteration."""
+    stamp = np.asarray(stamp)
+    order = np.argsort(stamp, kind="stable")
+    ordered = stamp[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    stamps = ordered[starts]
+    members = np.split(order, starts[1:])
+    sizes = np.diff(np.r_[starts, len(order)]).astype(np.int64)
     ages = np.where(stamps == NEVER, float(t + 1), (t - stamps).astype(np.float64))
     rev = slice(None, None, -1)  # freshest (largest stamp) first
-    return Groups(stamps[rev], tuple(members[::-1]), ages[rev])
+    return Groups(stamps[rev], tuple(members[::-1]), ages[rev], sizes[rev])
 
 
 def group_probs(ages: np.ndarray, beta: float, sizes: np.ndarray | None = None) -> np.ndarray:
@@ -150,6 +151,31 @@ def slot_counts(sizes: np.ndarray, batch: int) -> np.ndarray:
         counts[rows, big] -= 1
         counts[rows, cols] += 1
     return np.asarray(counts, dtype=np.int64)
+
+
+def slot_counts_row(sizes: list[int], batch: int) -> list[int]:
+    """:func:`slot_counts` of one row, in plain Python (a draw's one minibatch: numpy's
+    per-call cost is most of the vectorised version's time for two slots); the same floats,
+    ties and fix-ups, so the same counts."""
+    d = len(sizes)
+    if batch < d:
+        raise ValueError(f"a batch of {batch} cannot give {d} slots a draw each")
+    total = float(sum(float(m) for m in sizes))
+    quota = [batch * float(m) / total for m in sizes]
+    counts = [math.floor(q) for q in quota]
+    rem = batch - sum(counts)
+    order = sorted(range(d), key=lambda i: -(quota[i] - counts[i]))  # stable: ties the lower
+    for rank, i in enumerate(order):
+        if rank < rem:
+            counts[i] += 1
+    for _ in range(d):
+        if 0 not in counts:
+            break
+        empty = counts.index(0)
+        big = counts.index(max(counts))  # the lowest slot on ties
+        counts[big] -= 1
+        counts[empty] += 1
+    return counts
 
 
 @dataclass(frozen=True)
@@ -215,9 +241,38 @@ class Sampler:
     def draw(
         self, batch: int, slots: int, rng: np.random.Generator, weights: str = "exact"
     ) -> tuple[np.ndarray, np.ndarray]:
-        """One minibatch: indices and weights."""
-        d = self.draw_many(batch, slots, rng, 1, weights)
-        return d.indices[0], d.weights[0]
+        """One minibatch: indices and weights. The same random calls, in the same order, as
+        :meth:`draw_many` with ``count`` 1, so the same draw; a device makes one every
+        iteration, so the slots' counts and each group's share are taken without numpy's
+        per-call overhead."""
+        G = len(self.r)
+        chosen = [int(g) for g in rng.choice(G, size=(1, slots), p=self.r)[0]]
+        sizes = self.groups.sizes
+        counts = slot_counts_row([int(sizes[g]) for g in chosen], batch)
+        share: dict[int, list[int]] = {}  # group -> the draw positions it fills
+        per_draw: list[int] = []  # each draw position's slot count
+        pos = 0
+        for g, c in zip(chosen, counts, strict=True):
+            share.setdefault(g, []).extend(range(pos, pos + c))
+            per_draw.extend([c] * c)
+            pos += c
+        idx = np.empty(batch, dtype=np.int64)
+        qv = np.empty(batch, dtype=np.float64)
+        rg = np.empty(batch, dtype=np.float64)
+        msz = np.empty(batch, dtype=np.float64)
+        for g in sorted(share):
+            at = share[g]
+            q = self.q(g)
+            local = rng.choice(len(q), size=len(at), p=q)
+            idx[at] = self.groups.members[g][local]
+            qv[at] = q[local]
+            rg[at] = self.r[g]
+            msz[at] = sizes[g]
+        if weights == "paper":  # p/q with p = 1/M_i
+            w = 1.0 / (msz * qv)
+        else:
+            w = (batch / (slots * np.asarray(per_draw, dtype=np.int64))) / (self.n * rg * qv)
+        return idx, w
 
 
 def all_inclusive(
