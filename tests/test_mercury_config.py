@@ -11,7 +11,7 @@ import pytest
 from edgetrain import techniques, tomlconfig
 from edgetrain.errors import RecipeError
 from edgetrain.launch.api import load_checked_recipe
-from edgetrain.ps.mercury.config import MercurySection, settings
+from edgetrain.ps.mercury.config import QUOTA_UTILISATION, MercurySection, settings
 from edgetrain.recipe import parse_recipe
 from tests.helpers.cli import run_cli
 
@@ -40,8 +40,17 @@ def test_defaults_resolve_to_the_specifications() -> None:
         "adam",
     )
     assert (s.reshard_fraction, s.reshard_budget, s.chunk_bytes) == (0.5, "bandwidth", 65536)
-    assert s.importance and s.threads and not s.batch_refresh  # the paper's BACC
+    assert s.importance and s.threads
+    # ``auto``: each device resolves it; the paper's BACC where no CPU quota binds it
+    assert (s.batch_refresh, s.pace_utilisation) == ("auto", "auto")
+    free = s.for_device(under_quota=False)
+    assert (free.batch_refresh, free.pace_utilisation) == (False, 1.0)
+    quota = s.for_device(under_quota=True)
+    assert (quota.batch_refresh, quota.pace_utilisation) == (True, QUOTA_UTILISATION)
     assert settings(MercurySection(batch_refresh=True), "mercury", 32).batch_refresh
+    # a recipe's own values are kept on every device
+    mine = settings(MercurySection(batch_refresh=False, pace_utilisation=0.9), "mercury", 32)
+    assert mine.for_device(True) == mine.for_device(False) == mine
     seq = settings(MercurySection(scheduler="sequential"), "mercury", 32)
     assert seq.group_size == "fixed" and not seq.threads
     # the batch's losses count only where an anytime refresh counts what it got
@@ -51,6 +60,7 @@ def test_defaults_resolve_to_the_specifications() -> None:
         {"sampling": "all", "resharding": "none"},
     ):
         assert not settings(MercurySection(batch_refresh=True, **off), "mercury", 32).batch_refresh
+        assert not settings(MercurySection(**off), "mercury", 32).for_device(True).batch_refresh
     fed = settings(MercurySection(federated=True), "mercury", 32)
     # the paper's federated runs turned off resharding and BACC [MC §6.6]
     assert (fed.resharding, fed.scheduler, fed.group_size) == ("none", "sequential", "fixed")
@@ -128,3 +138,11 @@ def test_a_good_recipe_loads() -> None:
     recipe = parse_recipe(tomlconfig.loads(body))
     assert recipe.section("mercury", MercurySection).beta == 0.1
     assert recipe.role_names() == ["trainer"] * 4
+
+
+@pytest.mark.parametrize("value", [0, 0.0, -0.5, 1.01, "half"])
+def test_pace_utilisation_is_a_share_or_auto(value: object) -> None:
+    with pytest.raises(ValueError, match="pace_utilisation"):
+        MercurySection(pace_utilisation=value)
+    assert MercurySection(pace_utilisation="auto").pace_utilisation == "auto"
+    assert MercurySection(pace_utilisation=1).pace_utilisation == 1.0

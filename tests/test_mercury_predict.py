@@ -86,6 +86,11 @@ def test_bacc_hides_the_refresh_but_not_on_one_core() -> None:
     # flight at the aggregation's end shows
     batch = settings(MercurySection(batch_refresh=True), "mercury", 32)
     assert predict_mercury(batch, SETTING, half).parts["importance"] == pytest.approx(chunk / 2)
+    # ``auto`` (the default) on devices under a CPU quota: resolved as a device would, the
+    # batch's losses are the first chunk there too
+    quota = tuple(Device(d.name, speed=d.speed, quota_period_s=0.1) for d in SETTING.devices)
+    on_quota = Setting(quota, SETTING.links, LAYERS)
+    assert predict_mercury(s, on_quota, half).parts["importance"] == pytest.approx(chunk / 2)
 
 
 def test_bacc_fixed_group_shows_what_outlasts_the_aggregation() -> None:
@@ -159,3 +164,19 @@ def test_a_quota_refills_while_the_slowest_device_waits_on_the_link() -> None:
     plain = predict_mercury(s, Setting(SETTING.devices, fast, LAYERS), Shape(DEVICES, 32))
     assert plain.iteration_s == pytest.approx(T_CP + host + 2 * 3 / 4 * 2_000_000 / 10e9)
     assert "quota_overlap" not in plain.parts
+
+
+def test_the_report_says_which_devices_resolved_auto_how() -> None:
+    from edgetrain.ps.mercury.mercury_report import _on_devices, device_keys
+
+    row = {"under_quota": True, "batch_refresh": True, "pace_utilisation": 0.6, "t_cp_s": 1.0}
+    assert device_keys(row) == {"under_quota": True, "batch_refresh": True, "pace_utilisation": 0.6}
+    free = {"under_quota": False, "batch_refresh": False, "pace_utilisation": 1.0}
+    line = _on_devices({"0": device_keys(row), "1": device_keys(row), "2": free})
+    assert line == (
+        "On the devices ('auto' resolved): batch_refresh = true, pace_utilisation = 0.6 on "
+        "device(s) 0, 1 (under a CPU quota); batch_refresh = false, pace_utilisation = 1.0 on "
+        "device(s) 2 (not under a CPU quota)."
+    )
+    # devices of an older version report none: no line
+    assert _on_devices({"0": device_keys({})}) is None

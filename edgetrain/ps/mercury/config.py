@@ -9,7 +9,7 @@ cadence and budget. :func:`settings` resolves the defaults that depend on the te
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, model_validator
@@ -25,6 +25,14 @@ Sampling = Literal["groupwise", "uniform", "all"]
 Resharding = Literal["aware", "agnostic", "random", "none"]
 Scheduler = Literal["bacc", "sequential", "agnostic"]
 GroupSize = Literal["anytime", "predict", "fixed"]
+Auto = Literal["auto"]
+AUTO: Auto = "auto"
+# ``auto`` on a device under a CPU quota: the part of its quota a paced refresh may bring the
+# process to. A refresh that spends the quota stalls the training thread and the aggregation
+# until the quota period ends; on ``mercury-4u`` (0.45 core, 100 Mbit/s, two seeds each) the
+# iteration was 1.02-1.06x uniform's at 0.6 and 0.3, 1.04-1.05x at 0.8, 1.07x at 0.9 and
+# 1.10-1.16x at 1.0 (docs/ps.md, "Mercury on a CPU quota")
+QUOTA_UTILISATION = 0.6
 
 
 class MercurySection(Section):
@@ -55,11 +63,13 @@ class MercurySection(Section):
     # anytime BACC: the training forward pass's per-sample losses rescore the drawn samples
     # (same weights, same loss mode: free) and stand for the iteration's first chunk, so every
     # refresh of T2 is optional (paced by pace_refresh); no score is stamped, so the cache is
-    # one group (importance sampling by each sample's last score). false (the default, the
-    # paper's BACC): T2 scores and stamps a first chunk every iteration whatever CPU it takes.
-    # Ignored with loss_mode "eval" on a model with BatchNorm or Dropout (the training losses
-    # are not the scorer's).
-    batch_refresh: bool = False
+    # one group (importance sampling by each sample's last score). false: the paper's BACC,
+    # T2 scores and stamps a first chunk every iteration whatever CPU it takes. auto (the
+    # default): true on a device under a CPU quota (a cgroup's, as an emulated host's or a
+    # container's), where that chunk comes out of the quota the training thread needs, else
+    # false. Ignored with loss_mode "eval" on a model with BatchNorm or Dropout (the training
+    # losses are not the scorer's).
+    batch_refresh: bool | Auto = AUTO
     # bacc: two threads (refresh during aggregation, resharding during compute, paused at
     # aggregation); sequential: one thread, reshard piece -> refresh -> sample -> compute ->
     # aggregate; agnostic: two threads with a fixed G and a fixed resharding slot.
@@ -69,8 +79,9 @@ class MercurySection(Section):
     pace_refresh: bool = True
     # the part of the device's cores a paced refresh may bring the process to: below 1 leaves
     # the training thread headroom in its CPU quota (a quota spent by a refresh stalls the
-    # next compute or aggregation until the quota period ends)
-    pace_utilisation: float = Field(1.0, gt=0, le=1)
+    # next compute or aggregation until the quota period ends). auto (the default):
+    # QUOTA_UTILISATION (0.6) on a device under a CPU quota, else 1.0
+    pace_utilisation: float | Auto = AUTO
     reshard_slot_ms: float = Field(50.0, gt=0)  # agnostic: resharding time per iteration
     # aware: N_o samples by importance, cohort by cohort; agnostic: N_p at random; random:
     # N_o at random (the control the paper lacks); none. None: aware (mercury, not
@@ -96,6 +107,9 @@ class MercurySection(Section):
 
     @model_validator(mode="after")
     def _check(self) -> MercurySection:
+        u = self.pace_utilisation
+        if u != AUTO and not (isinstance(u, float) and 0 < u <= 1):
+            raise ValueError("pace_utilisation must be in (0, 1] or 'auto'")
         if isinstance(self.reshard_budget, float) and not 0 < self.reshard_budget <= 1:
             raise ValueError("reshard_budget must be in (0, 1] (a fraction of N_p) or 'bandwidth'")
         if self.federated and self.resharding not in (None, "none"):
@@ -133,10 +147,10 @@ class Settings:
     group_size: str
     groups: int
     refresh_chunk: int
-    batch_refresh: bool
+    batch_refresh: bool | Auto
     scheduler: str
     pace_refresh: bool
-    pace_utilisation: float
+    pace_utilisation: float | Auto
     reshard_slot_ms: float
     resharding: str
     federated: bool
@@ -164,6 +178,19 @@ class Settings:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def for_device(self, under_quota: bool) -> Settings:
+        """These settings on one device, ``auto`` resolved: under a CPU quota the batch's
+        losses are the refresh's first chunk and a paced refresh leaves the quota
+        :data:`QUOTA_UTILISATION` headroom; elsewhere the paper's BACC (a first chunk every
+        iteration, paced up to the whole share)."""
+        batch = under_quota if self.batch_refresh == AUTO else bool(self.batch_refresh)
+        if self.sampling != "groupwise" or self.group_size != "anytime":
+            batch = False  # only an anytime refresh counts what it got
+        util = self.pace_utilisation
+        if util == AUTO:
+            util = QUOTA_UTILISATION if under_quota else 1.0
+        return replace(self, batch_refresh=batch, pace_utilisation=float(util))
 
 
 def conflicts(section: MercurySection, technique: str) -> RecipeError | None:

@@ -96,6 +96,12 @@ class MercuryRunners:
 make_runner = MercuryRunners()
 
 
+def under_cpu_quota() -> bool:
+    """Whether this process runs under a CPU quota (its cgroup's, whatever made it)."""
+    scope = resolve_scope("cgroup")
+    return scope is not None and scope.share() is not None
+
+
 def yield_cpu() -> None:
     """Make the calling thread (T2) the last in line for the CPU: the network thread must
     not wait behind importance refreshes, or the refresh lengthens the aggregation it is meant
@@ -162,6 +168,10 @@ class MercuryDevice:
         # refresh; the report sets the CPU it used against them)
         scope = resolve_scope("auto")
         self.cores = (scope.share() if scope else None) or float(os.cpu_count() or 1)
+        # ``auto`` keys: the batch's losses and quota headroom under any CPU quota (an
+        # emulated host's group, a container's), the paper's BACC elsewhere
+        self.under_quota = under_cpu_quota()
+        self.cfg = self.cfg.for_device(self.under_quota)
 
     # ------------------------------------------------------------------ runner
 
@@ -352,7 +362,7 @@ class MercuryDevice:
         )
         share = None
         if cfg.pace_refresh and proto.anytime and refresh:
-            share = self.cores * cfg.pace_utilisation
+            share = self.cores * float(cfg.pace_utilisation)  # resolved: for_device
         self.handoff = Handoff(proto, share=share)
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         self.t2 = threading.Thread(target=self._t2_loop, daemon=True, name="mercury-t2")
@@ -761,6 +771,9 @@ class MercuryDevice:
             "boundary_s": t.boundary,
             "cpu_s": t.cpu,
             "cores": self.cores,
+            "under_quota": self.under_quota,
+            "batch_refresh": self.cfg.batch_refresh,  # ``auto`` resolved on this device
+            "pace_utilisation": self.cfg.pace_utilisation,
             "beta": float(np.mean(t.beta)) if t.beta else self.cfg.beta,
             "bandwidth_Bps": float(np.median(t.bandwidth)) if t.bandwidth else None,
             "cohort_mean": float(np.mean(cohorts)) if cohorts else None,

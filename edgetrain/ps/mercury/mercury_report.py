@@ -104,9 +104,32 @@ def mercury_report(
         "curve": curve,
         "premises": premises,
         "devices": {str(w): means[w] for w in devices},
+        "on_devices": {str(w): device_keys(r) for w, r in last.items()},
     }
     summary["markdown"] = _markdown(summary)
     return summary
+
+
+def device_keys(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys a device resolved itself (``auto``: by whether it runs under a CPU quota)."""
+    return {k: row.get(k) for k in ("under_quota", "batch_refresh", "pace_utilisation")}
+
+
+def _on_devices(on: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """One line per distinct resolution: which devices ran with which ``auto`` keys."""
+    by: dict[tuple[Any, ...], list[str]] = {}
+    for w, keys in on.items():
+        if keys.get("batch_refresh") is None:  # a device of an older version reported none
+            continue
+        by.setdefault(tuple(keys.values()), []).append(w)
+    if not by:
+        return None
+    parts = [
+        f"batch_refresh = {str(b).lower()}, pace_utilisation = {u} on device(s) "
+        f"{', '.join(ws)} ({'under' if q else 'not under'} a CPU quota)"
+        for (q, b, u), ws in by.items()
+    ]
+    return "On the devices ('auto' resolved): " + "; ".join(parts) + "."
 
 
 def _markdown(s: Mapping[str, Any]) -> str:
@@ -114,7 +137,10 @@ def _markdown(s: Mapping[str, Any]) -> str:
     cfg = s.get("settings")
     if cfg:
         shown = ", ".join(f"{k} = {v}" for k, v in cfg.items() if k != "premise_probe")
-        lines += [f"Settings (every default resolved): {shown}.", ""]
+        lines += [f"Settings (every default resolved; 'auto' by each device, below): {shown}.", ""]
+    on = _on_devices(s.get("on_devices") or {})
+    if on:
+        lines += [on, ""]
     t = s["per_iteration"]
     lines += [
         "Per iteration (median over devices of each device's run mean), the terms of the "

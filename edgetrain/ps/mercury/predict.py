@@ -139,6 +139,9 @@ def predict_mercury(s: Settings, setting: Setting, shape: Shape) -> Prediction:
     if k < 1:
         raise ValueError("a Mercury run needs a device")
     speed = min(setting.devices[d].speed for d in shape.devices)
+    # ``auto`` keys as the devices resolve them: under a CPU quota (any device's) the batch's
+    # losses are the first chunk (Settings.for_device)
+    s = s.for_device(any(setting.devices[d].quota_period_s is not None for d in shape.devices))
     forward = sum(u.forward_s for u in setting.layers) / speed
     t_cp = sum(u.forward_s + u.backward_s for u in setting.layers) / speed
     params = sum(u.param_bytes for u in setting.layers)
