@@ -27,6 +27,7 @@ from reproductions.mercury_plan import Cell, Plan, data_table, recipe
 
 if TYPE_CHECKING:
     from edgetrain.ps.mercury.predict import Calibration
+    from edgetrain.runtime.setting_build import HostFacts
 
 ARMS = ("uniform", "mercury")
 HOST = "dev-1"  # the device the profiles are measured on
@@ -40,6 +41,20 @@ def profile_model(model: str, p: Plan, b: Bed, out: Path, say: Say) -> dict[str,
     argv = profile_argv(model, p.dataset, p.batch, HOST)
     path = out / "profiles" / f"{model}-{p.dataset}-b{p.batch}.json"
     return profile_in_host(b, HOST, argv, path, say, model)
+
+
+def hosts_of(p: Plan, cell: Cell) -> tuple[HostFacts, ...]:
+    """The cell's devices as ``emulate up`` describes them: ``CORES`` each under a CPU quota of
+    the kernel's period (none for local processes), on links of the cell's rate. The quota
+    decides how Mercury's ``auto`` keys resolve (``Settings.for_device``)."""
+    from edgetrain.cgroups import CFS_PERIOD_US
+    from edgetrain.runtime.setting_build import HostFacts
+
+    period = None if p.local else CFS_PERIOD_US / 1e6
+    return tuple(
+        HostFacts(f"dev-{k}", CORES, cell.bandwidth * 1_000_000, quota_period_s=period)
+        for k in range(1, p.devices + 1)
+    )
 
 
 def predict_arm(
@@ -57,7 +72,6 @@ def predict_arm(
     from edgetrain.ps.mercury.side import run_settings
     from edgetrain.recipe import parse_recipe
     from edgetrain.runtime.setting_build import (
-        HostFacts,
         TestbedFacts,
         layers_from_profile,
         profile_cores,
@@ -67,10 +81,7 @@ def predict_arm(
     from edgetrain.tomlconfig import loads
 
     mine = p.for_model(cell.model)
-    hosts = tuple(
-        HostFacts(f"dev-{k}", CORES, cell.bandwidth * 1_000_000) for k in range(1, p.devices + 1)
-    )
-    facts = TestbedFacts("mercury-4u", hosts, {})
+    facts = TestbedFacts("mercury-4u", hosts_of(p, cell), {})
     # the profile's layers as a sustained step (the quota's waits in), at the device's share
     layers = layers_from_profile(profile, p.batch, sustained_scale(profile))
     setting = setting_from_testbed(

@@ -356,3 +356,16 @@ def test_the_calibrated_model_reads_the_uniform_pilots_terms() -> None:
     (c,) = [c for c in mercury_claims.build(res, PLAN) if c.id == "R-M8c"]
     assert c.ours is not None and c.ours.median == pytest.approx(0.05)  # 0.1 and 0 on seed 1
     assert c.direction_agrees is True and "calibrated" in c.claim
+
+
+def test_the_regime_sees_the_devices_quota_so_auto_resolves_as_on_the_testbed() -> None:
+    """The emulated devices run under a CPU quota (the kernel's 100 ms period); local
+    processes do not. Mercury's ``auto`` keys resolve from it in the cost model as on a
+    device."""
+    from reproductions import mercury_plan, mercury_regime
+
+    cell = mercury_plan.Cell("100", "lenet5", 100, (1,))
+    emulated = mercury_regime.hosts_of(plan_for(_args(quick=True)), cell)
+    assert [(h.cpu, h.link_bps, h.quota_period_s) for h in emulated] == [(0.45, 100e6, 0.1)] * 4
+    local = mercury_regime.hosts_of(plan_for(_args(testbed="local")), cell)
+    assert {h.quota_period_s for h in local} == {None}
