@@ -28,7 +28,8 @@ iterations (outside the training clock):
   ``recipes/testbeds/traces/mercury-4u-variation.toml``), R-M6 (federated, Dirichlet 10 / 1 /
   0.5) and R-M7 (the premises, probed during uniform training).
 
-``--quick``: R-M1 at 100 Mbit/s on digits, one seed (< 10 min). ``--smoke`` (the test suite):
+``--quick``: R-M1 at 100 Mbit/s on digits, one seed (< 10 min); ``--quick --bandwidths
+200,10``: R-M1 at those rates instead (the pilot at the first). ``--smoke`` (the test suite):
 the same on local processes with a tiny budget. ``--testbed local``: local processes, no link
 limits (one bandwidth, R-M5 not run). Resumable: a run whose summary says it completed is kept.
 """
@@ -52,6 +53,7 @@ from edgetrain.experiment.runner import Runner, Summary
 from edgetrain.experiment.testbed import trace_running
 from reproductions import mercury_claims as claims
 from reproductions.mercury_plan import (
+    BANDWIDTHS_HELP,
     PROBES,
     QUICK_HELP,
     R_M3,
@@ -66,7 +68,13 @@ from reproductions.mercury_plan import (
     targets_of,
 )
 from reproductions.mercury_plan import recipe as make_recipe
-from reproductions.mercury_regime import against_measured, merged, phase_calibrated, phase_regime
+from reproductions.mercury_regime import (
+    against_measured,
+    check_kept_predictions,
+    merged,
+    phase_calibrated,
+    phase_regime,
+)
 from reproductions.mercury_text import CALIBRATION, sections
 
 # the paper's plan, arms and claims, as its tests and readers use them
@@ -260,6 +268,7 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
     cost model's prediction first (``OUT/regime.json``), then the pilots, then the cells."""
     p = plan_for(args)
     out, root = cli.out_dir(args, p.dataset == "mnist")
+    check_kept_predictions(p, out)
     runner = Runner(out, cli.say, RUN_TIMEOUT_S)
     where = str(root) if root else None
     run = Batches(p, runner, where)
@@ -349,7 +358,11 @@ def _home_experiments(run: Batches, res: dict[str, Any], bed: Bed, tag: str) -> 
         )
 
 
-main = cli.entry("mercury", __doc__, reproduce, 5, QUICK_HELP, SMOKE_HELP, TESTBED_HELP)
+def main(argv: Sequence[str] | None = None) -> int:
+    """``scripts/reproduce-mercury``: the shared flags and ``--bandwidths`` (with ``--quick``)."""
+    ap = cli.parser("mercury", __doc__ or "", QUICK_HELP, SMOKE_HELP, 5, TESTBED_HELP)
+    ap.add_argument("--bandwidths", default=None, metavar="MBIT[,MBIT...]", help=BANDWIDTHS_HELP)
+    return cli.run(ap, argv, reproduce)
 
 
 if __name__ == "__main__":

@@ -119,6 +119,37 @@ ALL = frozenset({"R-M2", "R-M3", "R-M4", "R-M5", "R-M6", "R-M7"})
 QUICK_HELP = "R-M1 alone at 100 Mbit/s on digits, one seed (<10 min)"
 SMOKE_HELP = "the test suite's path: R-M1 on local processes, digits, a tiny budget (<2 min)"
 TESTBED_HELP = "the emulated testbed mercury-4u (root) or local processes without link limits"
+BANDWIDTHS_HELP = (
+    "with --quick: R-M1 at these rates, Mbit/s, comma-separated (the pilot at the first; "
+    "default 100), e.g. --quick --bandwidths 200,10"
+)
+MAX_MBIT = 10_000  # an access link's rate the emulated testbed's tbf is asked for, at most
+
+
+def bandwidths_of(args: argparse.Namespace) -> tuple[int, ...]:
+    """``--bandwidths`` (with ``--quick`` on the emulated testbed): distinct whole Mbit/s, 1 ..
+    10,000, in the order given; (100,) without it. Pure."""
+    text = getattr(args, "bandwidths", None)
+    if text is None:
+        return (100,)
+    if not args.quick or args.smoke or cli.local(args):
+        raise EdgetrainError(
+            "--bandwidths is for --quick on the emulated testbed (the full plan runs 100, 10, "
+            "50 and 200 Mbit/s; local processes have no link limits)",
+            "drop --bandwidths, or add --quick and leave --testbed at emulated",
+        )
+    got: list[int] = []
+    for part in str(text).split(","):
+        word = part.strip()
+        if not word.isdigit() or not 1 <= int(word) <= MAX_MBIT:
+            raise EdgetrainError(
+                f"--bandwidths: {word or 'an empty entry'!r} is not a rate in Mbit/s",
+                f"give whole numbers from 1 to {MAX_MBIT:,}, comma-separated: --bandwidths 200,10",
+            )
+        if int(word) in got:
+            raise EdgetrainError(f"--bandwidths names {word} Mbit/s twice", "give each rate once")
+        got.append(int(word))
+    return tuple(got)
 
 
 def plan_for(args: argparse.Namespace) -> Plan:
@@ -127,9 +158,12 @@ def plan_for(args: argparse.Namespace) -> Plan:
     seeds = cli.measured_seeds(args)
     local = cli.local(args)
     if args.smoke:
+        bandwidths_of(args)  # refuses --bandwidths with --smoke
         return Plan((1,), True, "digits", "lenet5", (100,), 40, 10, (0.001,), frozenset())
     if args.quick:
-        return Plan(seeds, local, "digits", "lenet5", (100,), 600, 10, (0.001,), frozenset())
+        rates = bandwidths_of(args)
+        return Plan(seeds, local, "digits", "lenet5", rates, 600, 10, (0.001,), frozenset())
+    bandwidths_of(args)  # refuses --bandwidths outside --quick
     if len(seeds) < FULL_SEEDS:
         raise EdgetrainError(
             f"the full plan measures at least {FULL_SEEDS} seeds, not {len(seeds)}",

@@ -14,11 +14,13 @@ devices' cores from a recipe (it then takes the refresh as one chunk); this modu
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgetrain.errors import EdgetrainError
 from edgetrain.experiment.beds import Bed
 from edgetrain.experiment.claims import Row, median, number
 from edgetrain.experiment.kept import kept
@@ -156,6 +158,34 @@ def regime_document(
         "profiled_on": "local processes" if local else HOST,
         "cells": dict(predicted),
     }
+
+
+def check_kept_predictions(p: Plan, out: Path) -> None:
+    """Refuse an ``--out`` whose kept predictions (``regime.json``, ``regime-calibrated-MODEL
+    .json``) leave out a cell of this plan: they were written once, before the first run of
+    another plan (``--quick`` at other rates, say), and a resume must not report this plan's
+    runs against them. Reads files only."""
+    kept_files = [(out / "regime.json", p.cells)]
+    for model in dict.fromkeys(c.model for c in p.cells):
+        cells = tuple(c for c in p.cells if c.model == model)
+        kept_files.append((out / f"regime-calibrated-{model}.json", cells))
+    for path, cells in kept_files:
+        if not path.is_file():
+            continue
+        try:
+            have = json.loads(path.read_text()).get("cells") or {}
+        except (OSError, ValueError, AttributeError):
+            raise EdgetrainError(
+                f"{path} is not the JSON of a prediction",
+                "move it away, or pass a new --out",
+            ) from None
+        missing = [c.key for c in cells if c.key not in have]
+        if missing:
+            raise EdgetrainError(
+                f"{path} predicts {', '.join(sorted(have)) or 'no cell'}, not this plan's "
+                f"{', '.join(missing)} (it is written once, before a reproduction's first run)",
+                "pass a new --out, or the flags of the run that wrote it",
+            )
 
 
 def phase_regime(p: Plan, b: Bed, out: Path, root: str | None, say: Say) -> dict[str, Any]:

@@ -270,6 +270,61 @@ def test_quick_measures_one_seed_unless_seeds_are_given() -> None:
     assert plan_for(cli.parse(ap, ["--seeds", "4"])).seeds == (1, 2, 3)
 
 
+def _parsed(argv: list[str]) -> argparse.Namespace:
+    ap = cli.parser("mercury", "doc", quick="q", smoke="s", seeds=5, testbed="t")
+    ap.add_argument("--bandwidths", default=None)
+    return cli.parse(ap, argv)
+
+
+def test_quick_runs_at_the_bandwidths_given_the_pilot_at_the_first() -> None:
+    p = plan_for(_parsed(["--quick", "--bandwidths", "200, 10", "--seeds", "2"]))
+    assert (p.bandwidths, p.home, p.seeds) == ((200, 10), 200, (1, 2))
+    assert [c.key for c in p.cells] == ["200", "10"]
+    assert plan_for(_parsed(["--quick"])).bandwidths == (100,)
+    for argv, says in [
+        (["--bandwidths", "10"], "--bandwidths is for --quick"),
+        (["--quick", "--testbed", "local", "--bandwidths", "10"], "--bandwidths is for --quick"),
+        (["--smoke", "--bandwidths", "10"], "--bandwidths is for --quick"),
+        (["--quick", "--bandwidths", "0"], "'0' is not a rate in Mbit/s"),
+        (["--quick", "--bandwidths", "10,ten"], "'ten' is not a rate"),
+        (["--quick", "--bandwidths", "10,"], "an empty entry"),
+        (["--quick", "--bandwidths", "20000"], "'20000' is not a rate"),
+        (["--quick", "--bandwidths", "10,10"], "names 10 Mbit/s twice"),
+    ]:
+        with pytest.raises(EdgetrainError, match=says):
+            plan_for(_parsed(argv))
+
+
+def test_a_bad_bandwidth_is_one_line_and_leaves_no_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert mercury.main(["--quick", "--bandwidths", "fast", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'fast' is not a rate in Mbit/s" in err[0]
+    assert not out.exists()
+
+
+def test_kept_predictions_of_another_plan_are_refused(tmp_path: Path) -> None:
+    from reproductions.mercury_regime import check_kept_predictions
+
+    quick = plan_for(_parsed(["--quick"]))
+    other = plan_for(_parsed(["--quick", "--bandwidths", "200,10"]))
+    check_kept_predictions(other, tmp_path)  # nothing kept: nothing to refuse
+    (tmp_path / "regime.json").write_text(json.dumps({"cells": {"100": {}}}))
+    check_kept_predictions(quick, tmp_path)
+    with pytest.raises(EdgetrainError, match=r"predicts 100, not this plan's 200, 10"):
+        check_kept_predictions(other, tmp_path)
+    (tmp_path / "regime.json").write_text(json.dumps({"cells": {"200": {}, "10": {}}}))
+    check_kept_predictions(other, tmp_path)
+    (tmp_path / "regime-calibrated-lenet5.json").write_text(json.dumps({"cells": {"200": {}}}))
+    with pytest.raises(EdgetrainError, match=r"regime-calibrated-lenet5.json predicts 200, not"):
+        check_kept_predictions(other, tmp_path)
+    (tmp_path / "regime-calibrated-lenet5.json").write_text("[1, 2")
+    with pytest.raises(EdgetrainError, match="is not the JSON of a prediction"):
+        check_kept_predictions(other, tmp_path)
+
+
 def test_the_pilot_and_the_premises_are_tables() -> None:
     pilot = {
         "seed": 0, "lr": 0.001, "targets": {"primary": 0.978, "secondary": 0.968},
