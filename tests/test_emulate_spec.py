@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from edgetrain.emulate.spec import SpecError, load_spec, parse_rate, parse_size, parse_spec
-from edgetrain.emulate.topology import GATEWAY, build, gateway_dev, owned_namespace
+from edgetrain.emulate.topology import (
+    GATEWAY,
+    build,
+    gateway_dev,
+    host_queue_bytes,
+    host_tbf,
+    owned_namespace,
+)
 from tests.helpers.paths import TESTBEDS
 
 PAPERS = (
@@ -193,6 +200,38 @@ def test_commands_limit_every_link_both_ways() -> None:
     # the only device in the root namespace is the gateway veth, with the .254 address
     root = [c for c in topo.commands() if c[:2] == ["ip", "link"] or c[:2] == ["ip", "addr"]]
     assert all(topo.gateway_dev in c or "netns" in c for c in root)
+
+
+def test_a_device_queues_what_it_sends_and_the_fabric_queues_50_ms() -> None:
+    topo = build(parse_spec(_two_sites(), "x"), "10.232.40.0/24")
+    tbfs = {(c[2], c[6]): c[7:] for c in topo.commands() if c[0] == "tc"}
+    # 30 Mbit/s: 1,000 full frames on the device (1,514,000 bytes, about 0.4 s), 50 ms on the
+    # fabric's port; a 32 KiB bucket both ways
+    assert tbfs[("etb-t.h3", "eth0")] == [
+        "root",
+        "tbf",
+        "rate",
+        "30000000bit",
+        "burst",
+        "32768",
+        "limit",
+        "1514000",
+    ]
+    assert tbfs[("etb-t", "h2")] == [
+        "root",
+        "tbf",
+        "rate",
+        "30000000bit",
+        "burst",
+        "32768",
+        "latency",
+        "50ms",
+    ]
+    assert tbfs[("etb-t", "u0")][-2:] == ["latency", "50ms"]  # a WAN port is the fabric's
+    # above about 240 Mbit/s the device's queue is the port's: 50 ms at the rate and the bucket
+    assert host_queue_bytes(10_000_000) == 1_514_000
+    assert host_queue_bytes(1_000_000_000) == 6_250_000 + 250_000
+    assert host_tbf("n", 10**9)[-2:] == ["limit", "6500000"]
 
 
 def test_link_checks_isolate_each_class() -> None:

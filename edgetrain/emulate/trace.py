@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from edgetrain import tomlconfig
 from edgetrain.emulate import cgroups
 from edgetrain.emulate.spec import SpecError, format_rate, parse_rate
-from edgetrain.emulate.topology import Topology, tbf
+from edgetrain.emulate.topology import Topology, host_tbf, tbf
 
 
 class _Model(BaseModel):
@@ -96,7 +96,7 @@ def load_trace(path: str | Path) -> Trace:
 
 def _link(topo: Topology, host: str, bps: int) -> tuple[tuple[str, ...], ...]:
     h = topo.host(host)
-    return (tuple(tbf(h.ns, "eth0", bps)), tuple(tbf(topo.fabric_ns, h.port, bps)))
+    return (tuple(host_tbf(h.ns, bps)), tuple(tbf(topo.fabric_ns, h.port, bps)))
 
 
 def _wan(topo: Topology, site: str, bps: int) -> tuple[tuple[str, ...], ...]:
