@@ -207,26 +207,9 @@ def test_a_device_queues_what_it_sends_and_the_fabric_queues_50_ms() -> None:
     tbfs = {(c[2], c[6]): c[7:] for c in topo.commands() if c[0] == "tc"}
     # 30 Mbit/s: 1,000 full frames on the device (1,514,000 bytes, about 0.4 s), 50 ms on the
     # fabric's port; a 32 KiB bucket both ways
-    assert tbfs[("etb-t.h3", "eth0")] == [
-        "root",
-        "tbf",
-        "rate",
-        "30000000bit",
-        "burst",
-        "32768",
-        "limit",
-        "1514000",
-    ]
-    assert tbfs[("etb-t", "h2")] == [
-        "root",
-        "tbf",
-        "rate",
-        "30000000bit",
-        "burst",
-        "32768",
-        "latency",
-        "50ms",
-    ]
+    common = ["root", "tbf", "rate", "30000000bit", "burst", "32768"]
+    assert tbfs[("etb-t.h3", "eth0")] == [*common, "limit", "1514000"]
+    assert tbfs[("etb-t", "h2")] == [*common, "latency", "50ms"]
     assert tbfs[("etb-t", "u0")][-2:] == ["latency", "50ms"]  # a WAN port is the fabric's
     # above about 240 Mbit/s the device's queue is the port's: 50 ms at the rate and the bucket
     assert host_queue_bytes(10_000_000) == 1_514_000
