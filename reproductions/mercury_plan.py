@@ -153,17 +153,15 @@ def bandwidths_of(args: argparse.Namespace) -> tuple[int, ...]:
 
 
 def plan_for(args: argparse.Namespace) -> Plan:
-    """The plan of a mode: ``--smoke`` (the test suite), ``--quick`` (R-M1 at one bandwidth on
+    """The plan of a mode: ``--smoke`` (the test suite), ``--quick`` (R-M1 at ``--bandwidths`` on
     digits, < 10 min) or the default (about two hours on this 2-core machine)."""
     seeds = cli.measured_seeds(args)
     local = cli.local(args)
+    rates = bandwidths_of(args)  # refuses --bandwidths outside --quick on the testbed
     if args.smoke:
-        bandwidths_of(args)  # refuses --bandwidths with --smoke
         return Plan((1,), True, "digits", "lenet5", (100,), 40, 10, (0.001,), frozenset())
     if args.quick:
-        rates = bandwidths_of(args)
         return Plan(seeds, local, "digits", "lenet5", rates, 600, 10, (0.001,), frozenset())
-    bandwidths_of(args)  # refuses --bandwidths outside --quick
     if len(seeds) < FULL_SEEDS:
         raise EdgetrainError(
             f"the full plan measures at least {FULL_SEEDS} seeds, not {len(seeds)}",

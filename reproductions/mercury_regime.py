@@ -160,6 +160,11 @@ def regime_document(
     }
 
 
+def calibrated_path(out: Path, model: str) -> Path:
+    """Where ``model``'s calibrated prediction is kept (:func:`phase_calibrated`)."""
+    return out / f"regime-calibrated-{model}.json"
+
+
 def check_kept_predictions(p: Plan, out: Path) -> None:
     """Refuse an ``--out`` whose kept predictions (``regime.json``, ``regime-calibrated-MODEL
     .json``) leave out a cell of this plan: they were written once, before the first run of
@@ -168,7 +173,7 @@ def check_kept_predictions(p: Plan, out: Path) -> None:
     kept_files = [(out / "regime.json", p.cells)]
     for model in dict.fromkeys(c.model for c in p.cells):
         cells = tuple(c for c in p.cells if c.model == model)
-        kept_files.append((out / f"regime-calibrated-{model}.json", cells))
+        kept_files.append((calibrated_path(out, model), cells))
     for path, cells in kept_files:
         if not path.is_file():
             continue
@@ -252,7 +257,7 @@ def phase_calibrated(
         }
         return doc
 
-    return dict(kept(out / f"regime-calibrated-{model}.json", make))
+    return dict(kept(calibrated_path(out, model), make))
 
 
 def merged(docs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -24,8 +24,8 @@ from edgetrain.runtime.setting_build import HostFacts, TestbedFacts
 
 NS_PREFIX = "etb-"
 GATEWAY_HOST = 254
-TBF_LATENCY = "50ms"  # the fabric's ports (a switch's or router's queue): 50 ms at the rate
-TBF_LATENCY_S = 0.05
+TBF_LATENCY_S = 0.05  # the fabric's ports (a switch's or router's queue): 50 ms at the rate
+TBF_LATENCY = f"{round(TBF_LATENCY_S * 1000)}ms"
 MIN_BURST_BYTES = 32 * 1024
 BURST_SECONDS = 0.002
 # A device's own interface queues what its sockets hand it, as Linux's default txqueuelen of
