@@ -107,6 +107,7 @@ from reproductions.dlion_plan import (
 from reproductions.dlion_regime import (
     Setting,
     bed_spec,
+    check_kept_regime,
     chosen_setting,
     needs_profile,
     phase_regime,
@@ -154,6 +155,7 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
     """Run the mode's plan into ``--out`` (what ran before is kept) and write the report."""
     p = plan_for(args)
     out, root = cli.out_dir(args, p.dataset == "mnist")
+    check_kept_regime(p, out)
     runner = Runner(out, cli.say)
     res: dict[str, Any] = {"pilot": {"seed": p.pilot_seed}, "testbeds": {}, "budgets": {}}
     res["lrs"] = {}

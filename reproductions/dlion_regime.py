@@ -31,7 +31,7 @@ from typing import Any
 
 from edgetrain.errors import EdgetrainError
 from edgetrain.experiment.beds import Bed, BedSpec, facts_of
-from edgetrain.experiment.kept import kept
+from edgetrain.experiment.kept import check_covers, kept
 from edgetrain.experiment.profiling import profile_argv, profile_in_host
 from edgetrain.gossip.config import AkoSection, DLionSection, ExchangeSection, GaiaSection
 from edgetrain.gossip.exchange.cost_calibration import Calibration
@@ -85,6 +85,12 @@ def settings_of(p: Plan) -> list[Setting]:
     out = [Setting(m, b, "compute", per) for m, b in p.workloads for per in p.periods]
     net = None if p.periods == (None,) else DEFAULT_PERIOD_MS
     return out + [Setting(m, b, "network", net) for m, b in p.workloads]
+
+
+def check_kept_regime(p: Plan, out: Path) -> None:
+    """Refuse an ``--out`` whose kept ``regime.json`` leaves out a setting of this plan's map
+    (another plan wrote it: ``--quick``, say). Reads the file only."""
+    check_covers(out / "regime.json", (s.key for s in settings_of(p)), same={"dataset": p.dataset})
 
 
 def bed_spec(s: Setting) -> BedSpec:
@@ -253,6 +259,7 @@ def regime_document(
         "commit": commit.get("commit"),
         "commit_dirty": commit.get("dirty"),
         "before_measured_runs": True,
+        "dataset": p.dataset,
         "candidates": [f"{m}-b{b}" for m, b in p.workloads],
         "periods_ms": list(p.periods),
         "chosen": chosen,

@@ -72,7 +72,7 @@ from reproductions.edgegossip_plan import (
     scale_beds,
 )
 from reproductions.edgegossip_probes import aggregation_costs, profile_hosts
-from reproductions.edgegossip_regime import phase_regime
+from reproductions.edgegossip_regime import check_kept_regime, phase_regime
 from reproductions.edgegossip_runs import Batches, measure
 from reproductions.edgegossip_text import sections
 
@@ -94,6 +94,7 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
     """Run the mode's plan into ``--out`` (what ran before is kept) and write the report."""
     p = plan_for(args)
     out, root = cli.out_dir(args, p.dataset == "mnist")
+    check_kept_regime(p, out)
     runner = Runner(out, cli.say)
     res: dict[str, Any] = {"pilot": {}, "targets": {"a": T_A}, "testbeds": {}}
     history: str | None = None

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from edgetrain.experiment.beds import Bed, facts_of
-from edgetrain.experiment.kept import kept
+from edgetrain.experiment.kept import check_covers, kept
 from edgetrain.experiment.profiling import profile_argv, profile_in_host
 from edgetrain.runtime.setting_build import TestbedFacts
 from reproductions.edgegossip_plan import (
@@ -88,6 +88,12 @@ def settings_of(p: Plan) -> list[Setting]:
     """The map: the plan's model first, then R-EG-6's other model, on every testbed the plan
     runs."""
     return [Setting(m, name, shares) for m in models_of(p) for name, shares in beds_of(p)]
+
+
+def check_kept_regime(p: Plan, out: Path) -> None:
+    """Refuse an ``--out`` whose kept ``regime.json`` leaves out a setting of this plan's map
+    (another plan wrote it: ``--quick``, say). Reads the file only."""
+    check_covers(out / "regime.json", (s.key for s in settings_of(p)), same={"dataset": p.dataset})
 
 
 def profile_model(model: str, p: Plan, b: Bed, out: Path, say: Say) -> dict[str, Any]:
@@ -193,6 +199,7 @@ def regime_document(
         "commit": commit.get("commit"),
         "commit_dirty": commit.get("dirty"),
         "before_measured_runs": before,
+        "dataset": p.dataset,
         "models": models_of(p),
         "training_samples": samples,
         "rule": RULE,

@@ -55,7 +55,7 @@ from reproductions.mcpipe_calibration import phase_calibrated
 from reproductions.mcpipe_link import phase_link
 from reproductions.mcpipe_memory import memory_bed, phase_fits, phase_memory, replayed
 from reproductions.mcpipe_plan import QUICK_HELP, SMOKE_HELP, Plan, cuts, plan_for, replay_estimates
-from reproductions.mcpipe_regime import chosen_workload, phase_regime
+from reproductions.mcpipe_regime import check_kept_regime, chosen_workload, phase_regime
 from reproductions.mcpipe_runs import RUN_TIMEOUT_S, Ctx
 from reproductions.mcpipe_sim import phase_sim
 from reproductions.mcpipe_text import sections
@@ -69,6 +69,7 @@ def reproduce(args: argparse.Namespace) -> dict[str, Any]:
     cli.measured_seeds(args)  # --seeds checked before anything is made
     out, root = cli.out_dir(args, not (args.smoke or args.quick))
     p = plan_for(args, root)
+    check_kept_regime(p, out)
     ctx = Ctx(p, Runner(out, cli.say, RUN_TIMEOUT_S))
     res = ctx.results
     res["correctness"] = phase_sim(ctx)

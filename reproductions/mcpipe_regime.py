@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from edgetrain.experiment.beds import Bed
-from edgetrain.experiment.kept import kept
+from edgetrain.experiment.kept import check_covers, kept
 from edgetrain.experiment.profiling import profile_argv, profile_in_host
 from reproductions.mcpipe_accuracy import arm_spec
 from reproductions.mcpipe_plan import PIPELINES, Plan
@@ -187,7 +187,11 @@ def predict_map(
 
 
 def regime_document(
-    predicted: Mapping[str, Any], chosen: str, candidates: Sequence[str], commit: Mapping[str, Any]
+    predicted: Mapping[str, Any],
+    chosen: str,
+    candidates: Sequence[str],
+    commit: Mapping[str, Any],
+    mode: str,
 ) -> dict[str, Any]:
     """What ``OUT/regime.json`` holds: when and by which code the prediction was made, the
     chosen headline workload and why, and the map."""
@@ -196,12 +200,30 @@ def regime_document(
         "commit": commit.get("commit"),
         "commit_dirty": commit.get("dirty"),
         "before_measured_runs": True,
+        "mode": mode,
         "candidates": list(candidates),
         "chosen": chosen,
         "rule": "the candidate whose mcPipe the cost model predicts furthest ahead of Local "
         "on the largest topology",
         "settings": dict(predicted),
     }
+
+
+def headline_settings(p: Plan) -> list[tuple[str, Workload, int, str, tuple[str, ...]]]:
+    """The map's first part, from which the headline workload is chosen: every candidate on
+    every topology's 1 Gbit/s LAN (key, workload, hosts, LAN, techniques)."""
+    return [
+        (f"{w.label}-n{n}-1gbit", w, n, "1gbit", p.techniques)
+        for w in p.headline_candidates
+        for n in p.topologies
+    ]
+
+
+def check_kept_regime(p: Plan, out: Path) -> None:
+    """Refuse an ``--out`` whose kept ``regime.json`` leaves out a headline setting of this
+    plan (another plan wrote it: ``--quick``, say). Reads the file only."""
+    keys = (key for key, *_ in headline_settings(p))
+    check_covers(out / "regime.json", keys, same={"mode": p.mode})
 
 
 def phase_regime(ctx: Ctx, b: Bed) -> dict[str, Any]:
@@ -222,11 +244,7 @@ def phase_regime(ctx: Ctx, b: Bed) -> dict[str, Any]:
             label: profile_workload(w, b, "laptop-1", ctx.out, ctx.say)
             for label, w in workloads.items()
         }
-        head = [
-            (f"{w.label}-n{n}-1gbit", w, n, "1gbit", p.techniques)
-            for w in p.headline_candidates
-            for n in p.topologies
-        ]
+        head = headline_settings(p)
         labels = [w.label for w in p.headline_candidates]
         first = predict_map(head, profiles, arm, PIPELINES)
         chosen = choose(first, labels, max(p.topologies))
@@ -237,7 +255,7 @@ def phase_regime(ctx: Ctx, b: Bed) -> dict[str, Any]:
             more.append((f"{w.label}-n{hosts}-{lan}", w, hosts, lan, ("local", *techniques)))
         predicted = {**first, **predict_map(more, profiles, arm, PIPELINES)}
         ctx.say(f"regime: the cost model chose {chosen} (predictions in regime.json)")
-        return regime_document(predicted, chosen, labels, code_commit())
+        return regime_document(predicted, chosen, labels, code_commit(), p.mode)
 
     return dict(kept(ctx.out / "regime.json", make))
 

@@ -14,16 +14,14 @@ devices' cores from a recipe (it then takes the refresh as one chunk); this modu
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgetrain.errors import EdgetrainError
 from edgetrain.experiment.beds import Bed
 from edgetrain.experiment.claims import Row, median, number
-from edgetrain.experiment.kept import kept
+from edgetrain.experiment.kept import check_covers, kept
 from edgetrain.experiment.profiling import INPUTS, profile_argv, profile_in_host
 from reproductions.mercury_plan import Cell, Plan, data_table, recipe
 
@@ -143,7 +141,7 @@ def predict_cells(
 
 
 def regime_document(
-    predicted: Mapping[str, Any], commit: Mapping[str, Any], local: bool
+    predicted: Mapping[str, Any], commit: Mapping[str, Any], local: bool, dataset: str
 ) -> dict[str, Any]:
     """What ``OUT/regime.json`` holds: when and by which code the prediction was made, and the
     predicted iteration of each arm in each cell."""
@@ -152,6 +150,7 @@ def regime_document(
         "commit": commit.get("commit"),
         "commit_dirty": commit.get("dirty"),
         "before_measured_runs": True,
+        "dataset": dataset,
         "model": "edgetrain.ps.mercury.predict (Eq. 5's terms: T_cp from the profile, T_cm = "
         "2 (K - 1) / K x P / bandwidth, T_is of the scheduler), with 2,000 samples and "
         f"{CORES} core a device",
@@ -170,27 +169,11 @@ def check_kept_predictions(p: Plan, out: Path) -> None:
     .json``) leave out a cell of this plan: they were written once, before the first run of
     another plan (``--quick`` at other rates, say), and a resume must not report this plan's
     runs against them. Reads files only."""
-    kept_files = [(out / "regime.json", p.cells)]
+    same = {"dataset": p.dataset}
+    check_covers(out / "regime.json", (c.key for c in p.cells), "cells", same)
     for model in dict.fromkeys(c.model for c in p.cells):
-        cells = tuple(c for c in p.cells if c.model == model)
-        kept_files.append((calibrated_path(out, model), cells))
-    for path, cells in kept_files:
-        if not path.is_file():
-            continue
-        try:
-            have = json.loads(path.read_text()).get("cells") or {}
-        except (OSError, ValueError, AttributeError):
-            raise EdgetrainError(
-                f"{path} is not the JSON of a prediction",
-                "move it away, or pass a new --out",
-            ) from None
-        missing = [c.key for c in cells if c.key not in have]
-        if missing:
-            raise EdgetrainError(
-                f"{path} predicts {', '.join(sorted(have)) or 'no cell'}, not this plan's "
-                f"{', '.join(missing)} (it is written once, before a reproduction's first run)",
-                "pass a new --out, or the flags of the run that wrote it",
-            )
+        keys = (c.key for c in p.cells if c.model == model)
+        check_covers(calibrated_path(out, model), keys, "cells", same)
 
 
 def phase_regime(p: Plan, b: Bed, out: Path, root: str | None, say: Say) -> dict[str, Any]:
@@ -207,7 +190,7 @@ def phase_regime(p: Plan, b: Bed, out: Path, root: str | None, say: Say) -> dict
                 f"regime: {key}: uniform {got['arms']['uniform']['iteration_s']:.3f} s, "
                 f"mercury {got['arms']['mercury']['iteration_s']:.3f} s an iteration (predicted)"
             )
-        return regime_document(predicted, code_commit(), p.local)
+        return regime_document(predicted, code_commit(), p.local, p.dataset)
 
     return dict(kept(out / "regime.json", make))
 
@@ -248,7 +231,7 @@ def phase_calibrated(
                 f"regime (calibrated): {key}: uniform {got['arms']['uniform']['iteration_s']:.3f}"
                 f" s, mercury {got['arms']['mercury']['iteration_s']:.3f} s an iteration"
             )
-        doc = regime_document(predicted, code_commit(), p.local)
+        doc = regime_document(predicted, code_commit(), p.local, p.dataset)
         doc["calibrated_on"] = {
             "run": pilot.get("run"),
             "bandwidth_mbit": bandwidth_mbit,

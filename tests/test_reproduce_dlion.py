@@ -559,3 +559,29 @@ def test_the_report_names_the_chosen_workload_not_the_plans_fallback() -> None:
     assert setting(replace(PLAN, dataset="digits", model="lenet5")).startswith(
         "LeNet-5 at b0 = 32 on digits"
     )
+
+
+def test_a_kept_regime_of_another_plan_is_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ap = cli.parser("dlion", "doc", quick="q", smoke="s", seeds=3)
+    ap.add_argument("--testbed", default="emulated")
+    quick, full = (dlion.plan_for(cli.parse(ap, a)) for a in (["--quick"], []))
+    keys = [s.key for s in dlion_regime.settings_of(quick)]
+    doc = {"dataset": "digits", "settings": dict.fromkeys(keys[:-1], {})}
+    (tmp_path / "regime.json").write_text(json.dumps(doc))
+    with pytest.raises(EdgetrainError, match="not this plan's " + keys[-1]):
+        dlion_regime.check_kept_regime(quick, tmp_path)
+    doc["settings"] = dict.fromkeys(keys, {})
+    (tmp_path / "regime.json").write_text(json.dumps(doc))
+    dlion_regime.check_kept_regime(quick, tmp_path)  # the plan that wrote it resumes
+    # the default plan maps the same settings, on MNIST
+    with pytest.raises(EdgetrainError, match="for dataset 'digits', not this plan's 'mnist'"):
+        dlion_regime.check_kept_regime(full, tmp_path)
+    doc["settings"] = dict.fromkeys(keys[:-1], {})  # another plan's map
+    (tmp_path / "regime.json").write_text(json.dumps(doc))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert dlion.main(["--quick", "--out", str(tmp_path)]) == 2  # one line, nothing run
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"not this plan's {keys[-1]}" in err[0] and "--out" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -306,3 +306,25 @@ def test_scale_testbeds_keep_the_4x_ratio_and_build_recipes() -> None:
     text = edgegossip.recipe(full, "edgegossip", bed, 8, 'dataset = "digits"\n', None)
     parsed = parse_recipe(loads(text.format(seed=1)))
     assert len(parsed.workers) == 6
+
+
+def test_a_kept_regime_of_another_plan_is_refused(tmp_path: Path) -> None:
+    from edgetrain.errors import EdgetrainError
+    from reproductions import edgegossip_regime
+
+    def plan(**kw: object) -> edgegossip.Plan:
+        args = {"seeds": 3, "smoke": False, "quick": False, "testbed": "emulated"} | kw
+        return edgegossip.plan_for(type("A", (), args)())
+
+    quick, full = plan(quick=True), plan()
+    edgegossip_regime.check_kept_regime(full, tmp_path)  # nothing kept: nothing to refuse
+    keys = [s.key for s in edgegossip_regime.settings_of(quick)]
+    (tmp_path / "regime.json").write_text(json.dumps({"settings": dict.fromkeys(keys, {})}))
+    edgegossip_regime.check_kept_regime(quick, tmp_path)
+    missing = [s.key for s in edgegossip_regime.settings_of(full) if s.key not in keys]
+    assert missing
+    with pytest.raises(EdgetrainError, match="not this plan's " + missing[0]):
+        edgegossip_regime.check_kept_regime(full, tmp_path)
+    (tmp_path / "regime.json").write_text('{"settings": [1')
+    with pytest.raises(EdgetrainError, match="is not the JSON of a prediction"):
+        edgegossip_regime.check_kept_regime(quick, tmp_path)

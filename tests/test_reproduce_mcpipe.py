@@ -367,3 +367,24 @@ def test_vgg_and_worker_count_claims_from_literal_rows() -> None:
     three = mcpipe_claims._workers(rows, (2, 3))
     assert three is not None and three.ours is not None and three.ours.median == 0.75
     assert three.direction_agrees is True and mcpipe_claims._workers(rows, (2,)) is None
+
+
+def test_a_kept_regime_of_another_plan_is_refused(tmp_path: Path) -> None:
+    from edgetrain.errors import EdgetrainError
+    from reproductions import mcpipe_regime
+
+    def plan(**kw: object) -> mcpipe.Plan:
+        args = type("A", (), {"seeds": 3, "smoke": False, "quick": False} | kw)()
+        return mcpipe.plan_for(args, tmp_path)
+
+    smoke, quick = plan(smoke=True), plan(quick=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    keys = [key for key, *_ in mcpipe_regime.headline_settings(smoke)]
+    assert keys and all(key.endswith("-1gbit") for key in keys)
+    (out / "regime.json").write_text(json.dumps({"settings": dict.fromkeys(keys, {})}))
+    mcpipe_regime.check_kept_regime(smoke, out)
+    missing = [k for k, *_ in mcpipe_regime.headline_settings(quick) if k not in keys]
+    assert missing
+    with pytest.raises(EdgetrainError, match="not this plan's " + missing[0]):
+        mcpipe_regime.check_kept_regime(quick, out)
