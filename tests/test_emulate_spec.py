@@ -202,15 +202,16 @@ def test_commands_limit_every_link_both_ways() -> None:
     assert all(topo.gateway_dev in c or "netns" in c for c in root)
 
 
-def test_a_device_queues_what_it_sends_and_the_fabric_queues_50_ms() -> None:
+def test_both_ends_of_a_host_link_queue_as_a_device_and_a_wan_port_50_ms() -> None:
     topo = build(parse_spec(_two_sites(), "x"), "10.232.40.0/24")
     tbfs = {(c[2], c[6]): c[7:] for c in topo.commands() if c[0] == "tc"}
-    # 30 Mbit/s: 1,000 full frames on the device (1,514,000 bytes, about 0.4 s), 50 ms on the
-    # fabric's port; a 32 KiB bucket both ways
+    # 30 Mbit/s: 1,000 full frames on the device and on its port of the site's switch
+    # (1,514,000 bytes, about 0.4 s); a 32 KiB bucket both ways
     common = ["root", "tbf", "rate", "30000000bit", "burst", "32768"]
     assert tbfs[("etb-t.h3", "eth0")] == [*common, "limit", "1514000"]
-    assert tbfs[("etb-t", "h2")] == [*common, "latency", "50ms"]
+    assert tbfs[("etb-t", "h2")] == [*common, "limit", "1514000"]
     assert tbfs[("etb-t", "u0")][-2:] == ["latency", "50ms"]  # a WAN port is the fabric's
+    assert tbfs[("etb-t", "w0")][-2:] == ["latency", "50ms"]
     # above about 240 Mbit/s the device's queue is the port's: 50 ms at the rate and the bucket
     assert host_queue_bytes(10_000_000) == 1_514_000
     assert host_queue_bytes(1_000_000_000) == 6_250_000 + 250_000

@@ -96,7 +96,7 @@ def load_trace(path: str | Path) -> Trace:
 
 def _link(topo: Topology, host: str, bps: int) -> tuple[tuple[str, ...], ...]:
     h = topo.host(host)
-    return (tuple(host_tbf(h.ns, bps)), tuple(tbf(topo.fabric_ns, h.port, bps)))
+    return (tuple(host_tbf(h.ns, bps)), tuple(host_tbf(topo.fabric_ns, bps, h.port)))
 
 
 def _wan(topo: Topology, site: str, bps: int) -> tuple[tuple[str, ...], ...]:
