@@ -24,7 +24,7 @@ from edgetrain.runtime.setting_build import HostFacts, TestbedFacts
 
 NS_PREFIX = "etb-"
 GATEWAY_HOST = 254
-TBF_LATENCY_S = 0.05  # the fabric's ports (a switch's or router's queue): 50 ms at the rate
+TBF_LATENCY_S = 0.05  # a WAN uplink's ports (a router's queue): 50 ms at the rate
 TBF_LATENCY = f"{round(TBF_LATENCY_S * 1000)}ms"
 MIN_BURST_BYTES = 32 * 1024
 BURST_SECONDS = 0.002
@@ -220,14 +220,14 @@ def burst_bytes(bps: int) -> int:
 
 
 def tbf(ns: str, dev: str, bps: int) -> list[str]:
-    """A fabric port's limit: the rate, the bucket and 50 ms of queue."""
+    """A WAN uplink port's limit (either end): the rate, the bucket and 50 ms of queue."""
     return ["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{bps}bit",
             "burst", str(burst_bytes(bps)), "latency", TBF_LATENCY]  # fmt: skip
 
 
 def host_queue_bytes(bps: int) -> int:
     """A device's own queue in bytes: 1,000 full frames (Linux's default txqueuelen), and never
-    less than a fabric port's (50 ms at the rate beside the bucket)."""
+    less than a WAN port's (50 ms at the rate beside the bucket)."""
     port = int(bps / 8 * TBF_LATENCY_S) + burst_bytes(bps)
     return max(HOST_QUEUE_FRAMES * FRAME_BYTES, port)
 
