@@ -5,7 +5,9 @@ burst of them pays one round trip of latency, then each its overhead and its tra
 marks the transmission that led a burst (sent with nothing of its direction in flight, it
 waited a round trip) and times every other one from the end of the one before it (its overhead
 and transfer only). So the followers alone fit ``seconds = dt + bytes / bandwidth`` with ``dt``
-the per-transmission overhead, and what a leader took beyond that line is the round trip.
+the per-transmission overhead, read over whole stretches of each burst (:mod:`.burst_fit`: a
+small device's freezes move time between followers), and what a leader took beyond that line
+is the round trip.
 
 The planner's costs (the paper's model, every transmission pays ``dt`` one after another) then
 describe the pipelined runtime when the round trip is added once per direction
@@ -24,8 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgetrain.plan.costs import LayerCosts
+from edgetrain.ps.burst_fit import fit_bursts
 from edgetrain.ps.link_trust import unidentified
-from edgetrain.ps.livecosts import fit_link
+from edgetrain.ps.livecosts import LinkFit
 
 
 @dataclass(frozen=True)
@@ -34,21 +37,22 @@ class Split:
 
     samples: list[tuple[int, float]]  # (bytes, seconds)
     rtt: float  # seconds; 0 when the followers cannot tell it apart (it then stays in dt)
+    fit: LinkFit | None = None  # the followers' line, when they identify one
 
 
 def split_round_trip(samples: Sequence[tuple[int, float, bool]]) -> Split:
     """``(bytes, seconds, lead)`` of one direction's transmissions: the round trip is the median
     excess of the leaders over the followers' fit, when the followers identify a line (at
-    least two sizes apart, :func:`~edgetrain.ps.link_trust.unidentified`); otherwise 0 and
-    the samples as they are."""
+    least two sizes apart, :func:`~edgetrain.ps.link_trust.unidentified`), with that line;
+    otherwise 0 and the samples as they are."""
     leads = [(b, s) for b, s, lead in samples if lead]
     follow = [(b, s) for b, s, lead in samples if not lead]
-    fit = fit_link(follow) if leads and unidentified(follow) is None else None
+    fit = fit_bursts(samples) if leads and unidentified(follow) is None else None
     if fit is None:
         return Split([(b, s) for b, s, _ in samples], 0.0)
     excess = [s - fit.dt - b / fit.bandwidth for b, s in leads]
     rtt = max(0.0, float(np.median(excess)))
-    return Split([(b, s - rtt if lead else s) for b, s, lead in samples], rtt)
+    return Split([(b, s - rtt if lead else s) for b, s, lead in samples], rtt, fit)
 
 
 def with_round_trip(costs: LayerCosts, pull_rtt: float, push_rtt: float) -> LayerCosts:

@@ -91,11 +91,16 @@ def choose_link(
     pushes: Sequence[tuple[int, float]],
     prior: tuple[LinkFit, LinkFit] | None,
     prior_name: str,
+    fitted: tuple[LinkFit | None, LinkFit | None] = (None, None),
 ) -> LinkChoice | None:
     """The fitted link when both directions identify it; else ``prior`` (pull, push) scaled to
     what was measured in a direction whose fit is not identifiable; else the unidentified fit,
-    for predictions only (``replan`` False). None while a direction has under two samples."""
-    pull, push = fit_link(pulls), fit_link(pushes)
+    for predictions only (``replan`` False). None while a direction has under two samples.
+
+    ``fitted`` (pull, push): a direction's line already read from its samples (over whole
+    bursts, :mod:`.burst_fit`), used in place of the single transmissions' fit."""
+    pull = fitted[0] if fitted[0] is not None and len(pulls) >= 2 else fit_link(pulls)
+    push = fitted[1] if fitted[1] is not None and len(pushes) >= 2 else fit_link(pushes)
     if pull is None or push is None:
         return None
     reasons = {d: unidentified(s) for d, s in (("pull", pulls), ("push", pushes))}

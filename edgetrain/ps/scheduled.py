@@ -124,6 +124,7 @@ class ScheduledTrainer:
         self._link: LinkChoice | None = None
         self._said = ""  # the last re-plan note in the log
         self._rtt = (0.0, 0.0)  # the round trip (pull, push) of the last link fit (.latency)
+        self._fitted: tuple[LinkFit | None, LinkFit | None] = (None, None)  # over bursts
         self.rejoin_report: dict[str, Any] | None = None  # reported with the first epoch
 
     # ------------------------------------------------------------------ runner
@@ -284,7 +285,7 @@ class ScheduledTrainer:
         before = len(link.log)
         for names in (small, whole, small, whole):
             link.wait(link.pull(self.iteration, 0, names), "the link probe")
-        return [(t.nbytes, t.seconds - t.held_s) for t in link.log[before:]]
+        return [(t.nbytes, t.link_s) for t in link.log[before:]]
 
     def _dummy_costs(self) -> LayerCosts:
         ones = np.ones(len(self.layout.specs))
@@ -302,19 +303,19 @@ class ScheduledTrainer:
         log_ = [t for t in self.link.log if t.segment > 0]
         split = [
             split_round_trip(
-                [(t.nbytes, t.seconds - t.held_s, t.lead) for t in log_ if t.direction == d][
-                    -window:
-                ]
+                [(t.nbytes, t.link_s, t.lead) for t in log_ if t.direction == d][-window:]
             )
             for d in ("pull", "push")
         ]
         self._rtt = (split[0].rtt, split[1].rtt)
+        self._fitted = (split[0].fit, split[1].fit)
         return split[0].samples, split[1].samples
 
     def _choose_link(self) -> LinkChoice | None:
         """The link to plan and predict with (:mod:`.link_trust`): the fit when it is
         identifiable (which then becomes the link trusted later), else the trusted one."""
-        choice = choose_link(*self._samples(), self._prior, self._prior_name)
+        pulls, pushes = self._samples()
+        choice = choose_link(pulls, pushes, self._prior, self._prior_name, self._fitted)
         if choice is not None and choice.identifiable:
             self._prior, self._prior_name = (choice.pull, choice.push), "last fit"
         return choice

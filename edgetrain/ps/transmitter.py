@@ -73,6 +73,15 @@ class Transmission:
     def seconds(self) -> float:
         return self.end - self.start
 
+    @property
+    def link_s(self) -> float:
+        """The link's time on it: from when the link was free for it and a shard had let it
+        go, to its end. A shard's hold (``held_s``, counted from when the request reached it)
+        delays a reply from when it was sent; a follower's stretch starts where the one before
+        it ended, usually well inside the same hold (every pull of an iteration waits for the
+        same version), so only the part of the hold after that start is not the link's."""
+        return self.end - max(self.start, self.sent + self.held_s)
+
 
 @dataclass(frozen=True)
 class Job:
