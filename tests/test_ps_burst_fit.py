@@ -1,13 +1,13 @@
-"""The link fit of pipelined bursts (edgetrain.ps.burst_fit) and a transmission's link time."""
+"""The link fit of pipelined bursts (edgetrain.ps.burst_fit, .arrivals, .latency)."""
 
 from __future__ import annotations
 
 import pytest
 
+from edgetrain.ps.arrivals import Timed, link_samples
 from edgetrain.ps.burst_fit import bursts, fit_bursts
-from edgetrain.ps.latency import split_round_trip
+from edgetrain.ps.latency import read_link, split_round_trip
 from edgetrain.ps.livecosts import fit_link
-from edgetrain.ps.transmitter import Transmission
 
 # squeezenet1_1's 26 layers on 10 classes, bytes (the DynaComm reproduction's model)
 SQUEEZE = [2560, 4160, 4352, 37120, 8256, 4352, 37120, 16512, 16896, 147968, 32896, 16896, 147968]
@@ -57,12 +57,64 @@ def test_freezes_that_bunch_answers_do_not_make_the_link_look_free() -> None:
     assert split.fit == fit and split.rtt == pytest.approx(RTT, rel=0.1)
 
 
-def test_a_followers_link_time_leaves_out_only_the_hold_after_its_start() -> None:
-    # every pull of an iteration sent at 0 and held 30 ms for the version: the follower's
-    # stretch (from the one before it, at 41 ms) is all the link's
-    held = Transmission("pull", 3, 2, 332_544, 0.041, 0.050, 0.030, 0.0, False)
-    assert held.link_s == pytest.approx(0.009)  # (seconds - held_s once read -0.021)
-    lead = Transmission("pull", 3, 1, 2_560, 0.0, 0.041, 0.030, 0.0, True)
-    assert lead.link_s == pytest.approx(0.011)
-    late = Transmission("pull", 3, 5, 98_560, 0.060, 0.070, 0.065, 0.001, False)
-    assert late.link_s == pytest.approx(0.004)  # let go at 66 ms, after its stretch began
+def _link(sent: list[float], held: list[float], sizes: list[int]) -> list[Timed]:
+    """What the transmitter logs of one direction over a link at BW with round trip RTT and DT a
+    transmission: request ``i`` sent at ``sent[i]`` is let go ``held[i]`` after it reached its
+    shard; its answer's bytes queue behind the ones before them on the link."""
+    rows: list[Timed] = []
+    free = end = float("-inf")
+    for s, h, b in zip(sent, held, sizes, strict=True):
+        first_byte = s + RTT + h  # half the round trip there, half back
+        arrived = max(first_byte, free) + DT + b / BW
+        free = arrived
+        rows.append(Timed(b, s, h, arrived, s >= end))
+        end = max(end, arrived)
+    return rows
+
+
+def _logged(rows: list[Timed]) -> list[tuple[int, float, bool]]:
+    """The per-transmission times the fit once read: applied in request order, a follower from
+    the end of the one before it, the whole hold taken out."""
+    out, end = [], 0.0
+    for r in rows:
+        applied = max(r.arrived, end)
+        start = r.sent if r.lead else max(r.sent, end)
+        out.append((r.nbytes, applied - start - r.held_s, r.lead))
+        end = applied
+    return out
+
+
+def test_pulls_let_go_last_layer_first_are_read_from_their_arrivals() -> None:
+    # BSP: every pull sent at once, each let go when the slowest trainer's push of its layer
+    # came, the last layer 1 ms before the one before it; the first layer, which leads, last
+    rows: list[Timed] = []
+    for it in range(6):
+        t0 = it * 0.5
+        holds = [0.005 + 0.001 * (len(SQUEEZE) - 1 - j) for j in range(len(SQUEEZE))]
+        rows += _link([t0] * len(SQUEEZE), holds, SQUEEZE)
+    assert [r.lead for r in rows[:3]] == [True, False, False]
+    old = [(b, max(0.0, s)) for b, s, lead in _logged(rows) if not lead]
+    once = fit_link(old)
+    assert once is not None and once.bandwidth > 20 * BW  # the link looked free
+    split = read_link(rows)
+    assert split.fit is not None
+    assert split.fit.bandwidth == pytest.approx(BW, rel=0.05)
+    assert split.fit.dt == pytest.approx(DT, abs=1e-4)
+
+
+def test_pushes_sent_as_gradients_come_pay_no_round_trip_each() -> None:
+    # pushes sent 3 ms apart (the backward pass), several within one round trip: a follower
+    # sent after the one before it had gone out waits its own round trip, not the link
+    rows: list[Timed] = []
+    for it in range(6):
+        t0 = it * 0.5
+        sizes = SQUEEZE[::-1]
+        rows += _link([t0 + 0.003 * j for j in range(len(sizes))], [0.0] * len(sizes), sizes)
+    split = read_link(rows)
+    assert split.fit is not None
+    assert split.fit.bandwidth == pytest.approx(BW, rel=0.1)
+    assert split.rtt == pytest.approx(RTT, rel=0.2)
+    samples = link_samples(rows, RTT)
+    assert [s for _, s, first in samples if not first] == pytest.approx(
+        [DT + b / BW for b, _, first in samples if not first], abs=1e-9
+    )

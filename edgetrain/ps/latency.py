@@ -2,12 +2,12 @@
 
 The transmitter keeps a trainer's transmissions in flight together, as a real client would: a
 burst of them pays one round trip of latency, then each its overhead and its transfer. Its log
-marks the transmission that led a burst (sent with nothing of its direction in flight, it
-waited a round trip) and times every other one from the end of the one before it (its overhead
-and transfer only). So the followers alone fit ``seconds = dt + bytes / bandwidth`` with ``dt``
-the per-transmission overhead, read over whole stretches of each burst (:mod:`.burst_fit`: a
-small device's freezes move time between followers), and what a leader took beyond that line
-is the round trip.
+marks the transmission that led a burst (sent with nothing of its direction in flight) and
+when each answer came in; the first answer of a burst to come in waited the round trip, every
+other one is timed from the one before it (its overhead and transfer only, :mod:`.arrivals`).
+So the others alone fit ``seconds = dt + bytes / bandwidth`` with ``dt`` the per-transmission
+overhead, read over whole stretches of each burst (:mod:`.burst_fit`: a small device's freezes
+move time between them), and what the first took beyond that line is the round trip.
 
 The planner's costs (the paper's model, every transmission pays ``dt`` one after another) then
 describe the pipelined runtime when the round trip is added once per direction
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgetrain.plan.costs import LayerCosts
+from edgetrain.ps.arrivals import Timed, link_samples
 from edgetrain.ps.burst_fit import fit_bursts
 from edgetrain.ps.link_trust import unidentified
 from edgetrain.ps.livecosts import LinkFit
@@ -53,6 +54,21 @@ def split_round_trip(samples: Sequence[tuple[int, float, bool]]) -> Split:
     excess = [s - fit.dt - b / fit.bandwidth for b, s in leads]
     rtt = max(0.0, float(np.median(excess)))
     return Split([(b, s - rtt if lead else s) for b, s, lead in samples], rtt, fit)
+
+
+def read_link(rows: Sequence[Timed]) -> Split:
+    """One direction's link from its transmissions (:mod:`.arrivals`): the round trip read with
+    it unknown (the first answer of each burst holds it, against the others' line), then the
+    others' line read again with it, since a follower sent after the one before it had gone out
+    waited a round trip of its own, not the link."""
+    first = link_samples(rows)
+    split = split_round_trip(first)
+    if split.fit is None or split.rtt == 0:
+        return split
+    fit = fit_bursts(link_samples(rows, split.rtt)) or split.fit
+    excess = [s - fit.dt - b / fit.bandwidth for b, s, lead in first if lead]
+    rtt = max(0.0, float(np.median(excess)))
+    return Split([(b, s - rtt if lead else s) for b, s, lead in first], rtt, fit)
 
 
 def with_round_trip(costs: LayerCosts, pull_rtt: float, push_rtt: float) -> LayerCosts:

@@ -32,9 +32,10 @@ from edgetrain.plan.costs import LayerCosts
 from edgetrain.plan.simulator import simulate
 from edgetrain.plan.strategies import SCHEDULES, verdict
 from edgetrain.plan.units import describe_bandwidth
+from edgetrain.ps.arrivals import Timed
 from edgetrain.ps.config import PsSection
 from edgetrain.ps.hooks import SegmentHooks, backward_segments, segments
-from edgetrain.ps.latency import split_round_trip, with_round_trip
+from edgetrain.ps.latency import read_link, with_round_trip
 from edgetrain.ps.layout import buffers, build_layout
 from edgetrain.ps.link_trust import LinkChoice, choose_link, guarded_cuts, unidentified
 from edgetrain.ps.livecosts import LinkFit, fit_link, layer_costs, mean_rows
@@ -285,7 +286,7 @@ class ScheduledTrainer:
         before = len(link.log)
         for names in (small, whole, small, whole):
             link.wait(link.pull(self.iteration, 0, names), "the link probe")
-        return [(t.nbytes, t.link_s) for t in link.log[before:]]
+        return [(t.nbytes, t.seconds - t.held_s) for t in link.log[before:]]
 
     def _dummy_costs(self) -> LayerCosts:
         ones = np.ones(len(self.layout.specs))
@@ -302,8 +303,12 @@ class ScheduledTrainer:
         window = self.cfg.fit_window
         log_ = [t for t in self.link.log if t.segment > 0]
         split = [
-            split_round_trip(
-                [(t.nbytes, t.link_s, t.lead) for t in log_ if t.direction == d][-window:]
+            read_link(
+                [
+                    Timed(t.nbytes, t.sent, t.held_s, t.arrived, t.lead)
+                    for t in log_
+                    if t.direction == d
+                ][-window:]
             )
             for d in ("pull", "push")
         ]

@@ -13,12 +13,13 @@ acknowledgements.
 
 Every transmission is logged: direction, segment, bytes, when its requests went out, the
 stretch of time the link spent on it, and the time a shard held it waiting for a version
-(synchronisation, not the link). A transmission sent while another of its direction was still
-in flight starts, in the log, where that one ended: it came right behind it and shared its
-round trip (``lead`` False). One sent with nothing of its direction in flight paid a round trip
-of its own (``lead`` True). The logged stretches therefore add up to the time the link was busy,
-and the link fit can tell the round trip apart from the per-transmission overhead
-(:mod:`.latency`).
+(synchronisation, not the link), and when its last answer came in (``arrived``: answers are
+applied in request order, so a reply that came early waits for the ones before it). A
+transmission sent while another of its direction was still in flight starts, in the log, where
+that one ended: it came right behind it and shared its round trip (``lead`` False). One sent
+with nothing of its direction in flight paid a round trip of its own (``lead`` True). The link
+fit reads the link's time on each from the arrivals (:mod:`.arrivals`) and tells the round trip
+apart from the per-transmission overhead (:mod:`.latency`).
 
 A shard that is lost and restarted (``[run] restart``) is rebuilt from the trainers' copies
 (:mod:`.recovery`): while it is away its replies are not overdue; when it is back, the thread
@@ -68,19 +69,11 @@ class Transmission:
     held_s: float
     sent: float  # when its requests went out
     lead: bool  # nothing of its direction was in flight when it was sent: it paid a round trip
+    arrived: float  # when its last answer came in (applied at ``end``, in request order)
 
     @property
     def seconds(self) -> float:
         return self.end - self.start
-
-    @property
-    def link_s(self) -> float:
-        """The link's time on it: from when the link was free for it and a shard had let it
-        go, to its end. A shard's hold (``held_s``, counted from when the request reached it)
-        delays a reply from when it was sent; a follower's stretch starts where the one before
-        it ended, usually well inside the same hold (every pull of an iteration waits for the
-        same version), so only the part of the hold after that start is not the link's."""
-        return self.end - max(self.start, self.sent + self.held_s)
 
 
 @dataclass(frozen=True)
@@ -115,6 +108,7 @@ class _Flight:
     lead: bool
     deadline: float  # time.monotonic() by which every shard must have answered
     nbytes: int
+    arrived: float = 0.0  # perf_counter when its last answer came in
     replies: dict[int, Message] = field(default_factory=dict)
     tensors: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # a push's, by shard
 
@@ -362,6 +356,8 @@ class Transmitter(threading.Thread):
                 self.transport.traffic.drop("unexpected_reply", msg.sender)
                 continue
             flight.replies[k] = msg
+            if flight.answered:
+                flight.arrived = time.perf_counter()
 
     def _retire(self) -> None:
         """Apply the answers of the transmissions at the head of the flight list, in the order
@@ -403,7 +399,16 @@ class Transmitter(threading.Thread):
         self._last_end[d] = end
         self.log.append(
             Transmission(
-                d, job.iteration, job.segment, nbytes, start, end, held, flight.sent, flight.lead
+                d,
+                job.iteration,
+                job.segment,
+                nbytes,
+                start,
+                end,
+                held,
+                flight.sent,
+                flight.lead,
+                flight.arrived or end,
             )
         )
         job.done.set()
