@@ -32,7 +32,7 @@ import numpy as np
 
 from edgetrain.ps.livecosts import LinkFit, fit_link
 
-MAX_STRETCHES = 200  # stretches fitted at most: the fit compares every two (600 took 18 ms)
+MAX_STRETCHES = 100  # stretches fitted at most: the fit compares every two (600 took 18 ms)
 
 
 def bursts(samples: Sequence[tuple[int, float, bool]]) -> list[list[tuple[int, float]]]:
