@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from edgetrain.ps.arrivals import Timed, link_samples
 from edgetrain.ps.burst_fit import bursts, fit_bursts
 from edgetrain.ps.latency import read_link, split_round_trip
-from edgetrain.ps.livecosts import fit_link
+from edgetrain.ps.livecosts import fit_line, fit_link
 
 # squeezenet1_1's 26 layers on 10 classes, bytes (the DynaComm reproduction's model)
 SQUEEZE = [2560, 4160, 4352, 37120, 8256, 4352, 37120, 16512, 16896, 147968, 32896, 16896, 147968]
@@ -118,3 +119,13 @@ def test_pushes_sent_as_gradients_come_pay_no_round_trip_each() -> None:
     assert [s for _, s, first in samples if not first] == pytest.approx(
         [DT + b / BW for b, _, first in samples if not first], abs=1e-9
     )
+
+
+def test_a_line_over_many_samples_compares_drawn_pairs_the_same_way_each_time() -> None:
+    x = np.array([float(b) for b in SQUEEZE * 40])
+    y = DT + x / BW + np.tile(np.linspace(-1e-4, 1e-4, len(SQUEEZE)), 40)
+    full = fit_line(x, y)
+    drawn = fit_line(x, y, max_pairs=5_000)
+    assert drawn == fit_line(x, y, max_pairs=5_000)  # a fixed seed
+    assert drawn.bandwidth == pytest.approx(full.bandwidth, rel=0.02)
+    assert fit_line(x[:20], y[:20], max_pairs=5_000) == fit_line(x[:20], y[:20])  # few: all

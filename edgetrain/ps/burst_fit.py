@@ -17,22 +17,24 @@ Over a run of consecutive followers the freezes only move time from one to anoth
 from one follower's end to a later one's is the link's time for the transmissions between,
 whatever happened inside it, ``k * dt + bytes / bandwidth`` for ``k`` transmissions. Divided by
 ``k``, every stretch within a burst is one sample of the per-transmission line (its mean size,
-its mean time), and the robust line of :func:`~edgetrain.ps.livecosts.fit_link` over those
-samples gives ``dt`` and the bandwidth as the single transmissions would if they were timed
-right. Long stretches carry the rate through the freezes; short ones, of very different mean
-sizes, tell ``dt`` apart. Their number grows with the square of a burst's length, so at most
-:data:`MAX_STRETCHES` of them, evenly spaced, are fitted.
+its mean time), and the robust line over those samples
+(:func:`~edgetrain.ps.livecosts.fit_line`) gives ``dt`` and the bandwidth as the single
+transmissions would if they were timed right. Long stretches carry the rate through the
+freezes; short ones, of very different mean sizes, tell ``dt`` apart. Their number grows with
+the square of a burst's length, so the robust line compares :data:`MAX_PAIRS` pairs of them
+drawn at random, not every pair.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
 
-from edgetrain.ps.livecosts import LinkFit, fit_link
+from edgetrain.ps.livecosts import LinkFit, fit_line
 
-MAX_STRETCHES = 100  # stretches fitted at most: the fit compares every two (600 took 18 ms)
+MAX_PAIRS = 10_000  # pairs of stretches compared at most (1.5 ms a direction on one core)
 
 
 def bursts(samples: Sequence[tuple[int, float, bool]]) -> list[list[tuple[int, float]]]:
@@ -50,20 +52,25 @@ def bursts(samples: Sequence[tuple[int, float, bool]]) -> list[list[tuple[int, f
     return [b for b in out if b]
 
 
+@functools.lru_cache(maxsize=256)
+def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every ``i < j`` of ``n`` points (kept: a burst's length recurs at every re-plan)."""
+    i, j = np.triu_indices(n, k=1)
+    i.flags.writeable = j.flags.writeable = False
+    return i, j
+
+
 def _stretches(runs: list[list[tuple[int, float]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Bytes, seconds and transmission counts of every stretch between two follower ends (or
     the leader's end and a follower's) within one burst."""
-    db: list[np.ndarray] = []
-    dtime: list[np.ndarray] = []
-    dk: list[np.ndarray] = []
+    parts: list[np.ndarray] = []
     for run in runs:
-        cb = np.concatenate([[0.0], np.cumsum([b for b, _ in run], dtype=np.float64)])
-        ct = np.concatenate([[0.0], np.cumsum([s for _, s in run], dtype=np.float64)])
-        i, j = np.triu_indices(len(cb), k=1)
-        db.append(cb[j] - cb[i])
-        dtime.append(ct[j] - ct[i])
-        dk.append((j - i).astype(np.float64))
-    return np.concatenate(db), np.concatenate(dtime), np.concatenate(dk)
+        cum = np.zeros((len(run) + 1, 2))
+        np.cumsum(np.asarray(run, dtype=np.float64), axis=0, out=cum[1:])
+        i, j = _pairs(len(cum))
+        parts.append(np.column_stack([cum[j] - cum[i], j - i]))
+    out = np.concatenate(parts)
+    return out[:, 0], out[:, 1], out[:, 2]
 
 
 def fit_bursts(samples: Sequence[tuple[int, float, bool]]) -> LinkFit | None:
@@ -73,11 +80,7 @@ def fit_bursts(samples: Sequence[tuple[int, float, bool]]) -> LinkFit | None:
     if not runs:
         return None
     nbytes, seconds, count = _stretches(runs)
-    if len(nbytes) > MAX_STRETCHES:
-        pick = np.linspace(0, len(nbytes) - 1, MAX_STRETCHES).round().astype(np.int64)
-        nbytes, seconds, count = nbytes[pick], seconds[pick], count[pick]
-    means = zip((nbytes / count).tolist(), (seconds / count).tolist(), strict=True)
-    fit = fit_link(list(means))
-    if fit is None:  # one stretch only: a single follower, its own line through the origin
+    if len(nbytes) < 2:  # one stretch only: a single follower, its own line through the origin
         return LinkFit(0.0, float(nbytes[0] / seconds[0]) if seconds[0] > 0 else 1e9, 1)
+    fit = fit_line(nbytes / count, seconds / count, max_pairs=MAX_PAIRS)
     return LinkFit(fit.dt, fit.bandwidth, sum(len(r) for r in runs))

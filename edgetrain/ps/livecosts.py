@@ -29,7 +29,9 @@ class LinkFit:
         return {"dt_s": self.dt, "bandwidth_Bps": self.bandwidth, "samples": self.samples}
 
 
-def fit_link(samples: Sequence[tuple[int, float]], fallback_bw: float = 1e9) -> LinkFit | None:
+def fit_link(
+    samples: Sequence[tuple[int, float]], fallback_bw: float = 1e9, max_pairs: int | None = None
+) -> LinkFit | None:
     """``seconds = dt + bytes / bw`` over ``(bytes, seconds)``, fitted robustly; None if too few.
 
     Theil-Sen: the slope is the median of the slopes between every two samples of different
@@ -43,23 +45,41 @@ def fit_link(samples: Sequence[tuple[int, float]], fallback_bw: float = 1e9) -> 
     header grows by a byte when the iteration number does) the slope is unknown: the
     bandwidth then comes from the mean rate and dt is 0. A slope that is not positive means the
     size does not show in the time: dt is then the median time and the bandwidth
-    ``fallback_bw``."""
+    ``fallback_bw``.
+
+    With ``max_pairs``, more samples than give that many pairs are compared over that many
+    pairs drawn at random (a fixed seed: the same samples give the same fit), an estimate of
+    the same median."""
     if len(samples) < 2:
         return None
     x = np.array([s[0] for s in samples], dtype=np.float64)
-    y = np.array([max(0.0, s[1]) for s in samples], dtype=np.float64)
-    i, j = np.triu_indices(len(x), k=1)
+    y = np.array([s[1] for s in samples], dtype=np.float64)
+    return fit_line(x, y, fallback_bw, max_pairs)
+
+
+def fit_line(
+    x: np.ndarray, y: np.ndarray, fallback_bw: float = 1e9, max_pairs: int | None = None
+) -> LinkFit:
+    """:func:`fit_link` over arrays of bytes ``x`` and seconds ``y`` (two samples at least;
+    a negative time counts as 0)."""
+    y = np.maximum(y, 0.0)
+    n = len(x)
+    if max_pairs is not None and n * (n - 1) // 2 > max_pairs:
+        i, j = np.random.default_rng(0).integers(0, n, size=(2, max_pairs))
+        i, j = i[i != j], j[i != j]
+    else:
+        i, j = np.triu_indices(n, k=1)
     dx = x[j] - x[i]
     # sizes that differ by a few header bytes (an iteration number one digit longer) are one
     # size: the slope between them is jitter divided by a handful of bytes
     apart = np.abs(dx) >= SAME_SIZE * np.maximum(x[i], x[j])
     if not apart.any():
         rate = float(x.mean() / y.mean()) if y.mean() > 0 else fallback_bw
-        return LinkFit(0.0, rate, len(samples))
+        return LinkFit(0.0, rate, n)
     slope = float(np.median((y[j] - y[i])[apart] / dx[apart]))
     if slope <= 0:  # the size does not show in the time: it is all per-transmission overhead
-        return LinkFit(float(np.median(y)), fallback_bw, len(samples))
-    return LinkFit(max(0.0, float(np.median(y - slope * x))), 1.0 / slope, len(samples))
+        return LinkFit(float(np.median(y)), fallback_bw, n)
+    return LinkFit(max(0.0, float(np.median(y - slope * x))), 1.0 / slope, n)
 
 
 def layer_costs(
