@@ -34,7 +34,7 @@ import numpy as np
 
 from edgetrain.ps.livecosts import LinkFit, fit_line
 
-MAX_PAIRS = 10_000  # pairs of stretches compared at most (1.5 ms a direction on one core)
+MAX_PAIRS = 5_000  # pairs of stretches compared at most (a 0.45-core trainer re-plans often)
 
 
 def bursts(samples: Sequence[tuple[int, float, bool]]) -> list[list[tuple[int, float]]]:

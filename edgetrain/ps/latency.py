@@ -65,7 +65,10 @@ def read_link(rows: Sequence[Timed]) -> Split:
     split = split_round_trip(first)
     if split.fit is None or split.rtt == 0:
         return split
-    fit = fit_bursts(link_samples(rows, split.rtt)) or split.fit
+    second = link_samples(rows, split.rtt)
+    if second == first or [s[:2] for s in second if not s[2]] == [s[:2] for s in first if not s[2]]:
+        return split  # no answer waited on its own round trip: the line stands
+    fit = fit_bursts(second) or split.fit
     excess = [s - fit.dt - b / fit.bandwidth for b, s, lead in first if lead]
     rtt = max(0.0, float(np.median(excess)))
     return Split([(b, s - rtt if lead else s) for b, s, lead in first], rtt, fit)
