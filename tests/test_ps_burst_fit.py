@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgetrain.ps.arrivals import Timed, link_samples
+from edgetrain.ps.arrivals import Transmission, link_samples
 from edgetrain.ps.burst_fit import bursts, fit_bursts
 from edgetrain.ps.latency import read_link, split_round_trip
 from edgetrain.ps.livecosts import fit_line, fit_link
@@ -58,22 +58,22 @@ def test_freezes_that_bunch_answers_do_not_make_the_link_look_free() -> None:
     assert split.fit == fit and split.rtt == pytest.approx(RTT, rel=0.1)
 
 
-def _link(sent: list[float], held: list[float], sizes: list[int]) -> list[Timed]:
+def _link(sent: list[float], held: list[float], sizes: list[int]) -> list[Transmission]:
     """What the transmitter logs of one direction over a link at BW with round trip RTT and DT a
     transmission: request ``i`` sent at ``sent[i]`` is let go ``held[i]`` after it reached its
     shard; its answer's bytes queue behind the ones before them on the link."""
-    rows: list[Timed] = []
+    rows: list[Transmission] = []
     free = end = float("-inf")
     for s, h, b in zip(sent, held, sizes, strict=True):
         first_byte = s + RTT + h  # half the round trip there, half back
         arrived = max(first_byte, free) + DT + b / BW
         free = arrived
-        rows.append(Timed(b, s, h, arrived, s >= end))
-        end = max(end, arrived)
+        lead, end = s >= end, max(end, arrived)  # answers applied in request order
+        rows.append(Transmission("pull", 0, len(rows) + 1, b, s, end, h, s, lead, arrived))
     return rows
 
 
-def _logged(rows: list[Timed]) -> list[tuple[int, float, bool]]:
+def _logged(rows: list[Transmission]) -> list[tuple[int, float, bool]]:
     """The per-transmission times the fit once read: applied in request order, a follower from
     the end of the one before it, the whole hold taken out."""
     out, end = [], 0.0
@@ -88,7 +88,7 @@ def _logged(rows: list[Timed]) -> list[tuple[int, float, bool]]:
 def test_pulls_let_go_last_layer_first_are_read_from_their_arrivals() -> None:
     # BSP: every pull sent at once, each let go when the slowest trainer's push of its layer
     # came, the last layer 1 ms before the one before it; the first layer, which leads, last
-    rows: list[Timed] = []
+    rows: list[Transmission] = []
     for it in range(6):
         t0 = it * 0.5
         holds = [0.005 + 0.001 * (len(SQUEEZE) - 1 - j) for j in range(len(SQUEEZE))]
@@ -106,7 +106,7 @@ def test_pulls_let_go_last_layer_first_are_read_from_their_arrivals() -> None:
 def test_pushes_sent_as_gradients_come_pay_no_round_trip_each() -> None:
     # pushes sent 3 ms apart (the backward pass), several within one round trip: a follower
     # sent after the one before it had gone out waits its own round trip, not the link
-    rows: list[Timed] = []
+    rows: list[Transmission] = []
     for it in range(6):
         t0 = it * 0.5
         sizes = SQUEEZE[::-1]

@@ -1,4 +1,5 @@
-"""A direction's transmissions as the link delivered them: the link's time on each. Pure.
+"""A trainer's transmissions as logged (:class:`Transmission`), and the link's time on each
+as the link delivered them. Pure.
 
 The transmitter applies answers in the order it asked for them, so the time it logs for a
 transmission (from the end of the one before it to its own end, :mod:`.transmitter`) is the
@@ -23,23 +24,32 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class Timed:
-    """One transmission's times, as the transmitter logged them (seconds, one clock)."""
+class Transmission:
+    """One pull or push of one segment, as it happened (``time.perf_counter`` seconds)."""
 
+    direction: str  # pull | push
+    iteration: int
+    segment: int  # 1-based, in the phase's order
     nbytes: int
-    sent: float  # its requests went out
-    held_s: float  # a shard held it waiting for a version
-    arrived: float  # its last answer came in
-    lead: bool  # sent with nothing of its direction in flight: it begins a burst
+    start: float  # when the link began on it: ``sent``, or the end of the one it followed
+    end: float  # when its last answer was applied
+    held_s: float
+    sent: float  # when its requests went out
+    lead: bool  # nothing of its direction was in flight when it was sent: it paid a round trip
+    arrived: float  # when its last answer came in (applied at ``end``, in request order)
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
 
 
-def link_samples(rows: Sequence[Timed], rtt: float = 0.0) -> list[tuple[int, float, bool]]:
+def link_samples(rows: Sequence[Transmission], rtt: float = 0.0) -> list[tuple[int, float, bool]]:
     """``(bytes, seconds, first)`` of ``rows`` (one direction, in the order sent), burst by
     burst, each burst in the order its answers came in; ``first`` marks the first of a burst
     to come in, whose time, with ``rtt`` 0, holds the round trip. Rows before the first
     leader (their leader fell out of the window) are left out."""
     out: list[tuple[int, float, bool]] = []
-    burst: list[Timed] = []
+    burst: list[Transmission] = []
 
     def flush() -> None:
         came: float | None = None

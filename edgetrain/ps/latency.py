@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgetrain.plan.costs import LayerCosts
-from edgetrain.ps.arrivals import Timed, link_samples
+from edgetrain.ps.arrivals import Transmission, link_samples
 from edgetrain.ps.burst_fit import fit_bursts
 from edgetrain.ps.link_trust import unidentified
 from edgetrain.ps.livecosts import LinkFit
@@ -51,12 +51,17 @@ def split_round_trip(samples: Sequence[tuple[int, float, bool]]) -> Split:
     fit = fit_bursts(samples) if leads and unidentified(follow) is None else None
     if fit is None:
         return Split([(b, s) for b, s, _ in samples], 0.0)
-    excess = [s - fit.dt - b / fit.bandwidth for b, s in leads]
+    return _against(samples, fit)
+
+
+def _against(samples: Sequence[tuple[int, float, bool]], fit: LinkFit) -> Split:
+    """The round trip as the leaders' median excess over ``fit``, taken out of them."""
+    excess = [s - fit.dt - b / fit.bandwidth for b, s, lead in samples if lead]
     rtt = max(0.0, float(np.median(excess)))
     return Split([(b, s - rtt if lead else s) for b, s, lead in samples], rtt, fit)
 
 
-def read_link(rows: Sequence[Timed]) -> Split:
+def read_link(rows: Sequence[Transmission]) -> Split:
     """One direction's link from its transmissions (:mod:`.arrivals`): the round trip read with
     it unknown (the first answer of each burst holds it, against the others' line), then the
     others' line read again with it, since a follower sent after the one before it had gone out
@@ -66,12 +71,9 @@ def read_link(rows: Sequence[Timed]) -> Split:
     if split.fit is None or split.rtt == 0:
         return split
     second = link_samples(rows, split.rtt)
-    if second == first or [s[:2] for s in second if not s[2]] == [s[:2] for s in first if not s[2]]:
+    if [s for s in second if not s[2]] == [s for s in first if not s[2]]:
         return split  # no answer waited on its own round trip: the line stands
-    fit = fit_bursts(second) or split.fit
-    excess = [s - fit.dt - b / fit.bandwidth for b, s, lead in first if lead]
-    rtt = max(0.0, float(np.median(excess)))
-    return Split([(b, s - rtt if lead else s) for b, s, lead in first], rtt, fit)
+    return _against(first, fit_bursts(second) or split.fit)
 
 
 def with_round_trip(costs: LayerCosts, pull_rtt: float, push_rtt: float) -> LayerCosts:

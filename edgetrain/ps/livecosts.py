@@ -29,9 +29,7 @@ class LinkFit:
         return {"dt_s": self.dt, "bandwidth_Bps": self.bandwidth, "samples": self.samples}
 
 
-def fit_link(
-    samples: Sequence[tuple[int, float]], fallback_bw: float = 1e9, max_pairs: int | None = None
-) -> LinkFit | None:
+def fit_link(samples: Sequence[tuple[int, float]], fallback_bw: float = 1e9) -> LinkFit | None:
     """``seconds = dt + bytes / bw`` over ``(bytes, seconds)``, fitted robustly; None if too few.
 
     Theil-Sen: the slope is the median of the slopes between every two samples of different
@@ -45,23 +43,21 @@ def fit_link(
     header grows by a byte when the iteration number does) the slope is unknown: the
     bandwidth then comes from the mean rate and dt is 0. A slope that is not positive means the
     size does not show in the time: dt is then the median time and the bandwidth
-    ``fallback_bw``.
-
-    With ``max_pairs``, more samples than give that many pairs are compared over that many
-    pairs drawn at random (a fixed seed: the same samples give the same fit), an estimate of
-    the same median."""
+    ``fallback_bw``."""
     if len(samples) < 2:
         return None
     x = np.array([s[0] for s in samples], dtype=np.float64)
     y = np.array([s[1] for s in samples], dtype=np.float64)
-    return fit_line(x, y, fallback_bw, max_pairs)
+    return fit_line(x, y, fallback_bw)
 
 
 def fit_line(
     x: np.ndarray, y: np.ndarray, fallback_bw: float = 1e9, max_pairs: int | None = None
 ) -> LinkFit:
     """:func:`fit_link` over arrays of bytes ``x`` and seconds ``y`` (two samples at least;
-    a negative time counts as 0)."""
+    a negative time counts as 0). With ``max_pairs``, more samples than give that many pairs
+    are compared over that many pairs drawn at random (a fixed seed: the same samples give the
+    same fit), an estimate of the same median."""
     y = np.maximum(y, 0.0)
     n = len(x)
     if max_pairs is not None and n * (n - 1) // 2 > max_pairs:

@@ -32,16 +32,16 @@ from edgetrain.plan.costs import LayerCosts
 from edgetrain.plan.simulator import simulate
 from edgetrain.plan.strategies import SCHEDULES, verdict
 from edgetrain.plan.units import describe_bandwidth
-from edgetrain.ps.arrivals import Timed
+from edgetrain.ps.arrivals import Transmission
 from edgetrain.ps.config import PsSection
 from edgetrain.ps.hooks import SegmentHooks, backward_segments, segments
-from edgetrain.ps.latency import read_link, with_round_trip
+from edgetrain.ps.latency import Split, read_link, with_round_trip
 from edgetrain.ps.layout import buffers, build_layout
 from edgetrain.ps.link_trust import LinkChoice, choose_link, guarded_cuts, unidentified
 from edgetrain.ps.livecosts import LinkFit, fit_link, layer_costs, mean_rows
 from edgetrain.ps.plan_entry import PlanEntry, choice_line, nearest
 from edgetrain.ps.server import ShardServer
-from edgetrain.ps.transmitter import Transmission, Transmitter
+from edgetrain.ps.transmitter import Transmitter
 from edgetrain.runtime.base import Final, Ready, Runner, WorkerContext
 from edgetrain.runtime.epochs import run_epochs
 from edgetrain.runtime.session import Session
@@ -125,7 +125,6 @@ class ScheduledTrainer:
         self._link: LinkChoice | None = None
         self._said = ""  # the last re-plan note in the log
         self._rtt = (0.0, 0.0)  # the round trip (pull, push) of the last link fit (.latency)
-        self._fitted: tuple[LinkFit | None, LinkFit | None] = (None, None)  # over bursts
         self.rejoin_report: dict[str, Any] | None = None  # reported with the first epoch
 
     # ------------------------------------------------------------------ runner
@@ -295,32 +294,25 @@ class ScheduledTrainer:
     def _cuts(self) -> dict[str, list[int]]:
         return {"forward_cuts": list(self.forward_cuts), "backward_cuts": list(self.backward_cuts)}
 
-    def _samples(self) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
-        """``(bytes, seconds)`` of the last ``fit_window`` pulls and pushes of segments, the
+    def _splits(self) -> list[Split]:
+        """Pulls' and pushes' link over the last ``fit_window`` transmissions of segments, the
         round trip of the pipelined link taken out where it can be told apart (then kept in
         ``_rtt`` for the costs, :mod:`.latency`)."""
         assert self.link is not None
         window = self.cfg.fit_window
         log_ = [t for t in self.link.log if t.segment > 0]
         split = [
-            read_link(
-                [
-                    Timed(t.nbytes, t.sent, t.held_s, t.arrived, t.lead)
-                    for t in log_
-                    if t.direction == d
-                ][-window:]
-            )
-            for d in ("pull", "push")
+            read_link([t for t in log_ if t.direction == d][-window:]) for d in ("pull", "push")
         ]
         self._rtt = (split[0].rtt, split[1].rtt)
-        self._fitted = (split[0].fit, split[1].fit)
-        return split[0].samples, split[1].samples
+        return split
 
     def _choose_link(self) -> LinkChoice | None:
         """The link to plan and predict with (:mod:`.link_trust`): the fit when it is
         identifiable (which then becomes the link trusted later), else the trusted one."""
-        pulls, pushes = self._samples()
-        choice = choose_link(pulls, pushes, self._prior, self._prior_name, self._fitted)
+        pull, push = self._splits()
+        fitted = (pull.fit, push.fit)
+        choice = choose_link(pull.samples, push.samples, self._prior, self._prior_name, fitted)
         if choice is not None and choice.identifiable:
             self._prior, self._prior_name = (choice.pull, choice.push), "last fit"
         return choice

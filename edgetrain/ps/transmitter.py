@@ -48,32 +48,13 @@ from edgetrain.comm.transport import Transport
 from edgetrain.comm.wire import Message, is_count
 from edgetrain.errors import RunError
 from edgetrain.ps import messages
+from edgetrain.ps.arrivals import Transmission
 from edgetrain.ps.layout import Layout
 from edgetrain.ps.recovery import KeptPushes
 
 # How often a push whose gradients are announced by a plain ``threading.Event`` (not a
 # :class:`Signal`, which wakes the thread) is looked at.
 PLAIN_EVENT_POLL_S = 0.005
-
-
-@dataclass(frozen=True)
-class Transmission:
-    """One pull or push of one segment, as it happened (``time.perf_counter`` seconds)."""
-
-    direction: str  # pull | push
-    iteration: int
-    segment: int  # 1-based, in the phase's order
-    nbytes: int
-    start: float  # when the link began on it: ``sent``, or the end of the one it followed
-    end: float  # when its last answer was applied
-    held_s: float
-    sent: float  # when its requests went out
-    lead: bool  # nothing of its direction was in flight when it was sent: it paid a round trip
-    arrived: float  # when its last answer came in (applied at ``end``, in request order)
-
-    @property
-    def seconds(self) -> float:
-        return self.end - self.start
 
 
 @dataclass(frozen=True)
